@@ -1,0 +1,41 @@
+// CPU backend: fp32 (and fp64, for the reference checks), OpenMP + BLAS.
+// Shapes were checked by engine/ops.cpp; these functions trust them.
+// One function per op of engine/ops.h, same contract (see there).
+#pragma once
+
+#include <cstdint>
+
+#include "engine/ops.h"
+
+namespace engine::cpu {
+
+using ops::AdamWHyper;
+void fill(const Tensor& t, double value);
+void copy(const Tensor& dst, const Tensor& src);  // same element count; may cross devices, may convert dtype
+void scale(const Tensor& t, double factor);       // t *= factor
+void add(const Tensor& out, const Tensor& a, const Tensor& b);  // out = a + b (out may alias a or b)
+void accumulate(const Tensor& dst, const Tensor& src);          // dst += src
+double sum_of_squares(const Tensor& t);  // accumulated in fp64
+void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                       std::int64_t vocab_start, std::int64_t position_start);
+void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens,
+                        std::int64_t vocab_start, std::int64_t position_start);
+void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
+                       const Tensor& weight, const Tensor& bias);
+void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                        const Tensor& inp, const Tensor& weight, const Tensor& mean, const Tensor& rstd);
+void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                    const Tensor& pre_gelu);
+void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                     const Tensor& inp, const Tensor& weight, const Tensor& gelu_pre);
+void gelu_forward(const Tensor& out, const Tensor& inp);
+void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout);  // dinp = dout * gelu'(inp)
+void attention_forward(const Tensor& out, const Tensor& saved, const Tensor& qkv, int n_head);
+void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                        const Tensor& saved, int n_head);
+void softmax_cross_entropy(const Tensor& losses, const Tensor& logits, const Tensor& targets,
+                           std::int64_t vocab_size, double grad_scale);
+void adamw_update(const Tensor& params, const Tensor& grads, const Tensor& m, const Tensor& v,
+                  const AdamWHyper& hyper, const Tensor& working);
+
+}  // namespace engine::cpu

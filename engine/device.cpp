@@ -1,0 +1,38 @@
+#include "engine/device.h"
+
+#include <cstring>
+
+namespace engine {
+
+#ifndef ENGINE_WITH_CUDA
+// CPU-only build: the CUDA entry points say so instead of failing obscurely.
+bool built_with_cuda() { return false; }
+int cuda_device_count() { return 0; }
+void cuda_set_device(int) { ENGINE_FAIL("--device cuda needs an engine built with CUDA (nvcc was not found at configure time)"); }
+std::string cuda_device_name(int) { return "none"; }
+void* device_malloc(std::size_t) { ENGINE_FAIL("device memory needs an engine built with CUDA"); }
+void device_free(void*) {}
+void device_synchronize() {}
+void copy_bytes(void* dst, DeviceType dst_device, const void* src, DeviceType src_device,
+                std::size_t bytes) {
+  ENGINE_CHECK(dst_device == DeviceType::kCpu && src_device == DeviceType::kCpu,
+               "device copies need an engine built with CUDA");
+  if (bytes) std::memmove(dst, src, bytes);
+}
+#endif
+
+double gpu_peak_flops_by_name(const std::string& name) {
+  // Dense bf16 tensor-core peaks from the vendors' data sheets (no sparsity).
+  struct Entry {
+    const char* key;
+    double flops;
+  };
+  static const Entry table[] = {{"H200", 989e12}, {"H100", 989e12}, {"GH200", 989e12},
+                                {"A100", 312e12}, {"A10G", 125e12}, {"L40S", 362e12},
+                                {"L4", 121e12},   {"B200", 2250e12}};
+  for (const Entry& e : table)
+    if (name.find(e.key) != std::string::npos) return e.flops;
+  return 0.0;
+}
+
+}  // namespace engine

@@ -1,0 +1,35 @@
+// Devices: which backend a tensor lives on, and the few runtime calls the rest
+// of the engine needs from CUDA without including CUDA headers.
+//
+// When the engine is built without CUDA, every CUDA entry point throws a clear
+// error and cuda_device_count() is 0, so callers need no #ifdefs.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "engine/tensor.h"
+
+namespace engine {
+
+bool built_with_cuda();
+int cuda_device_count();  // 0 when not built with CUDA or no GPU is visible
+
+// Makes `index` the current GPU of this process (one GPU per rank: the launcher
+// passes the node-local rank modulo the visible device count).
+void cuda_set_device(int index);
+std::string cuda_device_name(int index);
+
+void* device_malloc(std::size_t bytes);
+void device_free(void* ptr);
+void device_synchronize();
+
+// Copies `bytes` between any two of host/device memory.
+void copy_bytes(void* dst, DeviceType dst_device, const void* src, DeviceType src_device,
+                std::size_t bytes);
+
+// Peak dense bf16 FLOP/s of a GPU by its name (H100/H200 989e12, A100 312e12);
+// 0 when the name is not in the table.
+double gpu_peak_flops_by_name(const std::string& name);
+
+}  // namespace engine

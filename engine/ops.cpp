@@ -1,0 +1,234 @@
+// Shape checks and device dispatch for the op set (contracts in ops.h).
+//
+// Checking here, once, means neither backend repeats it and a shape error
+// names the op and the tensor whatever the device.
+#include "engine/ops.h"
+
+#include "engine/cpu/cpu_ops.h"
+#ifdef ENGINE_WITH_CUDA
+#include "engine/cuda/cuda_ops.h"
+#endif
+
+namespace engine::ops {
+namespace {
+
+bool on_cpu(const Tensor& t) { return t.device() == DeviceType::kCpu; }
+
+[[noreturn]] void no_cuda(const char* op) {
+  ENGINE_FAIL(op, ": tensor is on cuda but the engine was built without CUDA");
+}
+
+// Calls cpu::fn or cuda::fn by the device of `lead`.
+#ifdef ENGINE_WITH_CUDA
+#define ENGINE_DISPATCH(lead, fn, ...) \
+  (on_cpu(lead) ? cpu::fn(__VA_ARGS__) : cuda::fn(__VA_ARGS__))
+#else
+#define ENGINE_DISPATCH(lead, fn, ...) \
+  (on_cpu(lead) ? cpu::fn(__VA_ARGS__) : (no_cuda(#fn), decltype(cpu::fn(__VA_ARGS__))()))
+#endif
+
+void expect_rows(const Tensor& t, std::int64_t n, std::int64_t c, const char* what) {
+  ENGINE_CHECK(t.ndim() >= 1 && t.numel() == n * c && t.dim(-1) == c, what, " has shape ",
+               t.shape().str(), ", expected ", n, " rows of ", c);
+}
+
+void expect_numel(const Tensor& t, std::int64_t n, const char* what) {
+  ENGINE_CHECK(t.numel() == n, what, " has ", t.numel(), " elements ", t.shape().str(), ", expected ", n);
+}
+
+void expect_device(const Tensor& t, DeviceType device, const char* what) {
+  if (t.empty()) return;
+  ENGINE_CHECK(t.device() == device, what, " is on ", device_name(t.device()), ", expected ",
+               device_name(device));
+}
+
+}  // namespace
+
+void fill(const Tensor& t, double value) {
+  if (t.numel() == 0) return;
+  ENGINE_DISPATCH(t, fill, t, value);
+}
+
+void copy(const Tensor& dst, const Tensor& src) {
+  expect_numel(src, dst.numel(), "copy: src");
+  if (dst.numel() == 0) return;
+  // Cross-device copies go through the CUDA side (cudaMemcpy and conversion).
+  if (on_cpu(dst) && on_cpu(src)) return cpu::copy(dst, src);
+#ifdef ENGINE_WITH_CUDA
+  return cuda::copy(dst, src);
+#else
+  no_cuda("copy");
+#endif
+}
+
+void scale(const Tensor& t, double factor) {
+  if (t.numel() == 0) return;
+  ENGINE_DISPATCH(t, scale, t, factor);
+}
+
+void add(const Tensor& out, const Tensor& a, const Tensor& b) {
+  expect_numel(a, out.numel(), "add: a");
+  expect_numel(b, out.numel(), "add: b");
+  expect_device(a, out.device(), "add: a");
+  expect_device(b, out.device(), "add: b");
+  ENGINE_DISPATCH(out, add, out, a, b);
+}
+
+void accumulate(const Tensor& dst, const Tensor& src) {
+  expect_numel(src, dst.numel(), "accumulate: src");
+  expect_device(src, dst.device(), "accumulate: src");
+  ENGINE_DISPATCH(dst, accumulate, dst, src);
+}
+
+double sum_of_squares(const Tensor& t) {
+  if (t.numel() == 0) return 0.0;
+  return ENGINE_DISPATCH(t, sum_of_squares, t);
+}
+
+void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                       std::int64_t vocab_start, std::int64_t position_start) {
+  ENGINE_CHECK(out.ndim() == 3, "embedding_forward: out must be (B,T,C), got ", out.shape().str());
+  const std::int64_t B = out.dim(0), T = out.dim(1), C = out.dim(2);
+  expect_shape(tokens, Shape{B, T}, "embedding_forward: tokens");
+  expect_dtype(tokens, DType::kI32, "embedding_forward: tokens");
+  ENGINE_CHECK(wte.ndim() == 2 && wte.dim(1) == C, "embedding_forward: wte has shape ",
+               wte.shape().str(), ", expected (V, ", C, ")");
+  if (!wpe.empty())
+    ENGINE_CHECK(wpe.ndim() == 2 && wpe.dim(1) == C && wpe.dim(0) >= position_start + T,
+                 "embedding_forward: wpe has shape ", wpe.shape().str(), ", expected at least (",
+                 position_start + T, ", ", C, ")");
+  for (const Tensor* t : {&tokens, &wte, &wpe}) expect_device(*t, out.device(), "embedding_forward: input");
+  ENGINE_DISPATCH(out, embedding_forward, out, tokens, wte, wpe, vocab_start, position_start);
+}
+
+void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens,
+                        std::int64_t vocab_start, std::int64_t position_start) {
+  ENGINE_CHECK(dout.ndim() == 3, "embedding_backward: dout must be (B,T,C), got ", dout.shape().str());
+  const std::int64_t B = dout.dim(0), T = dout.dim(1), C = dout.dim(2);
+  expect_shape(tokens, Shape{B, T}, "embedding_backward: tokens");
+  ENGINE_CHECK(dwte.ndim() == 2 && dwte.dim(1) == C, "embedding_backward: dwte has shape ",
+               dwte.shape().str(), ", expected (V, ", C, ")");
+  if (!dwpe.empty())
+    ENGINE_CHECK(dwpe.ndim() == 2 && dwpe.dim(1) == C && dwpe.dim(0) >= position_start + T,
+                 "embedding_backward: dwpe has shape ", dwpe.shape().str());
+  ENGINE_DISPATCH(dout, embedding_backward, dwte, dwpe, dout, tokens, vocab_start, position_start);
+}
+
+void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
+                       const Tensor& weight, const Tensor& bias) {
+  const std::int64_t C = inp.dim(-1), N = inp.numel() / C;
+  expect_rows(out, N, C, "layernorm_forward: out");
+  expect_numel(mean, N, "layernorm_forward: mean");
+  expect_numel(rstd, N, "layernorm_forward: rstd");
+  expect_numel(weight, C, "layernorm_forward: weight");
+  expect_numel(bias, C, "layernorm_forward: bias");
+  ENGINE_DISPATCH(out, layernorm_forward, out, mean, rstd, inp, weight, bias);
+}
+
+void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                        const Tensor& inp, const Tensor& weight, const Tensor& mean, const Tensor& rstd) {
+  const std::int64_t C = inp.dim(-1), N = inp.numel() / C;
+  expect_rows(dinp, N, C, "layernorm_backward: dinp");
+  expect_rows(dout, N, C, "layernorm_backward: dout");
+  expect_numel(dweight, C, "layernorm_backward: dweight");
+  expect_numel(dbias, C, "layernorm_backward: dbias");
+  expect_numel(mean, N, "layernorm_backward: mean");
+  expect_numel(rstd, N, "layernorm_backward: rstd");
+  ENGINE_DISPATCH(dout, layernorm_backward, dinp, dweight, dbias, dout, inp, weight, mean, rstd);
+}
+
+void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                    const Tensor& pre_gelu) {
+  ENGINE_CHECK(weight.ndim() == 2, "matmul_forward: weight must be (OC, C), got ", weight.shape().str());
+  const std::int64_t OC = weight.dim(0), C = weight.dim(1), N = inp.numel() / C;
+  expect_rows(inp, N, C, "matmul_forward: inp");
+  expect_rows(out, N, OC, "matmul_forward: out");
+  if (!bias.empty()) expect_numel(bias, OC, "matmul_forward: bias");
+  if (!pre_gelu.empty()) expect_rows(pre_gelu, N, OC, "matmul_forward: pre_gelu");
+  ENGINE_DISPATCH(out, matmul_forward, out, inp, weight, bias, pre_gelu);
+}
+
+void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                     const Tensor& inp, const Tensor& weight, const Tensor& gelu_pre) {
+  ENGINE_CHECK(weight.ndim() == 2, "matmul_backward: weight must be (OC, C), got ", weight.shape().str());
+  const std::int64_t OC = weight.dim(0), C = weight.dim(1), N = dout.numel() / OC;
+  expect_rows(dout, N, OC, "matmul_backward: dout");
+  expect_rows(inp, N, C, "matmul_backward: inp");
+  if (!dinp.empty()) expect_rows(dinp, N, C, "matmul_backward: dinp");
+  if (!dweight.empty()) expect_shape(dweight, weight.shape(), "matmul_backward: dweight");
+  if (!dbias.empty()) expect_numel(dbias, OC, "matmul_backward: dbias");
+  if (!gelu_pre.empty()) expect_rows(gelu_pre, N, C, "matmul_backward: gelu_pre");
+  ENGINE_DISPATCH(dout, matmul_backward, dinp, dweight, dbias, dout, inp, weight, gelu_pre);
+}
+
+void gelu_forward(const Tensor& out, const Tensor& inp) {
+  expect_numel(inp, out.numel(), "gelu_forward: inp");
+  ENGINE_DISPATCH(out, gelu_forward, out, inp);
+}
+
+void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) {
+  expect_numel(inp, dinp.numel(), "gelu_backward: inp");
+  expect_numel(dout, dinp.numel(), "gelu_backward: dout");
+  ENGINE_DISPATCH(dinp, gelu_backward, dinp, inp, dout);
+}
+
+Shape attention_saved_shape(DeviceType device, std::int64_t B, std::int64_t H, std::int64_t T) {
+  // CPU keeps the softmax probabilities (BLAS makes recomputing them the
+  // expensive part); CUDA keeps only the row log-sum-exp (FlashAttention-2).
+  if (device == DeviceType::kCpu) return Shape{B, H, T, T};
+  return Shape{B, H, T};
+}
+
+DType attention_saved_dtype(DeviceType device, DType activation_dtype) {
+  if (device == DeviceType::kCpu) return activation_dtype == DType::kF64 ? DType::kF64 : DType::kF32;
+  return DType::kF32;
+}
+
+namespace {
+void check_attention(const Tensor& out, const Tensor& saved, const Tensor& qkv, int n_head, const char* op) {
+  ENGINE_CHECK(qkv.ndim() == 3, op, ": qkv must be (B,T,3C), got ", qkv.shape().str());
+  const std::int64_t B = qkv.dim(0), T = qkv.dim(1), C3 = qkv.dim(2);
+  ENGINE_CHECK(n_head > 0 && C3 % (3 * n_head) == 0, op, ": qkv width ", C3,
+               " is not 3 x n_head (", n_head, ") x head size");
+  expect_shape(out, Shape{B, T, C3 / 3}, op);
+  expect_shape(saved, attention_saved_shape(qkv.device(), B, n_head, T), op);
+}
+}  // namespace
+
+void attention_forward(const Tensor& out, const Tensor& saved, const Tensor& qkv, int n_head) {
+  check_attention(out, saved, qkv, n_head, "attention_forward");
+  ENGINE_DISPATCH(out, attention_forward, out, saved, qkv, n_head);
+}
+
+void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                        const Tensor& saved, int n_head) {
+  check_attention(out, saved, qkv, n_head, "attention_backward");
+  expect_shape(dqkv, qkv.shape(), "attention_backward: dqkv");
+  expect_shape(dout, out.shape(), "attention_backward: dout");
+  ENGINE_DISPATCH(dout, attention_backward, dqkv, dout, qkv, out, saved, n_head);
+}
+
+void softmax_cross_entropy(const Tensor& losses, const Tensor& logits, const Tensor& targets,
+                           std::int64_t vocab_size, double grad_scale) {
+  const std::int64_t Vp = logits.dim(-1), N = logits.numel() / Vp;
+  ENGINE_CHECK(vocab_size > 0 && vocab_size <= Vp, "softmax_cross_entropy: vocab_size ", vocab_size,
+               " must be in [1, ", Vp, "] (the logits' width)");
+  expect_numel(losses, N, "softmax_cross_entropy: losses");
+  expect_numel(targets, N, "softmax_cross_entropy: targets");
+  expect_dtype(targets, DType::kI32, "softmax_cross_entropy: targets");
+  ENGINE_DISPATCH(logits, softmax_cross_entropy, losses, logits, targets, vocab_size, grad_scale);
+}
+
+void adamw_update(const Tensor& params, const Tensor& grads, const Tensor& m, const Tensor& v,
+                  const AdamWHyper& hyper, const Tensor& working) {
+  const std::int64_t n = params.numel();
+  expect_numel(grads, n, "adamw_update: grads");
+  expect_numel(m, n, "adamw_update: m");
+  expect_numel(v, n, "adamw_update: v");
+  if (!working.empty()) expect_numel(working, n, "adamw_update: working");
+  ENGINE_CHECK(hyper.step >= 1, "adamw_update: step must be >= 1, got ", hyper.step);
+  if (n == 0) return;
+  ENGINE_DISPATCH(params, adamw_update, params, grads, m, v, hyper, working);
+}
+
+}  // namespace engine::ops

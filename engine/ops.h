@@ -1,0 +1,109 @@
+// The op set: everything a GPT step computes, as functions over Tensor views.
+//
+// Each op checks shapes, then dispatches on the tensors' device to the CPU
+// backend (engine/cpu/, fp32 or fp64, OpenMP + BLAS) or the CUDA backend
+// (engine/cuda/, bf16 activations with fp32 accumulation, or fp32).
+//
+// Conventions (llm.c's, made explicit):
+// - Weights are (out_features, in_features); a linear layer computes
+//   out = inp @ weight^T + bias.
+// - Parameter gradients ALWAYS accumulate (+=): gradient accumulation over
+//   micro-batches needs no extra buffer.
+// - Input gradients are written (=) unless the op's comment says "accumulates";
+//   layernorm_backward accumulates into dinp so the residual stream's gradient
+//   is one buffer updated in place through the whole backward pass.
+// - N is the number of token positions (B*T) for position-wise ops.
+// - Optional tensors are passed as an empty Tensor{}.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/tensor.h"
+
+namespace engine::ops {
+
+// ---- memory and elementwise -----------------------------------------------
+void fill(const Tensor& t, double value);
+void copy(const Tensor& dst, const Tensor& src);  // same element count; may cross devices, may convert dtype
+void scale(const Tensor& t, double factor);       // t *= factor
+void add(const Tensor& out, const Tensor& a, const Tensor& b);  // out = a + b (out may alias a or b)
+void accumulate(const Tensor& dst, const Tensor& src);          // dst += src
+double sum_of_squares(const Tensor& t);  // accumulated in fp64; synchronises on CUDA
+
+// ---- embedding --------------------------------------------------------------
+// out[b,t,:] = wte[tokens[b,t] - vocab_start, :] + wpe[position_start + t, :]
+// A token outside [vocab_start, vocab_start + V) contributes a zero row (this
+// is how a vocabulary-parallel shard of wte sees the tokens it does not hold).
+// Pass an empty wpe to add no position embedding.
+//   out (B,T,C), tokens (B,T) i32, wte (V,C), wpe (maxT,C)
+void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                       std::int64_t vocab_start = 0, std::int64_t position_start = 0);
+// dwte, dwpe accumulate; empty dwpe skips the position table.
+void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens,
+                        std::int64_t vocab_start = 0, std::int64_t position_start = 0);
+
+// ---- layer norm (Ba et al. 2016), eps = 1e-5 --------------------------------
+//   out (N,C), mean (N), rstd (N), inp (N,C), weight (C), bias (C)
+// Statistics (mean, rstd, losses, attention's saved state) are f32, or f64 on
+// the CPU's fp64 reference path; weights may be f32 while activations are bf16.
+void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
+                       const Tensor& weight, const Tensor& bias);
+// dinp ACCUMULATES (+=); dweight, dbias accumulate.
+void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                        const Tensor& inp, const Tensor& weight, const Tensor& mean, const Tensor& rstd);
+
+// ---- linear layers ----------------------------------------------------------
+// out = inp @ weight^T + bias.            out (N,OC), inp (N,C), weight (OC,C), bias (OC) or empty
+// With pre_gelu given: pre_gelu = inp @ weight^T + bias and out = gelu(pre_gelu)
+// (GELU fused into the epilogue; the pre-activation is kept for backward).
+void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                    const Tensor& pre_gelu = {});
+// dinp = dout @ weight (written); dweight += dout^T @ inp; dbias += sum_n dout.
+// With gelu_pre given (the pre-activation that produced `inp`'s producer's
+// output), dinp is multiplied by gelu'(gelu_pre): the GELU backward of the
+// previous layer fused into this dgrad. Any of dinp/dweight/dbias may be empty.
+void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                     const Tensor& inp, const Tensor& weight, const Tensor& gelu_pre = {});
+
+// GELU, tanh approximation (Hendrycks & Gimpel 2016), as GPT-2 uses.
+void gelu_forward(const Tensor& out, const Tensor& inp);
+void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout);  // dinp = dout * gelu'(inp)
+
+// ---- causal self-attention core ---------------------------------------------
+// qkv (B,T,3*H*D) holds [q | k | v] per position, each H heads of size D;
+// out (B,T,H*D) = softmax(q k^T / sqrt(D), causal) v per head.
+// `saved` is what backward needs besides qkv and out; its shape is
+// backend-defined: attention_saved_shape() says what to allocate.
+Shape attention_saved_shape(DeviceType device, std::int64_t B, std::int64_t H, std::int64_t T);
+DType attention_saved_dtype(DeviceType device, DType activation_dtype);
+void attention_forward(const Tensor& out, const Tensor& saved, const Tensor& qkv, int n_head);
+// dqkv (B,T,3*H*D) is written.
+void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                        const Tensor& saved, int n_head);
+
+// ---- classifier: softmax + cross-entropy, fused -------------------------------
+// logits (N,Vp): columns >= vocab_size are padding and ignored.
+// losses[n] = -log softmax(logits[n, :vocab_size])[targets[n]]   (f32)
+// If grad_scale != 0, logits is overwritten IN PLACE with its gradient
+//   dlogits = grad_scale * (softmax - onehot(target)), padding columns 0,
+// so probabilities are never stored. targets (N) i32.
+void softmax_cross_entropy(const Tensor& losses, const Tensor& logits, const Tensor& targets,
+                           std::int64_t vocab_size, double grad_scale);
+
+// ---- optimizer ----------------------------------------------------------------
+struct AdamWHyper {
+  double lr = 0;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0;  // decoupled (Loshchilov & Hutter 2019); 0 for biases and norms
+  double grad_scale = 1;    // grads are multiplied by this first (global-norm clipping)
+  std::int64_t step = 1;    // 1-based, for bias correction
+};
+// One AdamW step over matching flat ranges (all f32): master params, grads,
+// first and second moments. If `working` is non-empty (the bf16 copy the
+// model computes with), it receives the updated params.
+void adamw_update(const Tensor& params, const Tensor& grads, const Tensor& m, const Tensor& v,
+                  const AdamWHyper& hyper, const Tensor& working = {});
+
+}  // namespace engine::ops

@@ -1,0 +1,258 @@
+#include "launch/checkpoint.h"
+
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <vector>
+
+#include "engine/check.h"
+#include "launch/atomic_file.h"
+#include "model/gpt_params.h"
+
+namespace launch {
+
+namespace fs = std::filesystem;
+using model::GptConfig;
+using model::ParamInfo;
+using model::ParamRegistry;
+
+namespace {
+
+constexpr int kHeaderInts = 256;
+constexpr const char* kStateFormat = "gpt-engine-training-state";
+constexpr int kStateVersion = 1;
+
+// The per-layer tensors of llm.c's file, in its order.
+constexpr std::array<const char*, 12> kLlmcLayerTensors = {
+    "ln_1.weight",      "ln_1.bias",      "attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight", "attn.proj.bias",
+    "ln_2.weight",      "ln_2.bias",      "mlp.fc.weight",   "mlp.fc.bias",   "mlp.proj.weight",  "mlp.proj.bias"};
+
+// Every registry entry in llm.c's file order.
+std::vector<const ParamInfo*> llmc_order(const GptConfig& config, const ParamRegistry& registry) {
+  std::vector<const ParamInfo*> order{&registry.find("wte"), &registry.find("wpe")};
+  for (const char* suffix : kLlmcLayerTensors)
+    for (std::int64_t l = 0; l < config.n_layer; ++l) order.push_back(&registry.find(model::block_param_name(l, suffix)));
+  order.push_back(&registry.find("ln_f.weight"));
+  order.push_back(&registry.find("ln_f.bias"));
+  return order;
+}
+
+struct FileCloser {
+  void operator()(std::FILE* f) const { std::fclose(f); }
+};
+using File = std::unique_ptr<std::FILE, FileCloser>;
+
+File open_for_reading(const std::string& path, const char* what) {
+  File f(std::fopen(path.c_str(), "rb"));
+  ENGINE_CHECK(f != nullptr, "cannot open ", what, " '", path, "': ", std::strerror(errno));
+  return f;
+}
+
+void read_exact(std::FILE* f, void* out, std::size_t bytes, const std::string& path, const char* what) {
+  ENGINE_CHECK(std::fread(out, 1, bytes, f) == bytes, what, " '", path, "' is truncated: expected ", bytes,
+               " more bytes");
+}
+
+std::string describe_shape(const GptConfig& c) { return c.describe(); }
+
+std::string step_dir_name(std::int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step_%08lld", static_cast<long long>(step));
+  return name;
+}
+
+nlohmann::json shape_json(const engine::Shape& s) {
+  nlohmann::json out = nlohmann::json::array();
+  for (int i = 0; i < s.ndim(); ++i) out.push_back(s[i]);
+  return out;
+}
+
+}  // namespace
+
+// ---- llm.c model files -------------------------------------------------------
+
+GptConfig read_llmc_config(const std::string& path) {
+  File f = open_for_reading(path, "model file");
+  std::array<std::int32_t, kHeaderInts> header{};
+  read_exact(f.get(), header.data(), sizeof header, path, "model file");
+  ENGINE_CHECK(header[0] == kLlmcModelMagic, "model file '", path, "' has magic ", header[0], ", expected ",
+               kLlmcModelMagic, " (an llm.c GPT-2 checkpoint)");
+  ENGINE_CHECK(header[1] == kLlmcModelVersionFp32, "model file '", path, "' has version ", header[1],
+               ", expected ", kLlmcModelVersionFp32, " (fp32; llm.c's bf16 version 5 is not read)");
+  GptConfig c;
+  c.max_seq_len = header[2];
+  c.vocab_size = header[3];
+  c.n_layer = header[4];
+  c.n_head = header[5];
+  c.n_embd = header[6];
+  c.validate();
+  ENGINE_CHECK(header[7] == c.padded_vocab(), "model file '", path, "' pads the vocabulary to ", header[7],
+               ", this engine pads ", c.vocab_size, " to ", c.padded_vocab());
+  return c;
+}
+
+void write_llmc_model(const std::string& path, const GptConfig& config, const ParamRegistry& registry,
+                      const float* master) {
+  std::array<std::int32_t, kHeaderInts> header{};
+  header[0] = kLlmcModelMagic;
+  header[1] = kLlmcModelVersionFp32;
+  header[2] = static_cast<std::int32_t>(config.max_seq_len);
+  header[3] = static_cast<std::int32_t>(config.vocab_size);
+  header[4] = static_cast<std::int32_t>(config.n_layer);
+  header[5] = static_cast<std::int32_t>(config.n_head);
+  header[6] = static_cast<std::int32_t>(config.n_embd);
+  header[7] = static_cast<std::int32_t>(config.padded_vocab());
+  AtomicFile file(path);
+  file.write(header.data(), sizeof header);
+  for (const ParamInfo* p : llmc_order(config, registry)) {
+    ENGINE_CHECK(p->shape == p->global_shape, "write_llmc_model needs the whole model; '", p->name,
+                 "' is a slice");
+    file.write(master + p->offset, static_cast<std::size_t>(p->numel()) * sizeof(float));
+  }
+  file.commit();
+}
+
+void read_llmc_model(const std::string& path, const GptConfig& expected, const ParamRegistry& registry, float* master) {
+  const GptConfig found = read_llmc_config(path);
+  ENGINE_CHECK(found == expected, "model file '", path, "' holds a model of another shape: ", describe_shape(found),
+               "; this run's model is ", describe_shape(expected));
+  File f = open_for_reading(path, "model file");
+  ENGINE_CHECK(std::fseek(f.get(), kHeaderInts * sizeof(std::int32_t), SEEK_SET) == 0, "seek in '", path, "' failed");
+  for (const ParamInfo* p : llmc_order(expected, registry))
+    read_exact(f.get(), master + p->offset, static_cast<std::size_t>(p->numel()) * sizeof(float), path, "model file");
+  char extra;
+  ENGINE_CHECK(std::fread(&extra, 1, 1, f.get()) == 0, "model file '", path,
+               "' is longer than its header's model needs (trailing bytes)");
+}
+
+// ---- training state ----------------------------------------------------------
+
+std::string save_checkpoint(const std::string& checkpoint_dir, const TrainingState& state, const GptConfig& config,
+                            const ParamRegistry& registry, const HostState& host) {
+  std::error_code ec;
+  fs::create_directories(checkpoint_dir, ec);
+  ENGINE_CHECK(!ec, "cannot create checkpoint directory '", checkpoint_dir, "': ", ec.message());
+  const std::string name = step_dir_name(state.step);
+  const std::string final_dir = (fs::path(checkpoint_dir) / name).string();
+  const std::string temp_dir = final_dir + ".tmp." + std::to_string(::getpid());
+  fs::remove_all(temp_dir, ec);
+  fs::create_directory(temp_dir, ec);
+  ENGINE_CHECK(!ec, "cannot create '", temp_dir, "': ", ec.message());
+
+  try {
+    write_llmc_model((fs::path(temp_dir) / "model.bin").string(), config, registry, host.master);
+
+    // This rank's slices, and their index.
+    const std::string rank_file = "rank_00000.bin";
+    AtomicFile data((fs::path(temp_dir) / rank_file).string());
+    nlohmann::json tensors = nlohmann::json::array();
+    const std::pair<const char*, const float*> kinds[] = {
+        {"param", host.master}, {"adam_m", host.adam_m}, {"adam_v", host.adam_v}};
+    for (const auto& [kind, buffer] : kinds) {
+      for (const ParamInfo& p : registry.entries()) {
+        nlohmann::json start = nlohmann::json::array();
+        for (int d = 0; d < p.shape.ndim(); ++d) start.push_back(p.slice_start[d]);
+        tensors.push_back({{"name", p.name},
+                           {"kind", kind},
+                           {"global_shape", shape_json(p.global_shape)},
+                           {"slice_start", start},
+                           {"shape", shape_json(p.shape)},
+                           {"dtype", "f32"},
+                           {"file", rank_file},
+                           {"byte_offset", data.bytes_written()}});
+        data.write(buffer + p.offset, static_cast<std::size_t>(p.numel()) * sizeof(float));
+      }
+    }
+    data.commit();
+
+    nlohmann::json index = {{"format", kStateFormat},
+                            {"version", kStateVersion},
+                            {"step", state.step},
+                            {"run", state.run},
+                            {"sampler_rng", state.sampler_rng},
+                            {"tensors", tensors}};
+    AtomicFile state_file((fs::path(temp_dir) / "state.json").string());
+    state_file.write(index.dump(1));
+    state_file.commit();
+  } catch (...) {
+    fs::remove_all(temp_dir, ec);
+    throw;
+  }
+  commit_directory(temp_dir, final_dir);
+
+  AtomicFile latest((fs::path(checkpoint_dir) / "latest").string());
+  latest.write(name + "\n");
+  latest.commit();
+  return final_dir;
+}
+
+std::string resolve_checkpoint(const std::string& resume, const std::string& checkpoint_dir) {
+  if (resume != "latest") {
+    ENGINE_CHECK(fs::is_directory(resume), "--resume '", resume, "' is not a checkpoint directory");
+    return resume;
+  }
+  const fs::path latest = fs::path(checkpoint_dir) / "latest";
+  std::ifstream in(latest);
+  ENGINE_CHECK(in.good(), "--resume latest: no checkpoint to resume from ('", latest.string(), "' does not exist)");
+  std::string name;
+  std::getline(in, name);
+  const fs::path dir = fs::path(checkpoint_dir) / name;
+  ENGINE_CHECK(!name.empty() && fs::is_directory(dir), "'", latest.string(), "' names '", name,
+               "', which is not a checkpoint directory");
+  return dir.string();
+}
+
+TrainingState load_checkpoint(const std::string& step_dir, const nlohmann::json& expected_run,
+                              const ParamRegistry& registry, const HostState& host) {
+  const std::string index_path = (fs::path(step_dir) / "state.json").string();
+  std::ifstream in(index_path);
+  ENGINE_CHECK(in.good(), "checkpoint '", step_dir, "' has no state.json (incomplete or not a checkpoint)");
+  nlohmann::json index;
+  try {
+    index = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    ENGINE_FAIL("checkpoint index '", index_path, "' is not valid JSON: ", e.what());
+  }
+  ENGINE_CHECK(index.value("format", "") == kStateFormat && index.value("version", 0) == kStateVersion,
+               "'", index_path, "' is not a version ", kStateVersion, " ", kStateFormat, " file");
+
+  // The run's identity must match, or "resume" would silently train something else.
+  const nlohmann::json& found_run = index.at("run");
+  std::string differences;
+  for (const auto& [key, value] : expected_run.items()) {
+    const nlohmann::json found = found_run.contains(key) ? found_run.at(key) : nlohmann::json();
+    if (found != value) differences += "\n  " + key + ": checkpoint has " + found.dump() + ", this run has " + value.dump();
+  }
+  ENGINE_CHECK(differences.empty(), "checkpoint '", step_dir, "' was written by a different run:", differences);
+
+  const std::pair<const char*, float*> kinds[] = {{"param", host.master}, {"adam_m", host.adam_m}, {"adam_v", host.adam_v}};
+  for (const auto& [kind, buffer] : kinds) {
+    for (const ParamInfo& p : registry.entries()) {
+      const nlohmann::json* record = nullptr;
+      for (const nlohmann::json& t : index.at("tensors"))
+        if (t.at("name") == p.name && t.at("kind") == kind) record = &t;
+      ENGINE_CHECK(record != nullptr, "checkpoint '", step_dir, "' has no ", kind, " for '", p.name, "'");
+      ENGINE_CHECK(record->at("global_shape") == shape_json(p.global_shape) && record->at("shape") == shape_json(p.shape),
+                   "checkpoint '", step_dir, "': ", kind, " '", p.name, "' has global shape ",
+                   record->at("global_shape").dump(), " and slice ", record->at("shape").dump(), ", this run expects ",
+                   p.global_shape.str(), " and ", p.shape.str());
+      const std::string path = (fs::path(step_dir) / record->at("file").get<std::string>()).string();
+      File f = open_for_reading(path, "checkpoint data");
+      ENGINE_CHECK(std::fseek(f.get(), record->at("byte_offset").get<long>(), SEEK_SET) == 0, "seek in '", path, "' failed");
+      read_exact(f.get(), buffer + p.offset, static_cast<std::size_t>(p.numel()) * sizeof(float), path, "checkpoint data");
+    }
+  }
+  TrainingState state;
+  state.step = index.at("step").get<std::int64_t>();
+  state.sampler_rng = index.value("sampler_rng", "");
+  state.run = found_run;
+  return state;
+}
+
+}  // namespace launch

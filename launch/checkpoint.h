@@ -1,0 +1,71 @@
+// Checkpoints: the model in llm.c's GPT-2 format, and the engine's own
+// training state, so a resumed run continues exactly as if it never stopped.
+//
+// Layout of a checkpoint directory (DESIGN.md: names and global shapes are the
+// contract, so a later run may resume under another parallel layout):
+//   <dir>/step_00000100/model.bin       the model, llm.c format (fp32, version 3)
+//   <dir>/step_00000100/state.json      step, run identity, sampler RNG, and an
+//                                       index of every tensor slice: name, kind
+//                                       (param, adam_m, adam_v), global shape,
+//                                       slice start and shape, file, byte offset
+//   <dir>/step_00000100/rank_00000.bin  the raw fp32 slices this rank holds
+//   <dir>/latest                        the name of the newest complete step dir
+// Everything is written under a temporary name and renamed into place, so a
+// crash mid-write never damages an existing checkpoint.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "model/gpt_config.h"
+#include "model/param_registry.h"
+
+namespace launch {
+
+// llm.c's GPT-2 checkpoint: 256 int32 header (magic 20240326, version 3 = fp32,
+// max_seq_len, vocab_size, n_layer, n_head, n_embd, padded_vocab), then the
+// tensors in llm.c's order: wte, wpe, then each of ln1w, ln1b, qkvw, qkvb,
+// attprojw, attprojb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb stacked over
+// layers, then lnfw, lnfb.
+constexpr int kLlmcModelMagic = 20240326;
+constexpr int kLlmcModelVersionFp32 = 3;
+
+model::GptConfig read_llmc_config(const std::string& path);
+// `master` is a flat f32 buffer laid out by `registry` (whole, unsharded model).
+void write_llmc_model(const std::string& path, const model::GptConfig& config, const model::ParamRegistry& registry,
+                      const float* master);
+// Refuses a file whose shape differs from `expected`, naming both shapes.
+void read_llmc_model(const std::string& path, const model::GptConfig& expected, const model::ParamRegistry& registry,
+                     float* master);
+
+// Host copies of what a rank holds, each laid out by the registry.
+struct HostState {
+  float* master;
+  float* adam_m;
+  float* adam_v;
+};
+
+struct TrainingState {
+  std::int64_t step = 0;          // optimizer steps completed
+  std::string sampler_rng;        // text state of the sampler's std::mt19937_64
+  nlohmann::json run;             // what must match on resume (model, batch, seed, data)
+};
+
+// Writes <checkpoint_dir>/step_NNNNNNNN and points `latest` at it.
+// Returns the step directory's path.
+std::string save_checkpoint(const std::string& checkpoint_dir, const TrainingState& state,
+                            const model::GptConfig& config, const model::ParamRegistry& registry,
+                            const HostState& host);
+
+// "latest" -> the directory `latest` names inside checkpoint_dir; a path is
+// returned as is. Throws when there is nothing to resume from.
+std::string resolve_checkpoint(const std::string& resume, const std::string& checkpoint_dir);
+
+// Loads a step directory into `host`; throws if the checkpoint's run identity
+// (model shape, batch, seed, data) differs from `expected_run`, naming each
+// difference, or if any tensor is missing or has another shape.
+TrainingState load_checkpoint(const std::string& step_dir, const nlohmann::json& expected_run,
+                              const model::ParamRegistry& registry, const HostState& host);
+
+}  // namespace launch

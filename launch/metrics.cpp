@@ -1,0 +1,68 @@
+#include "launch/metrics.h"
+
+#include <sys/resource.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "engine/buffer.h"
+#include "engine/check.h"
+
+namespace launch {
+
+MetricsLog::MetricsLog(const std::string& path) {
+  if (path.empty()) return;
+  file_.open(path, std::ios::app);
+  ENGINE_CHECK(file_.good(), "cannot open metrics file '", path, "' for appending: ", std::strerror(errno));
+}
+
+std::string MetricsLog::format_line(const StepMetrics& m) {
+  char line[320];
+  const int width = static_cast<int>(std::to_string(m.steps).size());
+  std::snprintf(line, sizeof line,
+                "step %*lld/%lld | loss %.4f | norm %.3f | lr %.2e | %.1f ms | %.0f tok/s | %.2f TFLOP/s | MFU %.1f%% | "
+                "mem %s",
+                width, static_cast<long long>(m.step), static_cast<long long>(m.steps), m.loss, m.grad_norm, m.lr,
+                m.step_seconds * 1e3, m.tokens_per_second, m.tflops_per_device, m.mfu * 100.0,
+                engine::format_bytes(m.peak_memory_bytes).c_str());
+  std::string out = line;
+  if (m.val_loss) {
+    char val[48];
+    std::snprintf(val, sizeof val, " | val %.4f", *m.val_loss);
+    out += val;
+  }
+  return out;
+}
+
+void MetricsLog::record(const StepMetrics& m) {
+  if (!file_.is_open()) return;
+  nlohmann::json j = {{"step", m.step},
+                      {"loss", m.loss},
+                      {"grad_norm", m.grad_norm},
+                      {"lr", m.lr},
+                      {"step_time_s", m.step_seconds},
+                      {"tokens_per_s", m.tokens_per_second},
+                      {"tflops_per_device", m.tflops_per_device},
+                      {"mfu", m.mfu},
+                      {"peak_memory_bytes", m.peak_memory_bytes},
+                      {"peak_rss_bytes", m.peak_rss_bytes}};
+  if (m.val_loss) j["val_loss"] = *m.val_loss;
+  file_ << j.dump() << '\n';
+  file_.flush();
+}
+
+void MetricsLog::record_validation(std::int64_t step, double val_loss) {
+  if (!file_.is_open()) return;
+  file_ << nlohmann::json{{"step", step}, {"val_loss", val_loss}}.dump() << '\n';
+  file_.flush();
+}
+
+std::uint64_t peak_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+}  // namespace launch

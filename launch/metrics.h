@@ -1,0 +1,42 @@
+// The per-step log: one human-readable line on stdout and one JSON object per
+// line (JSONL) in the metrics file, with the same figures.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <optional>
+#include <string>
+
+namespace launch {
+
+struct StepMetrics {
+  std::int64_t step = 0;      // 1-based number of the optimizer step just taken
+  std::int64_t steps = 0;     // total steps of the run
+  double loss = 0;            // mean training loss over the global batch
+  double grad_norm = 0;       // global gradient norm before clipping
+  double lr = 0;
+  double step_seconds = 0;
+  double tokens_per_second = 0;  // global
+  double tflops_per_device = 0;  // achieved model TFLOP/s per device
+  double mfu = 0;                // fraction of peak
+  std::uint64_t peak_memory_bytes = 0;  // engine-held bytes on the compute device, high-water mark
+  std::uint64_t peak_rss_bytes = 0;     // process resident set, high-water mark
+  std::optional<double> val_loss;
+};
+
+class MetricsLog {
+ public:
+  // Appends to `path` when it is not empty.
+  explicit MetricsLog(const std::string& path);
+  void record(const StepMetrics& m);
+  // A validation-only record (step, val_loss).
+  void record_validation(std::int64_t step, double val_loss);
+  static std::string format_line(const StepMetrics& m);
+
+ private:
+  std::ofstream file_;
+};
+
+std::uint64_t peak_rss_bytes();
+
+}  // namespace launch

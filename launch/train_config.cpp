@@ -1,0 +1,143 @@
+#include "launch/train_config.h"
+
+#include <memory>
+#include <sstream>
+
+#include "engine/check.h"
+#include "launch/json_config.h"
+
+namespace launch {
+
+void add_train_options(CLI::App& app, TrainConfig& c) {
+  app.config_formatter(std::make_shared<JsonConfig>());
+  app.set_config("--config", "", "JSON file of flag values (keys are flag names; command-line flags override it)");
+
+  const char* kModel = "Model";
+  app.add_option("--model", c.preset, "Model preset: gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, gpt-micro, gpt-demo")
+      ->group(kModel)->capture_default_str();
+  app.add_option("--n-layer", c.n_layer, "Override the preset's number of layers")->group(kModel);
+  app.add_option("--n-head", c.n_head, "Override the preset's number of attention heads")->group(kModel);
+  app.add_option("--n-embd", c.n_embd, "Override the preset's width")->group(kModel);
+  app.add_option("--vocab-size", c.vocab_size, "Override the preset's vocabulary (padded to a multiple of 128)")->group(kModel);
+  app.add_option("--max-seq-len", c.max_seq_len, "Override the preset's position-table length")->group(kModel);
+  app.add_option("--init-from", c.init_from, "Start from a GPT-2 model file in llm.c's format")->group(kModel);
+
+  const char* kBatch = "Batch";
+  app.add_option("--micro-batch", c.micro_batch, "Sequences per micro-batch (B)")->group(kBatch)->capture_default_str();
+  app.add_option("--seq-len", c.seq_len, "Tokens per sequence (T); 0 = the model's max_seq_len")->group(kBatch)->capture_default_str();
+  app.add_option("--batch-tokens", c.batch_tokens, "Global batch in tokens; a multiple of B*T (0 = one micro-batch)")
+      ->group(kBatch)->capture_default_str();
+  app.add_option("--steps", c.steps, "Optimizer steps to train")->group(kBatch)->capture_default_str();
+
+  const char* kOpt = "Optimizer";
+  app.add_option("--lr", c.lr, "Peak learning rate")->group(kOpt)->capture_default_str();
+  app.add_option("--lr-schedule", c.schedule, "cosine (decay to --min-lr-ratio * lr) or constant")
+      ->group(kOpt)->capture_default_str()->check(CLI::IsMember({"cosine", "constant"}));
+  app.add_option("--min-lr-ratio", c.min_lr_ratio, "Cosine floor as a fraction of --lr")->group(kOpt)->capture_default_str();
+  app.add_option("--warmup-steps", c.warmup_steps, "Linear warm-up steps (0 = none)")->group(kOpt)->capture_default_str();
+  app.add_option("--weight-decay", c.weight_decay, "AdamW decoupled weight decay on 2-D tensors (0 = none)")
+      ->group(kOpt)->capture_default_str();
+  app.add_option("--beta1", c.beta1, "AdamW beta1")->group(kOpt)->capture_default_str();
+  app.add_option("--beta2", c.beta2, "AdamW beta2")->group(kOpt)->capture_default_str();
+  app.add_option("--adam-eps", c.adam_eps, "AdamW epsilon")->group(kOpt)->capture_default_str();
+  app.add_option("--grad-clip", c.grad_clip, "Global gradient-norm clip (0 = no clipping)")->group(kOpt)->capture_default_str();
+
+  const char* kData = "Data";
+  app.add_option("--train-data", c.train_data, "Training token shards: a file or a glob (llm.c format)")->group(kData);
+  app.add_option("--val-data", c.val_data, "Validation token shards: a file or a glob")->group(kData);
+  app.add_option("--shuffle", c.shuffle, "Shuffle sequences each epoch (true/false)")->group(kData)->capture_default_str();
+  app.add_option("--val-interval", c.val_interval, "Validate every N steps (0 = at the end only)")->group(kData)->capture_default_str();
+  app.add_option("--val-batches", c.val_batches, "Micro-batches per validation")->group(kData)->capture_default_str();
+
+  const char* kCkpt = "Checkpoints";
+  app.add_option("--checkpoint-dir", c.checkpoint_dir, "Directory for checkpoints (step_NNNNNNNN/ and 'latest')")->group(kCkpt);
+  app.add_option("--checkpoint-interval", c.checkpoint_interval, "Save every N steps (0 = at the end only)")
+      ->group(kCkpt)->capture_default_str();
+  app.add_option("--resume", c.resume, "Resume from 'latest' (in --checkpoint-dir) or a checkpoint directory")->group(kCkpt);
+  app.add_option("--save-model", c.save_model, "Write the final model here in llm.c's GPT-2 format")->group(kCkpt);
+
+  const char* kRun = "Run";
+  app.add_option("--seed", c.seed, "Seed for initialisation, shuffling and sampling")->group(kRun)->capture_default_str();
+  app.add_option("--device", c.device, "auto, cpu or cuda")->group(kRun)->capture_default_str()
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_option("--precision", c.precision, "auto (bf16 on cuda, fp32 on cpu), fp32 or bf16")
+      ->group(kRun)->capture_default_str()->check(CLI::IsMember({"auto", "fp32", "bf16"}));
+  app.add_option("--log-file", c.log_file, "Append one JSON object per step (JSONL) to this file")->group(kRun);
+  app.add_option("--peak-tflops", c.peak_tflops, "Peak TFLOP/s per device for MFU (0 = GPU table / CPU measured)")
+      ->group(kRun)->capture_default_str();
+  app.add_option("--sample-tokens", c.sample_tokens, "Generate this many tokens at the end (0 = none)")
+      ->group(kRun)->capture_default_str();
+  app.add_option("--sample-prompt", c.sample_prompt, "Text the sample starts from")->group(kRun);
+  app.add_option("--temperature", c.temperature, "Sampling temperature")->group(kRun)->capture_default_str();
+  app.add_option("--top-k", c.top_k, "Sample among the k most likely tokens (0 = all)")->group(kRun)->capture_default_str();
+}
+
+void TrainConfig::resolve(int cuda_devices) {
+  model = model::gpt_preset(preset);
+  if (n_layer) model.n_layer = n_layer;
+  if (n_head) model.n_head = n_head;
+  if (n_embd) model.n_embd = n_embd;
+  if (vocab_size) model.vocab_size = vocab_size;
+  if (max_seq_len) model.max_seq_len = max_seq_len;
+  model.validate();
+
+  if (seq_len == 0) seq_len = model.max_seq_len;
+  ENGINE_CHECK(seq_len >= 1 && seq_len <= model.max_seq_len, "--seq-len ", seq_len, " must be in [1, ",
+               model.max_seq_len, "] (the model's max_seq_len)");
+  ENGINE_CHECK(micro_batch >= 1, "--micro-batch must be >= 1, got ", micro_batch);
+  const std::int64_t micro_tokens = micro_batch * seq_len;
+  if (batch_tokens == 0) batch_tokens = micro_tokens;
+  ENGINE_CHECK(batch_tokens > 0 && batch_tokens % micro_tokens == 0, "--batch-tokens ", batch_tokens,
+               " must be a positive multiple of micro-batch x seq-len = ", micro_batch, " x ", seq_len, " = ",
+               micro_tokens);
+  grad_accum = batch_tokens / micro_tokens;
+  ENGINE_CHECK(steps >= 1, "--steps must be >= 1, got ", steps);
+  ENGINE_CHECK(grad_clip >= 0, "--grad-clip must be >= 0 (0 = off), got ", grad_clip);
+  ENGINE_CHECK(!train_data.empty(), "--train-data is required: a token shard file or glob (see `prepare`)");
+  ENGINE_CHECK(val_interval >= 0 && val_batches >= 1, "--val-interval must be >= 0 and --val-batches >= 1");
+  ENGINE_CHECK(checkpoint_interval >= 0, "--checkpoint-interval must be >= 0, got ", checkpoint_interval);
+  ENGINE_CHECK(resume.empty() || resume != "latest" || !checkpoint_dir.empty(),
+               "--resume latest needs --checkpoint-dir to look in");
+  ENGINE_CHECK(sample_tokens >= 0 && top_k >= 0 && temperature > 0,
+               "sampling needs --sample-tokens >= 0, --top-k >= 0 and --temperature > 0");
+  ENGINE_CHECK(peak_tflops >= 0, "--peak-tflops must be >= 0, got ", peak_tflops);
+
+  lr_schedule.kind = optim::parse_lr_kind(schedule);
+  lr_schedule.max_lr = lr;
+  lr_schedule.min_lr = lr * min_lr_ratio;
+  lr_schedule.warmup_steps = warmup_steps;
+  lr_schedule.total_steps = steps;
+  ENGINE_CHECK(min_lr_ratio >= 0 && min_lr_ratio <= 1, "--min-lr-ratio must be in [0, 1], got ", min_lr_ratio);
+  lr_schedule.validate();
+  adamw = optim::AdamWConfig{beta1, beta2, adam_eps, weight_decay};
+  adamw.validate();
+
+  if (device == "auto") device = cuda_devices > 0 ? "cuda" : "cpu";
+  ENGINE_CHECK(device != "cuda" || cuda_devices > 0,
+               "--device cuda, but no GPU is visible (or the engine was built without CUDA)");
+  device_type = device == "cuda" ? engine::DeviceType::kCuda : engine::DeviceType::kCpu;
+  if (precision == "auto") precision = device_type == engine::DeviceType::kCuda ? "bf16" : "fp32";
+  precision_mode = model::parse_precision(precision);
+  ENGINE_CHECK(!(precision_mode == model::Precision::kBf16 && device_type == engine::DeviceType::kCpu),
+               "--precision bf16 needs --device cuda; the CPU backend computes in fp32");
+}
+
+std::string TrainConfig::describe() const {
+  std::ostringstream out;
+  out << "model      " << preset << ": " << model.describe() << ", " << model.num_parameters() << " parameters\n"
+      << "batch      " << micro_batch << " x " << seq_len << " tokens per micro-batch, " << grad_accum
+      << " micro-batches, " << batch_tokens << " tokens per step, " << steps << " steps\n"
+      << "optimizer  AdamW beta=(" << beta1 << ", " << beta2 << ") eps=" << adam_eps << " wd=" << weight_decay
+      << ", clip " << (grad_clip > 0 ? std::to_string(grad_clip) : std::string("off")) << ", lr "
+      << lr_schedule.describe() << "\n"
+      << "data       train " << train_data << (val_data.empty() ? "" : ", val " + val_data)
+      << (shuffle ? ", shuffled" : ", in order") << "\n"
+      << "device     " << device << ", precision " << model::precision_name(precision_mode) << ", seed " << seed;
+  if (!checkpoint_dir.empty())
+    out << "\ncheckpoint " << checkpoint_dir << " every "
+        << (checkpoint_interval ? std::to_string(checkpoint_interval) + " steps" : std::string("run (at the end)"))
+        << (resume.empty() ? "" : ", resume " + resume);
+  return out.str();
+}
+
+}  // namespace launch

@@ -1,0 +1,80 @@
+// Everything a training run is configured by, the flags that set it, and its
+// validation. Every rank builds and validates the same TrainConfig before
+// allocating anything.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+
+#include "model/gpt_config.h"
+#include "model/param_store.h"
+#include "optim/adamw.h"
+#include "optim/lr_schedule.h"
+
+namespace launch {
+
+struct TrainConfig {
+  // Model: a preset, optionally overridden per dimension (0 = the preset's).
+  std::string preset = "gpt-demo";
+  std::int64_t n_layer = 0, n_head = 0, n_embd = 0, vocab_size = 0, max_seq_len = 0;
+
+  // Batch. The global batch is counted in tokens; with micro-batches of B
+  // sequences of T tokens it takes batch_tokens / (B*T) micro-batches
+  // (gradient accumulation).
+  std::int64_t micro_batch = 8;
+  std::int64_t seq_len = 0;       // 0 = the model's max_seq_len
+  std::int64_t batch_tokens = 0;  // 0 = one micro-batch
+  std::int64_t steps = 1000;
+
+  // Optimizer and schedule.
+  double lr = 1e-3;
+  double min_lr_ratio = 0.1;  // cosine floor as a fraction of lr
+  std::int64_t warmup_steps = 0;
+  std::string schedule = "cosine";
+  double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, adam_eps = 1e-8;
+  double grad_clip = 1.0;  // 0 = no clipping
+
+  // Data.
+  std::string train_data;  // shard file or glob
+  std::string val_data;    // optional
+  bool shuffle = true;
+  std::int64_t val_interval = 0;  // steps; 0 = only at the end (when val_data is set)
+  std::int64_t val_batches = 8;
+
+  // Checkpoints.
+  std::string checkpoint_dir;
+  std::int64_t checkpoint_interval = 0;  // steps; 0 = only at the end (when checkpoint_dir is set)
+  std::string resume;                     // "", "latest", or a checkpoint directory
+  std::string init_from;                  // llm.c GPT-2 model file to start from
+
+  // Run.
+  std::uint64_t seed = 1337;
+  std::string device = "auto";     // auto | cpu | cuda
+  std::string precision = "auto";  // auto | fp32 | bf16
+  std::string log_file;            // JSONL metrics, one object per step
+  std::string save_model;          // write the final model in llm.c's format here
+  double peak_tflops = 0;          // per device; 0 = table (GPU) or measured (CPU)
+  std::int64_t sample_tokens = 0;  // generate this many tokens at the end
+  std::string sample_prompt = "\n";
+  double temperature = 0.8;
+  std::int64_t top_k = 40;
+
+  // Derived (after resolve()).
+  model::GptConfig model;
+  optim::LrSchedule lr_schedule;
+  optim::AdamWConfig adamw;
+  engine::DeviceType device_type = engine::DeviceType::kCpu;
+  model::Precision precision_mode = model::Precision::kFp32;
+  std::int64_t grad_accum = 1;
+
+  // Fills the derived fields and checks every value; throws engine::Error
+  // naming the first bad one. Deterministic, so every rank agrees.
+  void resolve(int cuda_devices);
+  std::string describe() const;  // multi-line summary printed at start-up
+};
+
+// Registers every flag on `app` bound to `config` (and --config for JSON).
+void add_train_options(CLI::App& app, TrainConfig& config);
+
+}  // namespace launch

@@ -1,0 +1,30 @@
+// The GPT-2 parameter set: names, global shapes and initialisation.
+#pragma once
+
+#include <string>
+
+#include "model/gpt_config.h"
+#include "model/param_registry.h"
+
+namespace model {
+
+// Parameter names, in the order of the flat buffer (GPT-2 / Hugging Face style):
+//   wte (Vp, C)  wpe (maxT, C)
+//   h.{l}.ln_1.weight/bias (C)
+//   h.{l}.attn.qkv.weight (3C, C)  h.{l}.attn.qkv.bias (3C)
+//   h.{l}.attn.proj.weight (C, C)  h.{l}.attn.proj.bias (C)
+//   h.{l}.ln_2.weight/bias (C)
+//   h.{l}.mlp.fc.weight (4C, C)    h.{l}.mlp.fc.bias (4C)
+//   h.{l}.mlp.proj.weight (C, 4C)  h.{l}.mlp.proj.bias (C)
+//   ln_f.weight/bias (C)
+// The LM head is tied to wte (no separate tensor).
+std::string block_param_name(std::int64_t layer, const char* suffix);  // ("h.3.", "attn.qkv.weight")
+
+// Registers every parameter of the model. Initialisation follows GPT-2 as
+// llm.c does it: N(0, 0.02) for matrices and both embeddings, the residual
+// projections (attn.proj, mlp.proj) scaled by 1/sqrt(2 L) (Radford et al.
+// 2019, section 2.3), zeros for biases, ones for norm gains. The padded rows
+// of wte are never looked up nor scored, so their values do not matter.
+ParamRegistry build_gpt_registry(const GptConfig& config);
+
+}  // namespace model

@@ -1,0 +1,122 @@
+#include "model/gpt_stage.h"
+
+#include <vector>
+
+#include "engine/ops.h"
+#include "model/gpt_params.h"
+
+namespace model {
+
+using engine::Shape;
+using engine::Tensor;
+namespace ops = engine::ops;
+
+StageRange whole_model(const GptConfig& config) { return StageRange{0, config.n_layer, true, true}; }
+
+GptStage::GptStage(const GptConfig& config, const ParamStore& store, StageRange range, ActivationShape shape,
+                   int slots)
+    : config_(config), store_(store), range_(range), shape_(shape) {
+  ENGINE_CHECK(range.first_layer >= 0 && range.first_layer <= range.last_layer &&
+                   range.last_layer <= config.n_layer,
+               "stage layers [", range.first_layer, ", ", range.last_layer, ") are outside the model's ",
+               config.n_layer, " layers");
+  ENGINE_CHECK(slots >= 1, "a stage needs at least one activation slot, got ", slots);
+  ENGINE_CHECK(shape.seq >= 1 && shape.seq <= config.max_seq_len, "sequence length ", shape.seq,
+               " must be in [1, ", config.max_seq_len, "] (the model's max_seq_len)");
+  ENGINE_CHECK(shape.batch >= 1, "micro-batch size must be >= 1, got ", shape.batch);
+  for (std::int64_t l = range.first_layer; l < range.last_layer; ++l)
+    blocks_.emplace_back(config_, block_weights(store, l), block_grads(store, l));
+  residuals_.resize(slots);
+  acts_.resize(slots);
+  tokens_.resize(slots);
+  targets_.resize(slots);
+  losses_.resize(slots);
+  head_dres_.resize(slots);
+  output_grads_.resize(slots);
+}
+
+void GptStage::allocate(engine::Arena& arena) {
+  const std::int64_t B = shape_.batch, T = shape_.seq, C = config_.n_embd;
+  const engine::DType dt = shape_.dtype, st = shape_.stat_dtype();
+  for (int s = 0; s < slots(); ++s) {
+    residuals_[s].clear();
+    for (std::size_t i = 0; i <= blocks_.size(); ++i)
+      residuals_[s].push_back(arena.allocate(Shape{B, T, C}, dt, "residual"));
+    acts_[s].clear();
+    for (std::size_t i = 0; i < blocks_.size(); ++i)
+      acts_[s].push_back(allocate_block_activations(arena, config_, shape_));
+    if (range_.has_embedding) tokens_[s] = arena.allocate(Shape{B, T}, engine::DType::kI32, "tokens");
+    if (range_.has_head) {
+      targets_[s] = arena.allocate(Shape{B, T}, engine::DType::kI32, "targets");
+      losses_[s] = arena.allocate(Shape{B * T}, st, "losses");
+      head_dres_[s] = arena.allocate(Shape{B, T, C}, dt, "head_dres");
+    } else {
+      output_grads_[s] = arena.allocate(Shape{B, T, C}, dt, "output_grad");
+    }
+  }
+  scratch_ = allocate_block_scratch(arena, config_, shape_);
+  dresidual_ = arena.allocate(Shape{B, T, C}, dt, "dresidual");
+  if (range_.has_head) {
+    lnf_ = arena.allocate(Shape{B, T, C}, dt, "lnf");
+    lnf_mean_ = arena.allocate(Shape{B * T}, st, "lnf_mean");
+    lnf_rstd_ = arena.allocate(Shape{B * T}, st, "lnf_rstd");
+    d_lnf_ = arena.allocate(Shape{B, T, C}, dt, "d_lnf");
+    logits_ = arena.allocate(Shape{B * T, config_.padded_vocab()}, dt, "logits");
+  }
+}
+
+namespace {
+Tensor host_tokens(const std::int32_t* data, std::int64_t B, std::int64_t T) {
+  return Tensor(const_cast<std::int32_t*>(data), Shape{B, T}, engine::DType::kI32, engine::DeviceType::kCpu);
+}
+}  // namespace
+
+void GptStage::forward(int slot, const std::int32_t* tokens, const std::int32_t* targets, double grad_scale) {
+  const std::int64_t B = shape_.batch, T = shape_.seq;
+  std::vector<Tensor>& res = residuals_[slot];
+  if (range_.has_embedding) {
+    ENGINE_CHECK(tokens != nullptr, "the first stage's forward needs tokens");
+    ops::copy(tokens_[slot], host_tokens(tokens, B, T));
+    ops::embedding_forward(res[0], tokens_[slot], store_.weight("wte"), store_.weight("wpe"));
+  }
+  for (std::size_t i = 0; i < blocks_.size(); ++i) blocks_[i].forward(res[i + 1], res[i], acts_[slot][i], scratch_);
+  if (range_.has_head) {
+    if (targets != nullptr) ops::copy(targets_[slot], host_tokens(targets, B, T));
+    head_forward(slot, grad_scale, targets != nullptr);
+  }
+}
+
+void GptStage::head_forward(int slot, double grad_scale, bool with_loss) {
+  const Tensor last = residuals_[slot].back();
+  const Tensor wte = store_.weight("wte");
+  ops::layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, last, store_.weight("ln_f.weight"), store_.weight("ln_f.bias"));
+  ops::matmul_forward(logits_, lnf_, wte, Tensor{});  // (B*T, Vp), tied to the token embedding
+  if (!with_loss) return;
+  ops::softmax_cross_entropy(losses_[slot], logits_, targets_[slot], config_.vocab_size, grad_scale);
+  if (grad_scale == 0.0) return;
+  // logits_ now holds dlogits; finish the head's backward while they exist.
+  ops::matmul_backward(d_lnf_, store_.grad("wte"), Tensor{}, logits_, lnf_, wte);
+  ops::fill(head_dres_[slot], 0.0);  // layernorm_backward accumulates
+  ops::layernorm_backward(head_dres_[slot], store_.grad("ln_f.weight"), store_.grad("ln_f.bias"), d_lnf_, last,
+                          store_.weight("ln_f.weight"), lnf_mean_, lnf_rstd_);
+}
+
+void GptStage::backward(int slot) {
+  ops::copy(dresidual_, range_.has_head ? head_dres_[slot] : output_grads_[slot]);
+  const std::vector<Tensor>& res = residuals_[slot];
+  for (std::size_t i = blocks_.size(); i-- > 0;) blocks_[i].backward(dresidual_, res[i], acts_[slot][i], scratch_);
+  if (range_.has_embedding)
+    ops::embedding_backward(store_.grad("wte"), store_.grad("wpe"), dresidual_, tokens_[slot]);
+}
+
+double GptStage::loss_sum(int slot) const {
+  ENGINE_CHECK(range_.has_head, "loss_sum: only the last stage computes the loss");
+  const Tensor& l = losses_[slot];
+  std::vector<double> host(static_cast<std::size_t>(l.numel()));
+  ops::copy(Tensor(host.data(), l.shape(), engine::DType::kF64, engine::DeviceType::kCpu), l);
+  double sum = 0.0;
+  for (double v : host) sum += v;
+  return sum;
+}
+
+}  // namespace model

@@ -1,0 +1,92 @@
+// GptStage: the part of a GPT that one pipeline stage runs: blocks
+// [first_layer, last_layer), plus the embedding on the first stage and the
+// final LayerNorm, tied LM head and loss on the last. One process without
+// pipeline parallelism runs a single stage holding everything.
+//
+// Activations are kept per micro-batch "slot" so a pipeline schedule can have
+// several micro-batches in flight (1F1B holds at most pp - stage of them).
+//
+// The last stage runs the head's backward inside forward (the fused classifier
+// of llm.c): it turns logits into their gradient in place and keeps only the
+// (B,T,C) gradient of the final residual per slot, never probabilities or
+// per-slot logits.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/buffer.h"
+#include "model/gpt_config.h"
+#include "model/param_store.h"
+#include "model/transformer_block.h"
+
+namespace model {
+
+struct StageRange {
+  std::int64_t first_layer = 0;
+  std::int64_t last_layer = 0;  // exclusive
+  bool has_embedding = true;    // first stage
+  bool has_head = true;         // last stage
+};
+StageRange whole_model(const GptConfig& config);
+
+class GptStage {
+ public:
+  GptStage(const GptConfig& config, const ParamStore& store, StageRange range, ActivationShape shape,
+           int slots);
+
+  // Allocates every activation from `arena`; call it on a planning arena to
+  // size a real one, then on the real one (engine/buffer.h).
+  void allocate(engine::Arena& arena);
+
+  // Forward of one micro-batch into `slot`.
+  //  tokens (B,T) i32 host: read by the first stage.
+  //  targets (B,T) i32 host: read by the last stage; nullptr = no loss (sampling).
+  //  grad_scale: d(objective)/d(loss of each token); 0 = evaluation (no gradient).
+  // Other stages take their input from input(slot).
+  void forward(int slot, const std::int32_t* tokens, const std::int32_t* targets, double grad_scale);
+  // Backward of the micro-batch in `slot`; other stages than the last read the
+  // output's gradient from output_grad(slot). Parameter gradients accumulate.
+  void backward(int slot);
+
+  // Sum of the per-token losses of the last forward in `slot` (last stage).
+  double loss_sum(int slot) const;
+
+  // Pipeline boundaries, (B,T,C) each.
+  engine::Tensor input(int slot) const { return residuals_[slot].front(); }   // received by non-first stages
+  engine::Tensor output(int slot) const { return residuals_[slot].back(); }   // sent by non-last stages
+  engine::Tensor output_grad(int slot) const { return output_grads_[slot]; }  // received by non-last stages
+  engine::Tensor input_grad() const { return dresidual_; }  // sent by non-first stages; valid until next backward
+
+  // Logits (B*T, Vp) of the last forward (last stage; overwritten by their
+  // gradient when that forward had a gradient).
+  engine::Tensor logits() const { return logits_; }
+
+  const StageRange& range() const { return range_; }
+  const ActivationShape& shape() const { return shape_; }
+  int slots() const { return static_cast<int>(residuals_.size()); }
+
+ private:
+  void head_forward(int slot, double grad_scale, bool with_loss);
+
+  const GptConfig& config_;
+  const ParamStore& store_;
+  StageRange range_;
+  ActivationShape shape_;
+  std::vector<TransformerBlock> blocks_;
+
+  // Per slot
+  std::vector<std::vector<engine::Tensor>> residuals_;  // [slot][0..n_blocks] (B,T,C)
+  std::vector<std::vector<BlockActivations>> acts_;    // [slot][block]
+  std::vector<engine::Tensor> tokens_, targets_;        // (B,T) i32 on the device
+  std::vector<engine::Tensor> losses_;                  // (B*T)
+  std::vector<engine::Tensor> head_dres_;               // (B,T,C) gradient of the last residual (last stage)
+  std::vector<engine::Tensor> output_grads_;            // (B,T,C) (non-last stages)
+  // Shared by all slots
+  BlockScratch scratch_;
+  engine::Tensor dresidual_;                         // (B,T,C)
+  engine::Tensor lnf_, lnf_mean_, lnf_rstd_, d_lnf_;  // head temporaries
+  engine::Tensor logits_;                            // (B*T, Vp)
+};
+
+}  // namespace model

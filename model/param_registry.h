@@ -1,0 +1,79 @@
+// The parameter registry: every named tensor of the model, its global shape,
+// the slice this process holds, and where that slice lives in the flat buffers.
+//
+// Parameters, gradients and optimizer moments are each ONE flat buffer with the
+// same layout, so gradient synchronisation, clipping, ZeRO sharding and the
+// optimizer work on flat ranges while layers see named views. Entries are laid
+// out in the order they are registered (layer by layer), so the parameters of a
+// block are contiguous: a pipeline stage or a ZeRO-3 gather takes one range.
+//
+// Names and global shapes are the checkpoint contract (DESIGN.md); each entry
+// is initialised from (seed, name) over its global shape, so any slicing of a
+// tensor across ranks starts from the same numbers (engine/rng.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/tensor.h"
+
+namespace model {
+
+enum class Init : std::uint8_t { kZeros, kOnes, kNormal };
+
+struct ParamInfo {
+  std::string name;           // "h.3.attn.qkv.weight"
+  engine::Shape global_shape; // shape of the whole tensor in one process
+  engine::Shape shape;        // shape of the slice this process holds
+  // Start of this process's slice in the global tensor, per dim (all zero
+  // when the tensor is not split).
+  std::int64_t slice_start[engine::Shape::kMaxDims] = {0, 0, 0, 0};
+  std::int64_t offset = 0;    // element offset in the flat buffers
+  Init init = Init::kZeros;
+  double init_std = 0.0;      // for kNormal
+  bool weight_decay = false;  // AdamW decays 2-D tensors only, not biases or norm gains (nanoGPT, llm.c)
+
+  std::int64_t numel() const { return shape.numel(); }
+};
+
+// A contiguous range of the flat layout with one weight-decay setting; each
+// entry's alignment padding goes with it (its gradient is always zero).
+struct DecaySegment {
+  std::int64_t offset;
+  std::int64_t count;
+  bool decay;
+};
+
+class ParamRegistry {
+ public:
+  // Each entry starts on a multiple of this many elements: 256-byte aligned in
+  // fp32, which vector units, cuBLASLt and ZeRO's bucket boundaries like.
+  static constexpr std::int64_t kAlignElements = 64;
+
+  // Registers a tensor held whole by this process.
+  const ParamInfo& add(const std::string& name, engine::Shape global_shape, Init init, double init_std,
+                       bool weight_decay);
+
+  const std::vector<ParamInfo>& entries() const { return entries_; }
+  const ParamInfo& find(const std::string& name) const;  // throws naming the missing name
+  bool contains(const std::string& name) const;
+  std::int64_t total_numel() const { return total_; }    // size of each flat buffer, padding included
+
+  // The named entry as a view into a flat buffer laid out by this registry.
+  engine::Tensor view(const engine::Tensor& flat, const std::string& name) const;
+  engine::Tensor view(const engine::Tensor& flat, const ParamInfo& info) const;
+
+  // The flat layout as a few runs of equal weight decay (for the optimizer).
+  std::vector<DecaySegment> decay_segments() const;
+
+  // Fills a host flat buffer (f32 or f64) with every entry's initial values
+  // for `seed`; the padding between entries is zeroed.
+  void initialize(const engine::Tensor& flat, std::uint64_t seed) const;
+
+ private:
+  std::vector<ParamInfo> entries_;
+  std::int64_t total_ = 0;
+};
+
+}  // namespace model

@@ -1,0 +1,61 @@
+// ParamStore: the flat buffers laid out by a ParamRegistry, on one device.
+//
+//   master   fp32 master weights (fp64 on the CPU's reference precision)
+//   working  what layers compute with: bf16 under mixed precision on CUDA,
+//            otherwise the master buffer itself (no copy)
+//   grads    fp32 gradients (fp64 under the reference precision), accumulated
+//            over micro-batches
+#pragma once
+
+#include <string>
+
+#include "engine/buffer.h"
+#include "model/param_registry.h"
+
+namespace model {
+
+// How a model computes: the activation/working dtype and the master dtype.
+enum class Precision : std::uint8_t {
+  kFp32,  // everything f32 (the CPU backend; CUDA's exact-comparison mode)
+  kFp64,  // everything f64 (CPU only: gradient checks)
+  kBf16,  // bf16 working weights and activations, f32 master/grads (CUDA)
+};
+engine::DType activation_dtype(Precision precision);
+engine::DType master_dtype(Precision precision);
+Precision parse_precision(const std::string& text);  // "fp32" | "fp64" | "bf16"
+const char* precision_name(Precision precision);
+
+class ParamStore {
+ public:
+  ParamStore(const ParamRegistry& registry, engine::DeviceType device, Precision precision);
+
+  const ParamRegistry& registry() const { return registry_; }
+  engine::DeviceType device() const { return device_; }
+  Precision precision() const { return precision_; }
+
+  const engine::Tensor& master() const { return master_; }
+  const engine::Tensor& working() const { return working_; }
+  const engine::Tensor& grads() const { return grads_; }
+
+  engine::Tensor weight(const std::string& name) const { return registry_.view(working_, name); }
+  engine::Tensor grad(const std::string& name) const { return registry_.view(grads_, name); }
+
+  void zero_grads();
+  // Initialises the master weights from (seed, name) and refreshes the working copy.
+  void initialize(std::uint64_t seed);
+  // Copies master into working after master changed outside the optimizer
+  // (loading a checkpoint). A no-op when working aliases master.
+  void refresh_working();
+  // Host <-> store transfers of the master weights as f32 (checkpoints).
+  void download_master(float* host) const;
+  void upload_master(const float* host);
+
+ private:
+  const ParamRegistry& registry_;
+  engine::DeviceType device_;
+  Precision precision_;
+  engine::Buffer master_buffer_, working_buffer_, grad_buffer_;
+  engine::Tensor master_, working_, grads_;
+};
+
+}  // namespace model

@@ -1,0 +1,85 @@
+// One GPT-2 transformer block, pre-LayerNorm (Radford et al. 2019, section 2.3):
+//
+//   r = x + proj(attention(qkv(ln_1(x))))
+//   y = r + mlp.proj(gelu(mlp.fc(ln_2(r))))
+//
+// forward() saves what backward() needs in a BlockActivations slot (one per
+// micro-batch in flight); backward() turns the gradient of y into the gradient
+// of x in place, accumulating parameter gradients.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/buffer.h"
+#include "model/gpt_config.h"
+#include "model/param_store.h"
+
+namespace model {
+
+// Views of one block's parameters (or of their gradients).
+struct BlockParams {
+  engine::Tensor ln1_w, ln1_b;    // (C)
+  engine::Tensor qkv_w, qkv_b;    // (3C, C), (3C)
+  engine::Tensor proj_w, proj_b;  // (C, C), (C)
+  engine::Tensor ln2_w, ln2_b;    // (C)
+  engine::Tensor fc_w, fc_b;      // (4C, C), (4C)
+  engine::Tensor fcproj_w, fcproj_b;  // (C, 4C), (C)
+};
+BlockParams block_weights(const ParamStore& store, std::int64_t layer);
+BlockParams block_grads(const ParamStore& store, std::int64_t layer);
+
+// Saved activations of one block for one micro-batch.
+struct BlockActivations {
+  engine::Tensor ln1, ln1_mean, ln1_rstd;  // (B,T,C), (B*T), (B*T)
+  engine::Tensor qkv;                      // (B,T,3C)
+  engine::Tensor atty;                     // (B,T,C) attention output before projection
+  engine::Tensor att_saved;                // backend-defined (ops::attention_saved_shape)
+  engine::Tensor residual2;                // (B,T,C) r = x + attention branch
+  engine::Tensor ln2, ln2_mean, ln2_rstd;  // (B,T,C), (B*T), (B*T)
+  engine::Tensor fc_pre;                   // (B,T,4C) before GELU
+  engine::Tensor fc_gelu;                  // (B,T,4C) after GELU
+};
+
+// Buffers shared by all blocks of a stage and reused by every micro-batch:
+// branch outputs in forward, gradient temporaries in backward.
+struct BlockScratch {
+  engine::Tensor branch;  // (B,T,C)  attention / MLP branch output before the residual add
+  engine::Tensor d_c;     // (B,T,C)  gradient of a (B,T,C) activation
+  engine::Tensor d_qkv;   // (B,T,3C)
+  engine::Tensor d_fc;    // (B,T,4C)
+};
+
+// What an activation buffer is allocated for: B sequences of T positions, in
+// the activation dtype of the model's precision.
+struct ActivationShape {
+  std::int64_t batch;  // B, sequences per micro-batch
+  std::int64_t seq;    // T
+  engine::DType dtype;
+  // Statistics (norm mean/rstd, losses) are f32, or f64 on the fp64 path.
+  engine::DType stat_dtype() const {
+    return dtype == engine::DType::kF64 ? engine::DType::kF64 : engine::DType::kF32;
+  }
+};
+
+BlockActivations allocate_block_activations(engine::Arena& arena, const GptConfig& config, ActivationShape s);
+BlockScratch allocate_block_scratch(engine::Arena& arena, const GptConfig& config, ActivationShape s);
+
+class TransformerBlock {
+ public:
+  TransformerBlock(const GptConfig& config, BlockParams weights, BlockParams grads)
+      : config_(config), w_(weights), g_(grads) {}
+
+  // x (B,T,C) -> y (B,T,C); y must not alias x.
+  void forward(const engine::Tensor& y, const engine::Tensor& x, BlockActivations& act,
+               const BlockScratch& scratch) const;
+  // dresidual (B,T,C): gradient of y on entry, gradient of x on exit.
+  // x is the block's input that forward saw.
+  void backward(const engine::Tensor& dresidual, const engine::Tensor& x, const BlockActivations& act,
+                const BlockScratch& scratch) const;
+
+ private:
+  const GptConfig& config_;
+  BlockParams w_, g_;
+};
+
+}  // namespace model

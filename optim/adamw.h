@@ -1,0 +1,65 @@
+// AdamW (Loshchilov & Hutter 2019, "Decoupled Weight Decay Regularization")
+// over flat parameter buffers.
+//
+// The optimizer knows nothing of models: it gets the flat master weights, the
+// gradients laid out the same way, optionally the working (bf16) copy to
+// refresh, and the segments of that layout that take weight decay. The moments
+// m and v are flat buffers of the same layout, in the master dtype; the update
+// runs over a few contiguous segments rather than tensor by tensor.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/buffer.h"
+#include "engine/ops.h"
+
+namespace optim {
+
+struct AdamWConfig {
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  void validate() const;
+};
+
+// A contiguous range of the flat layout and whether it takes weight decay.
+struct ParamSegment {
+  std::int64_t offset;
+  std::int64_t count;
+  bool decay;
+};
+
+// The flat buffers an optimizer updates. `working` may alias `master` (then
+// it is not written separately) or be empty.
+struct FlatParams {
+  engine::Tensor master;
+  engine::Tensor grads;
+  engine::Tensor working;
+};
+
+class AdamW {
+ public:
+  AdamW(FlatParams params, std::vector<ParamSegment> segments, AdamWConfig config);
+
+  // One update with learning rate `lr`; gradients are multiplied by
+  // grad_scale first (clipping). Increments the step count.
+  void step(double lr, double grad_scale);
+
+  std::int64_t steps_taken() const { return steps_; }
+  void set_steps_taken(std::int64_t steps) { steps_ = steps; }  // resume
+  const engine::Tensor& m() const { return m_; }
+  const engine::Tensor& v() const { return v_; }
+  const AdamWConfig& config() const { return config_; }
+
+ private:
+  FlatParams params_;
+  AdamWConfig config_;
+  std::vector<ParamSegment> segments_;
+  engine::Buffer m_buffer_, v_buffer_;
+  engine::Tensor m_, v_;
+  std::int64_t steps_ = 0;
+};
+
+}  // namespace optim
