@@ -5,6 +5,7 @@
 #include "engine/ops.h"
 
 #include "engine/cpu/cpu_ops.h"
+#include "engine/profiler.h"
 #ifdef ENGINE_WITH_CUDA
 #include "engine/cuda/cuda_ops.h"
 #endif
@@ -45,11 +46,13 @@ void expect_device(const Tensor& t, DeviceType device, const char* what) {
 }  // namespace
 
 void fill(const Tensor& t, double value) {
+  ScopedOpTimer timer("fill");
   if (t.numel() == 0) return;
   ENGINE_DISPATCH(t, fill, t, value);
 }
 
 void copy(const Tensor& dst, const Tensor& src) {
+  ScopedOpTimer timer("copy");
   expect_numel(src, dst.numel(), "copy: src");
   if (dst.numel() == 0) return;
   // Cross-device copies go through the CUDA side (cudaMemcpy and conversion).
@@ -62,11 +65,13 @@ void copy(const Tensor& dst, const Tensor& src) {
 }
 
 void scale(const Tensor& t, double factor) {
+  ScopedOpTimer timer("scale");
   if (t.numel() == 0) return;
   ENGINE_DISPATCH(t, scale, t, factor);
 }
 
 void add(const Tensor& out, const Tensor& a, const Tensor& b) {
+  ScopedOpTimer timer("add");
   expect_numel(a, out.numel(), "add: a");
   expect_numel(b, out.numel(), "add: b");
   expect_device(a, out.device(), "add: a");
@@ -75,18 +80,21 @@ void add(const Tensor& out, const Tensor& a, const Tensor& b) {
 }
 
 void accumulate(const Tensor& dst, const Tensor& src) {
+  ScopedOpTimer timer("accumulate");
   expect_numel(src, dst.numel(), "accumulate: src");
   expect_device(src, dst.device(), "accumulate: src");
   ENGINE_DISPATCH(dst, accumulate, dst, src);
 }
 
 double sum_of_squares(const Tensor& t) {
+  ScopedOpTimer timer("sum_of_squares");
   if (t.numel() == 0) return 0.0;
   return ENGINE_DISPATCH(t, sum_of_squares, t);
 }
 
 void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
                        std::int64_t vocab_start, std::int64_t position_start) {
+  ScopedOpTimer timer("embedding_forward");
   ENGINE_CHECK(out.ndim() == 3, "embedding_forward: out must be (B,T,C), got ", out.shape().str());
   const std::int64_t B = out.dim(0), T = out.dim(1), C = out.dim(2);
   expect_shape(tokens, Shape{B, T}, "embedding_forward: tokens");
@@ -103,6 +111,7 @@ void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wt
 
 void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens,
                         std::int64_t vocab_start, std::int64_t position_start) {
+  ScopedOpTimer timer("embedding_backward");
   ENGINE_CHECK(dout.ndim() == 3, "embedding_backward: dout must be (B,T,C), got ", dout.shape().str());
   const std::int64_t B = dout.dim(0), T = dout.dim(1), C = dout.dim(2);
   expect_shape(tokens, Shape{B, T}, "embedding_backward: tokens");
@@ -116,6 +125,7 @@ void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& do
 
 void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
                        const Tensor& weight, const Tensor& bias) {
+  ScopedOpTimer timer("layernorm_forward");
   const std::int64_t C = inp.dim(-1), N = inp.numel() / C;
   expect_rows(out, N, C, "layernorm_forward: out");
   expect_numel(mean, N, "layernorm_forward: mean");
@@ -127,6 +137,7 @@ void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd
 
 void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                         const Tensor& inp, const Tensor& weight, const Tensor& mean, const Tensor& rstd) {
+  ScopedOpTimer timer("layernorm_backward");
   const std::int64_t C = inp.dim(-1), N = inp.numel() / C;
   expect_rows(dinp, N, C, "layernorm_backward: dinp");
   expect_rows(dout, N, C, "layernorm_backward: dout");
@@ -139,6 +150,7 @@ void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor&
 
 void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
                     const Tensor& pre_gelu) {
+  ScopedOpTimer timer("matmul_forward");
   ENGINE_CHECK(weight.ndim() == 2, "matmul_forward: weight must be (OC, C), got ", weight.shape().str());
   const std::int64_t OC = weight.dim(0), C = weight.dim(1), N = inp.numel() / C;
   expect_rows(inp, N, C, "matmul_forward: inp");
@@ -150,6 +162,7 @@ void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, 
 
 void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                      const Tensor& inp, const Tensor& weight, const Tensor& gelu_pre) {
+  ScopedOpTimer timer("matmul_backward");
   ENGINE_CHECK(weight.ndim() == 2, "matmul_backward: weight must be (OC, C), got ", weight.shape().str());
   const std::int64_t OC = weight.dim(0), C = weight.dim(1), N = dout.numel() / OC;
   expect_rows(dout, N, OC, "matmul_backward: dout");
@@ -162,11 +175,13 @@ void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& db
 }
 
 void gelu_forward(const Tensor& out, const Tensor& inp) {
+  ScopedOpTimer timer("gelu_forward");
   expect_numel(inp, out.numel(), "gelu_forward: inp");
   ENGINE_DISPATCH(out, gelu_forward, out, inp);
 }
 
 void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) {
+  ScopedOpTimer timer("gelu_backward");
   expect_numel(inp, dinp.numel(), "gelu_backward: inp");
   expect_numel(dout, dinp.numel(), "gelu_backward: dout");
   ENGINE_DISPATCH(dinp, gelu_backward, dinp, inp, dout);
@@ -196,12 +211,14 @@ void check_attention(const Tensor& out, const Tensor& saved, const Tensor& qkv, 
 }  // namespace
 
 void attention_forward(const Tensor& out, const Tensor& saved, const Tensor& qkv, int n_head) {
+  ScopedOpTimer timer("attention_forward");
   check_attention(out, saved, qkv, n_head, "attention_forward");
   ENGINE_DISPATCH(out, attention_forward, out, saved, qkv, n_head);
 }
 
 void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                         const Tensor& saved, int n_head) {
+  ScopedOpTimer timer("attention_backward");
   check_attention(out, saved, qkv, n_head, "attention_backward");
   expect_shape(dqkv, qkv.shape(), "attention_backward: dqkv");
   expect_shape(dout, out.shape(), "attention_backward: dout");
@@ -210,6 +227,7 @@ void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qk
 
 void softmax_cross_entropy(const Tensor& losses, const Tensor& logits, const Tensor& targets,
                            std::int64_t vocab_size, double grad_scale) {
+  ScopedOpTimer timer("softmax_cross_entropy");
   const std::int64_t Vp = logits.dim(-1), N = logits.numel() / Vp;
   ENGINE_CHECK(vocab_size > 0 && vocab_size <= Vp, "softmax_cross_entropy: vocab_size ", vocab_size,
                " must be in [1, ", Vp, "] (the logits' width)");
@@ -221,6 +239,7 @@ void softmax_cross_entropy(const Tensor& losses, const Tensor& logits, const Ten
 
 void adamw_update(const Tensor& params, const Tensor& grads, const Tensor& m, const Tensor& v,
                   const AdamWHyper& hyper, const Tensor& working) {
+  ScopedOpTimer timer("adamw_update");
   const std::int64_t n = params.numel();
   expect_numel(grads, n, "adamw_update: grads");
   expect_numel(m, n, "adamw_update: m");

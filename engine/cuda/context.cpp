@@ -1,0 +1,62 @@
+#include "engine/cuda/context.h"
+
+#include <array>
+#include <mutex>
+
+namespace engine::cuda {
+
+Context::Context(int device) : device_(device) {
+  CUDA_CHECK(cudaSetDevice(device));
+  // A *blocking* stream (not cudaStreamNonBlocking): it synchronises with the
+  // legacy default stream, so plain cudaMemcpy calls made elsewhere (tests,
+  // other libraries) stay ordered with our kernels. Streams that should
+  // overlap with compute (communication) are created non-blocking by their
+  // owners and ordered with events.
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamDefault));
+  CUBLAS_CHECK(cublasLtCreate(&lt_));
+  CUBLAS_CHECK(cublasCreate(&blas_));
+  lt_workspace_ = Buffer(DeviceType::kCuda, kLtWorkspaceBytes);
+  CUBLAS_CHECK(cublasSetStream(blas_, stream_));
+  CUBLAS_CHECK(cublasSetWorkspace(blas_, lt_workspace_.data(), lt_workspace_.bytes()));
+  // Plain fp32 GEMMs must stay fp32 (no TF32): the fp32 mode exists to match
+  // the CPU backend tightly.
+  CUBLAS_CHECK(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));
+
+  cudaDeviceProp props{};
+  CUDA_CHECK(cudaGetDeviceProperties(&props, device));
+  sm_count_ = props.multiProcessorCount;
+  max_smem_optin_ = props.sharedMemPerBlockOptin;
+}
+
+void Context::set_stream(cudaStream_t stream) {
+  stream_ = stream;
+  CUBLAS_CHECK(cublasSetStream(blas_, stream_));
+  CUBLAS_CHECK(cublasSetWorkspace(blas_, lt_workspace_.data(), lt_workspace_.bytes()));
+}
+
+void* Context::scratch(std::size_t bytes) {
+  if (bytes > scratch_.bytes()) {
+    // Queued kernels may still read the old region: wait for them before
+    // freeing it. Round up to 1 MiB so small increases do not regrow.
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    scratch_ = Buffer();
+    const std::size_t rounded = (bytes + (1u << 20) - 1) / (1u << 20) * (1u << 20);
+    scratch_ = Buffer(DeviceType::kCuda, rounded);
+  }
+  return scratch_.data();
+}
+
+Context& context() {
+  constexpr int kMaxDevices = 64;
+  static std::array<Context*, kMaxDevices> contexts{};
+  static std::mutex mutex;
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  ENGINE_CHECK(device >= 0 && device < kMaxDevices, "CUDA device index ", device, " is outside [0, ",
+               kMaxDevices, ")");
+  std::lock_guard<std::mutex> lock(mutex);
+  if (contexts[device] == nullptr) contexts[device] = new Context(device);  // never freed, see context.h
+  return *contexts[device];
+}
+
+}  // namespace engine::cuda

@@ -1,0 +1,76 @@
+// The CUDA build's device entry points (engine/device.h). The CPU-only build's
+// versions live in engine/device.cpp under #ifndef ENGINE_WITH_CUDA.
+#include <cuda_runtime.h>
+
+#include <cstring>
+
+#include "engine/cuda/context.h"
+#include "engine/device.h"
+
+namespace engine {
+
+bool built_with_cuda() { return true; }
+
+int cuda_device_count() {
+  // Must not throw: "no driver" or "no device" simply means zero GPUs (tests
+  // skip, the launcher falls back to the CPU).
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the (non-sticky) error so later calls start clean
+    return 0;
+  }
+  return count;
+}
+
+void cuda_set_device(int index) {
+  const int count = cuda_device_count();
+  ENGINE_CHECK(index >= 0 && index < count, "cuda device ", index, " does not exist: ", count,
+               " device(s) visible");
+  CUDA_CHECK(cudaSetDevice(index));
+}
+
+std::string cuda_device_name(int index) {
+  cudaDeviceProp props{};
+  CUDA_CHECK(cudaGetDeviceProperties(&props, index));
+  return props.name;
+}
+
+void* device_malloc(std::size_t bytes) {
+  void* ptr = nullptr;
+  if (bytes == 0) return nullptr;
+  const cudaError_t err = cudaMalloc(&ptr, bytes);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    std::size_t free_bytes = 0, total_bytes = 0;
+    cudaMemGetInfo(&free_bytes, &total_bytes);
+    ENGINE_FAIL("cudaMalloc of ", format_bytes(bytes), " failed (", cudaGetErrorString(err), "); ",
+                format_bytes(free_bytes), " free of ", format_bytes(total_bytes));
+  }
+  return ptr;
+}
+
+void device_free(void* ptr) {
+  // Never throws (called from destructors). cudaFree synchronises the device.
+  if (ptr != nullptr && cudaFree(ptr) != cudaSuccess) (void)cudaGetLastError();
+}
+
+void device_synchronize() { CUDA_CHECK(cudaDeviceSynchronize()); }
+
+void copy_bytes(void* dst, DeviceType dst_device, const void* src, DeviceType src_device,
+                std::size_t bytes) {
+  if (bytes == 0) return;
+  if (dst_device == DeviceType::kCpu && src_device == DeviceType::kCpu) {
+    std::memmove(dst, src, bytes);
+    return;
+  }
+  // Queued on the backend's stream so the copy is ordered after the kernels
+  // that produced `src`; cudaMemcpyDefault lets unified addressing work out
+  // the direction. A copy that touches host memory returns only once the
+  // host side is safe to use.
+  cudaStream_t stream = cuda::current_stream();
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
+  if (dst_device == DeviceType::kCpu || src_device == DeviceType::kCpu)
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+}  // namespace engine

@@ -1,0 +1,414 @@
+// Linear layers through cuBLASLt: out = inp @ weight^T + bias, with the bias
+// and GELU fused into the GEMM epilogue, and the backward GEMMs (dinp with
+// GELU backward fused, dweight accumulated in f32).
+//
+// Row-major <-> column-major. cuBLASLt is column-major; a row-major (R, C)
+// matrix is, byte for byte, a column-major (C, R) matrix with leading
+// dimension C. So every row-major product below is computed as its transpose:
+//
+//   forward   out (N,OC) = inp (N,C) @ weight (OC,C)^T, computed as
+//             out_cm (OC x N) = weight_cm^T (OC x C) inp_cm (C x N):
+//             D[OC x N] = op(A) B  with A = weight stored (C x OC), op = T
+//                                        B = inp    stored (C x N),  op = N
+//             m = OC, n = N, k = C; bias has length m = OC (one per D row),
+//             which is exactly CUBLASLT_EPILOGUE_BIAS's broadcast.
+//   dgrad     dinp (N,C) = dout (N,OC) @ weight (OC,C)
+//             D[C x N] = A B  with A = weight stored (C x OC), op = N
+//                                   B = dout   stored (OC x N), op = N
+//             m = C, n = N, k = OC
+//   wgrad     dweight (OC,C) += dout^T (OC,N) @ inp (N,C)
+//             D[C x OC] = A op(B) + D  with A = inp  stored (C x N),  op = N
+//                                            B = dout stored (OC x N), op = T
+//             m = C, n = OC, k = N, beta = 1 (parameter gradients accumulate)
+//
+// Precision: A and B share the activation dtype (bf16 or f32), the compute
+// type is CUBLAS_COMPUTE_32F (fp32 accumulation; plain fp32, never TF32, so
+// the fp32 mode matches the CPU), and D is bf16 or f32. dweight is f32 even
+// with bf16 activations: cuBLASLt reads bf16 A/B and accumulates into f32 C/D.
+//
+// Epilogue fusion (bf16 only): GELU_AUX_BIAS writes pre_gelu = inp W^T + b to
+// the aux buffer and gelu(pre_gelu) to out; DGELU multiplies the dgrad by
+// gelu'(aux). cuBLASLt's GELU is the tanh approximation, like ours. The aux
+// matrix must have a leading dimension divisible by 8 and the same dtype as
+// D; when that fails, when no algorithm supports the fusion, or in fp32 mode
+// (whose point is to match the CPU exactly, and cuBLASLt's internal tanh
+// accuracy is unspecified) the GEMM runs with the plain BIAS/DEFAULT epilogue
+// and gelu.cu's kernels finish the job.
+//
+// dbias is a separate deterministic column reduction that ACCUMULATES into
+// f32 (cuBLASLt's BGRADB epilogue overwrites its output, which would need a
+// scratch and an extra add anyway).
+#include <array>
+#include <cstdint>
+#include <map>
+#include <mutex>
+
+#include "engine/cuda/common.cuh"
+#include "engine/cuda/cuda_ops.h"
+
+namespace engine::cuda {
+namespace {
+
+cudaDataType_t cuda_type(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return CUDA_R_32F;
+    case DType::kBF16: return CUDA_R_16BF;
+    default: ENGINE_FAIL("matmul: dtype ", dtype_name(dtype), " is not supported on cuda (f32 or bf16)");
+  }
+}
+
+// One column-major GEMM D = alpha op(A) op(B) + beta D (C aliases D), with
+// an optional epilogue.
+struct Gemm {
+  const void* a = nullptr;
+  DType a_type = DType::kF32;
+  bool trans_a = false;
+  std::int64_t lda = 0;
+  const void* b = nullptr;
+  DType b_type = DType::kF32;
+  bool trans_b = false;
+  std::int64_t ldb = 0;
+  void* d = nullptr;
+  DType d_type = DType::kF32;
+  std::int64_t ldd = 0;
+  std::int64_t m = 0, n = 0, k = 0;
+  float beta = 0.0f;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const void* bias = nullptr;  // length m, dtype d_type (epilogues with BIAS)
+  void* aux = nullptr;         // GELU input (m x n, ld aux_ld, dtype d_type)
+  std::int64_t aux_ld = 0;
+};
+
+// Largest power of two (up to 256) dividing the address.
+std::uint32_t alignment_of(const void* p) {
+  if (p == nullptr) return 0;
+  std::uint32_t a = 256;
+  while (a > 1 && !aligned(p, a)) a /= 2;
+  return a;
+}
+
+// RAII for the cuBLASLt descriptors of one call.
+struct LtDescriptors {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~LtDescriptors() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+// Heuristic answers by problem: everything the choice depends on except the
+// pointers themselves (their alignment is part of the key).
+using AlgoKey = std::array<std::int64_t, 19>;
+struct CachedAlgo {
+  bool found = false;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+template <typename Query>
+CachedAlgo cached_algo(const AlgoKey& key, Query&& query) {
+  static std::mutex mutex;
+  static std::map<AlgoKey, CachedAlgo> cache;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = cache.find(key); it != cache.end()) return it->second;
+  }
+  const CachedAlgo fresh = query();
+  std::lock_guard<std::mutex> lock(mutex);
+  cache.emplace(key, fresh);
+  return fresh;
+}
+
+// Runs g through cuBLASLt. Returns false (and does nothing) when the
+// heuristic finds no algorithm for this combination of types, epilogue and
+// alignment, so the caller can fall back; other errors throw.
+bool try_lt_gemm(const Gemm& g) {
+  Context& ctx = context();
+  LtDescriptors desc;
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t op_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+  const cublasLtEpilogue_t epilogue = g.epilogue;
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+  if (g.bias != nullptr)
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
+  if (g.aux != nullptr) {
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux,
+                                                sizeof(g.aux)));
+    const std::int64_t aux_ld = g.aux_ld;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
+                                                sizeof(aux_ld)));
+  }
+  // Stored shapes: op(X) = X^T means X is stored (cols of op(X)) x (rows).
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.a, cuda_type(g.a_type), g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k,
+                                          g.lda));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.b, cuda_type(g.b_type), g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n,
+                                          g.ldb));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.d, cuda_type(g.d_type), g.m, g.n, g.ldd));
+
+  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&desc.pref));
+  const std::size_t workspace_bytes = ctx.lt_workspace_bytes();
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                    &workspace_bytes, sizeof(workspace_bytes)));
+  // The heuristic assumes 256-byte aligned matrices unless told otherwise;
+  // views into flat buffers may be less aligned, so say what they really are.
+  const std::uint32_t align_a = alignment_of(g.a), align_b = alignment_of(g.b), align_d = alignment_of(g.d);
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
+                                                    sizeof(align_a)));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
+                                                    sizeof(align_b)));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d,
+                                                    sizeof(align_d)));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d,
+                                                    sizeof(align_d)));
+  // The heuristic costs tens of microseconds of host time, and a training
+  // step repeats the same few GEMM shapes, so its answer is cached per shape
+  // (and per alignment class and device: the choice depends on both).
+  const AlgoKey key{ctx.device(), g.m, g.n, g.k, g.lda, g.ldb, g.ldd, g.aux_ld, static_cast<std::int64_t>(g.a_type),
+                    static_cast<std::int64_t>(g.b_type), static_cast<std::int64_t>(g.d_type), g.trans_a, g.trans_b,
+                    static_cast<std::int64_t>(g.epilogue), align_a, align_b, align_d, alignment_of(g.bias),
+                    alignment_of(g.aux)};
+  const CachedAlgo cached = cached_algo(key, [&] {
+    CachedAlgo fresh;
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(ctx.lt(), desc.op, desc.a, desc.b, desc.d, desc.d,
+                                                                 desc.pref, 1, &result, &found);
+    fresh.found = status == CUBLAS_STATUS_SUCCESS && found > 0;
+    if (fresh.found) fresh.algo = result.algo;
+    return fresh;
+  });
+  if (!cached.found) return false;
+
+  const float alpha = 1.0f, beta = g.beta;
+  CUBLAS_CHECK(cublasLtMatmul(ctx.lt(), desc.op, &alpha, g.a, desc.a, g.b, desc.b, &beta, g.d, desc.d, g.d, desc.d,
+                              &cached.algo, ctx.lt_workspace(), workspace_bytes, ctx.stream()));
+  return true;
+}
+
+// The same GEMM without epilogue through cublasGemmEx, for type combinations
+// the cuBLASLt heuristic declines. Raises if that fails too.
+void blas_gemm(const Gemm& g) {
+  const float alpha = 1.0f, beta = g.beta;
+  CUBLAS_CHECK(cublasGemmEx(context().blas(), g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                            g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(g.m), static_cast<int>(g.n),
+                            static_cast<int>(g.k), &alpha, g.a, cuda_type(g.a_type), static_cast<int>(g.lda), g.b,
+                            cuda_type(g.b_type), static_cast<int>(g.ldb), &beta, g.d, cuda_type(g.d_type),
+                            static_cast<int>(g.ldd), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+// GEMM with epilogue DEFAULT or BIAS: cuBLASLt, else (no bias) cublasGemmEx.
+void gemm(const Gemm& g, const char* what) {
+  if (try_lt_gemm(g)) return;
+  ENGINE_CHECK(g.epilogue == CUBLASLT_EPILOGUE_DEFAULT && g.m <= INT32_MAX && g.n <= INT32_MAX && g.k <= INT32_MAX,
+               what, ": cuBLASLt found no algorithm for ", g.m, " x ", g.n, " x ", g.k, " (", dtype_name(g.a_type),
+               " x ", dtype_name(g.b_type), " -> ", dtype_name(g.d_type), ", epilogue ", static_cast<int>(g.epilogue),
+               ")");
+  blas_gemm(g);
+}
+
+// dbias[c] += sum_n dout[n, c], deterministically: block (32 x 8) sums 32
+// columns over one fixed chunk of rows (thread (lane, w) takes rows w, w+8,
+// ...; the 8 sums are added in order), then the chunk partials are added in
+// order. The chunking depends on N only.
+constexpr int kBiasWarps = 8;
+
+template <typename D>
+__global__ void bias_grad_partial_kernel(float* __restrict__ partial, const D* __restrict__ dout, std::int64_t N,
+                                         int OC, std::int64_t rows_per_chunk) {
+  // partial (chunks, OC), dout (N, OC)
+  __shared__ float sums[kBiasWarps][32];
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+  const int c = blockIdx.x * 32 + lane;
+  const std::int64_t row0 = blockIdx.y * rows_per_chunk, row1 = min(N, row0 + rows_per_chunk);
+  float sum = 0.0f;
+  if (c < OC)
+    for (std::int64_t n = row0 + w; n < row1; n += kBiasWarps) sum += to_float(dout[n * OC + c]);
+  sums[w][lane] = sum;
+  __syncthreads();
+  if (w == 0 && c < OC) {
+    float total = 0.0f;
+    for (int k = 0; k < kBiasWarps; ++k) total += sums[k][lane];
+    partial[blockIdx.y * std::int64_t{OC} + c] = total;
+  }
+}
+
+__global__ void bias_grad_finish_kernel(float* __restrict__ dbias, const float* __restrict__ partial, int chunks,
+                                        int OC) {
+  // dbias (OC), partial (chunks, OC)
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= OC) return;
+  float total = 0.0f;
+  for (int k = 0; k < chunks; ++k) total += partial[std::int64_t{k} * OC + c];
+  dbias[c] += total;
+}
+
+void bias_grad(const Tensor& dbias, const Tensor& dout, std::int64_t N, std::int64_t OC) {
+  constexpr std::int64_t kMinRowsPerChunk = 64, kMaxChunks = 64;
+  const std::int64_t chunks = std::min<std::int64_t>(kMaxChunks, (N + kMinRowsPerChunk - 1) / kMinRowsPerChunk);
+  const std::int64_t rows_per_chunk = (N + chunks - 1) / chunks;
+  float* partial = static_cast<float*>(context().scratch(sizeof(float) * chunks * OC));  // (chunks, OC)
+  cudaStream_t stream = current_stream();
+  dispatch_float(dout.dtype(), "matmul_backward: dout", [&](auto tag) {
+    using D = decltype(tag);
+    const dim3 grid(ceil_div(OC, 32), static_cast<unsigned>(chunks));
+    bias_grad_partial_kernel<<<grid, 32 * kBiasWarps, 0, stream>>>(partial, dout.data_as<const D>(), N,
+                                                                  static_cast<int>(OC), rows_per_chunk);
+    CUDA_CHECK_LAUNCH();
+  });
+  bias_grad_finish_kernel<<<ceil_div(OC, kThreads), kThreads, 0, stream>>>(dbias.data_as<float>(), partial,
+                                                                           static_cast<int>(chunks), static_cast<int>(OC));
+  CUDA_CHECK_LAUNCH();
+}
+
+// A tensor in `dtype`: `t` itself, or a converted copy in `scratch_at` when
+// stage() reserved one.
+Tensor as_dtype(const Tensor& t, DType dtype, char* scratch_at) {
+  if (t.empty() || scratch_at == nullptr) return t;
+  Tensor converted(scratch_at, t.shape(), dtype, DeviceType::kCuda);
+  copy(converted, t);
+  return converted;
+}
+
+// Scratch for the conversions matmul may need (weight and bias in the
+// activation dtype when a caller passes f32 masters with bf16 activations).
+struct Staging {
+  char* weight = nullptr;
+  char* bias = nullptr;
+};
+Staging stage(const Tensor& weight, DType weight_dtype, const Tensor& bias, DType bias_dtype) {
+  const bool need_w = weight.dtype() != weight_dtype;
+  // The epilogue reads the bias with vector loads: stage a misaligned one too.
+  const bool need_b = !bias.empty() && (bias.dtype() != bias_dtype || !aligned(bias.data(), 16));
+  if (!need_w && !need_b) return {};
+  ScratchPlan plan;
+  const std::size_t at_w = plan.add(need_w ? weight.numel() * dtype_size(weight_dtype) : 0);
+  const std::size_t at_b = plan.add(need_b ? bias.numel() * dtype_size(bias_dtype) : 0);
+  char* base = plan.allocate();
+  return {need_w ? base + at_w : nullptr, need_b ? base + at_b : nullptr};
+}
+
+void check_output_type(DType in, DType out, const char* what) {
+  ENGINE_CHECK(in == DType::kBF16 || out == DType::kF32, what, ": f32 inputs need an f32 output, got ",
+               dtype_name(out), " (cuBLASLt computes bf16 x bf16 -> bf16/f32 and f32 x f32 -> f32)");
+}
+
+}  // namespace
+
+void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                    const Tensor& pre_gelu) {
+  expect_cuda(out, "matmul_forward: out");
+  expect_cuda(inp, "matmul_forward: inp");
+  expect_cuda(weight, "matmul_forward: weight");
+  if (!bias.empty()) expect_cuda(bias, "matmul_forward: bias");
+  if (!pre_gelu.empty()) expect_cuda(pre_gelu, "matmul_forward: pre_gelu");
+  expect_float(inp, "matmul_forward: inp");
+  const std::int64_t OC = weight.dim(0), C = weight.dim(1), N = inp.numel() / C;
+  if (N == 0 || OC == 0) return;
+  const DType act = inp.dtype();
+  // The tensor the GEMM writes: out, or pre_gelu when GELU is applied after.
+  const Tensor& gemm_out = pre_gelu.empty() ? out : pre_gelu;
+  check_output_type(act, gemm_out.dtype(), "matmul_forward");
+
+  const Staging staging = stage(weight, act, bias, gemm_out.dtype());
+  const Tensor w = as_dtype(weight, act, staging.weight);
+  const Tensor b = as_dtype(bias, gemm_out.dtype(), staging.bias);
+
+  Gemm g;
+  g.a = w.data(), g.a_type = act, g.trans_a = true, g.lda = C;
+  g.b = inp.data(), g.b_type = act, g.trans_b = false, g.ldb = C;
+  g.m = OC, g.n = N, g.k = C;
+  g.bias = b.empty() ? nullptr : b.data();
+
+  if (!pre_gelu.empty()) {
+    // Fused: out = gelu(pre_gelu), pre_gelu = inp W^T + b in the aux buffer.
+    const bool fusable = act == DType::kBF16 && out.dtype() == DType::kBF16 && pre_gelu.dtype() == DType::kBF16 &&
+                         OC % 8 == 0 && aligned(pre_gelu.data(), 16) && aligned(out.data(), 16);
+    if (fusable) {
+      Gemm fused = g;
+      fused.d = out.data(), fused.d_type = out.dtype(), fused.ldd = OC;
+      fused.epilogue = b.empty() ? CUBLASLT_EPILOGUE_GELU_AUX : CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+      fused.aux = pre_gelu.data(), fused.aux_ld = OC;
+      if (try_lt_gemm(fused)) return;
+    }
+    // Unfused: pre_gelu = inp W^T + b, then out = gelu(pre_gelu).
+    g.d = pre_gelu.data(), g.d_type = pre_gelu.dtype(), g.ldd = OC;
+    g.epilogue = b.empty() ? CUBLASLT_EPILOGUE_DEFAULT : CUBLASLT_EPILOGUE_BIAS;
+    gemm(g, "matmul_forward");
+    gelu_forward(out, pre_gelu);
+    return;
+  }
+  g.d = out.data(), g.d_type = out.dtype(), g.ldd = OC;
+  g.epilogue = b.empty() ? CUBLASLT_EPILOGUE_DEFAULT : CUBLASLT_EPILOGUE_BIAS;
+  gemm(g, "matmul_forward");
+}
+
+void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                     const Tensor& inp, const Tensor& weight, const Tensor& gelu_pre) {
+  expect_cuda(dout, "matmul_backward: dout");
+  expect_cuda(inp, "matmul_backward: inp");
+  expect_cuda(weight, "matmul_backward: weight");
+  expect_float(dout, "matmul_backward: dout");
+  const std::int64_t OC = weight.dim(0), C = weight.dim(1), N = dout.numel() / OC;
+  if (N == 0 || OC == 0 || C == 0) return;
+  const DType act = dout.dtype();
+
+  if (!dbias.empty()) {
+    expect_cuda(dbias, "matmul_backward: dbias");
+    expect_f32(dbias, "matmul_backward: dbias (parameter gradients are f32)");
+    bias_grad(dbias, dout, N, OC);
+  }
+
+  if (!dweight.empty()) {
+    // dweight (OC,C) += dout^T @ inp; column-major D[C x OC] = inp_cm (C x N) * dout_cm^T (N x OC).
+    expect_cuda(dweight, "matmul_backward: dweight");
+    ENGINE_CHECK(inp.dtype() == act, "matmul_backward: inp ", inp.describe(), " and dout ", dout.describe(),
+                 " must share a dtype");
+    check_output_type(act, dweight.dtype(), "matmul_backward: dweight");
+    Gemm g;
+    g.a = inp.data(), g.a_type = act, g.trans_a = false, g.lda = C;
+    g.b = dout.data(), g.b_type = act, g.trans_b = true, g.ldb = OC;
+    g.d = dweight.data(), g.d_type = dweight.dtype(), g.ldd = C;
+    g.m = C, g.n = OC, g.k = N;
+    g.beta = 1.0f;
+    gemm(g, "matmul_backward (dweight)");
+  }
+
+  if (!dinp.empty()) {
+    // dinp (N,C) = dout @ weight; column-major D[C x N] = weight_cm (C x OC) * dout_cm (OC x N).
+    expect_cuda(dinp, "matmul_backward: dinp");
+    check_output_type(act, dinp.dtype(), "matmul_backward: dinp");
+    const Staging staging = stage(weight, act, Tensor{}, act);
+    const Tensor w = as_dtype(weight, act, staging.weight);
+    Gemm g;
+    g.a = w.data(), g.a_type = act, g.trans_a = false, g.lda = C;
+    g.b = dout.data(), g.b_type = act, g.trans_b = false, g.ldb = OC;
+    g.d = dinp.data(), g.d_type = dinp.dtype(), g.ldd = C;
+    g.m = C, g.n = N, g.k = OC;
+    if (!gelu_pre.empty()) {
+      expect_cuda(gelu_pre, "matmul_backward: gelu_pre");
+      // Fused: dinp = (dout W) * gelu'(gelu_pre); aux is gelu_pre, C x N column-major, ld C.
+      const bool fusable = act == DType::kBF16 && dinp.dtype() == DType::kBF16 &&
+                           gelu_pre.dtype() == DType::kBF16 && C % 8 == 0 && aligned(gelu_pre.data(), 16) &&
+                           aligned(dinp.data(), 16);
+      if (fusable) {
+        Gemm fused = g;
+        fused.epilogue = CUBLASLT_EPILOGUE_DGELU;
+        fused.aux = gelu_pre.data(), fused.aux_ld = C;
+        if (try_lt_gemm(fused)) return;
+      }
+      gemm(g, "matmul_backward (dinp)");
+      gelu_backward(dinp, gelu_pre, dinp);  // in place: dinp = dinp * gelu'(gelu_pre)
+      return;
+    }
+    gemm(g, "matmul_backward (dinp)");
+  }
+}
+
+}  // namespace engine::cuda

@@ -1,0 +1,136 @@
+// Benchmark of one training step (forward, backward, AdamW) on synthetic
+// tokens: tokens/s, achieved FLOP/s (Megatron-LM's model-FLOP convention, see
+// model/flops.h), and where the step's time goes, op by op.
+//
+//   train_step_bench                                  # the two CPU cases of RESULTS.md
+//   train_step_bench --model gpt2-124m --seq-len 64 --micro-batch 4 --steps 3
+//
+// Nothing here is asserted: figures are recorded in RESULTS.md by hand, with
+// the machine, date, commit and command.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "engine/buffer.h"
+#include "engine/device.h"
+#include "engine/profiler.h"
+#include "model/flops.h"
+#include "model/gpt_params.h"
+#include "model/gpt_stage.h"
+#include "optim/adamw.h"
+#include "optim/grad_clip.h"
+
+namespace {
+
+struct Case {
+  std::string model;
+  std::int64_t micro_batch;
+  std::int64_t seq_len;
+};
+
+using Clock = std::chrono::steady_clock;
+
+void run_case(const Case& c, int steps, engine::DeviceType device, model::Precision precision, bool profile) {
+  model::GptConfig config = model::gpt_preset(c.model);
+  const model::ParamRegistry registry = model::build_gpt_registry(config);
+  model::ParamStore store(registry, device, precision);
+  store.initialize(1);
+  model::GptStage stage(config, store, model::whole_model(config),
+                        model::ActivationShape{c.micro_batch, c.seq_len, model::activation_dtype(precision)}, 1);
+  engine::Arena plan = engine::Arena::planning(device);
+  stage.allocate(plan);
+  engine::Arena arena(device, plan.used());
+  stage.allocate(arena);
+  std::vector<optim::ParamSegment> segments;
+  for (const auto& s : registry.decay_segments()) segments.push_back({s.offset, s.count, s.decay});
+  optim::AdamW adamw({store.master(), store.grads(), store.working()}, segments, optim::AdamWConfig{});
+
+  const std::int64_t tokens_per_step = c.micro_batch * c.seq_len;
+  std::vector<std::int32_t> tokens(tokens_per_step), targets(tokens_per_step);
+  for (std::int64_t i = 0; i < tokens_per_step; ++i) {
+    tokens[i] = static_cast<std::int32_t>((i * 7919) % config.vocab_size);
+    targets[i] = static_cast<std::int32_t>((i * 104729 + 3) % config.vocab_size);
+  }
+  auto step = [&] {
+    store.zero_grads();
+    stage.forward(0, tokens.data(), targets.data(), 1.0 / static_cast<double>(tokens_per_step));
+    stage.backward(0);
+    const double norm = std::sqrt(optim::grad_sum_of_squares(store.grads()));
+    adamw.step(1e-4, optim::clip_factor(norm, 1.0));
+    engine::device_synchronize();
+  };
+  step();  // warm-up: first touches of memory, thread pools, cuBLASLt heuristics
+
+  std::vector<double> times;
+  for (int i = 0; i < steps; ++i) {
+    const auto t0 = Clock::now();
+    step();
+    times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  std::sort(times.begin(), times.end());
+  const double median = times[times.size() / 2];
+  const double flops = model::training_flops_per_step(config, c.micro_batch, c.seq_len);
+  std::printf("%-10s B=%-3lld T=%-5lld params %6.1fM | step %8.1f ms (median of %d) | %9.0f tok/s | %7.2f GFLOP/s | "
+              "activations %s\n",
+              c.model.c_str(), static_cast<long long>(c.micro_batch), static_cast<long long>(c.seq_len),
+              config.num_parameters() / 1e6, median * 1e3, steps, tokens_per_step / median, flops / median / 1e9,
+              engine::format_bytes(arena.capacity()).c_str());
+
+  if (!profile) return;
+  // One more step with per-op timing (synchronising around each op).
+  engine::OpProfiler::reset();
+  engine::OpProfiler::enable(true);
+  const auto t0 = Clock::now();
+  step();
+  const double total = std::chrono::duration<double>(Clock::now() - t0).count();
+  engine::OpProfiler::enable(false);
+  auto ops = engine::OpProfiler::snapshot();
+  std::vector<std::pair<std::string, engine::OpTime>> sorted(ops.begin(), ops.end());
+  std::sort(sorted.begin(), sorted.end(), [](auto& a, auto& b) { return a.second.seconds > b.second.seconds; });
+  double matmul = 0;
+  for (const auto& [name, t] : sorted) {
+    std::printf("    %-22s %8.2f ms %5.1f%%  (%lld calls)\n", name.c_str(), t.seconds * 1e3, 100 * t.seconds / total,
+                t.calls);
+    if (name.rfind("matmul", 0) == 0) matmul += t.seconds;
+  }
+  std::printf("    matmul share of the step: %.1f%%\n", 100 * matmul / total);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Time training steps of a GPT on synthetic tokens."};
+  std::string model_name, device_name = "cpu", precision_name = "auto";
+  std::int64_t micro_batch = 0, seq_len = 0;
+  int steps = 5;
+  bool profile = true;
+  app.add_option("--model", model_name, "Preset to time (default: the two cases of RESULTS.md)");
+  app.add_option("--micro-batch", micro_batch, "Sequences per step");
+  app.add_option("--seq-len", seq_len, "Tokens per sequence");
+  app.add_option("--steps", steps, "Timed steps (after one warm-up)")->capture_default_str();
+  app.add_option("--device", device_name, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  app.add_option("--precision", precision_name, "auto, fp32 or bf16")->capture_default_str();
+  app.add_option("--profile", profile, "Print the per-op breakdown of one extra step")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  try {
+    const engine::DeviceType device = device_name == "cuda" ? engine::DeviceType::kCuda : engine::DeviceType::kCpu;
+    if (device == engine::DeviceType::kCuda) engine::cuda_set_device(0);
+    const model::Precision precision = precision_name == "auto"
+                                           ? (device == engine::DeviceType::kCuda ? model::Precision::kBf16
+                                                                                  : model::Precision::kFp32)
+                                           : model::parse_precision(precision_name);
+    std::vector<Case> cases;
+    if (model_name.empty())
+      cases = {{"gpt-demo", 16, 128}, {"gpt2-124m", 4, 64}};
+    else
+      cases = {{model_name, micro_batch ? micro_batch : 4, seq_len ? seq_len : 64}};
+    for (const Case& c : cases) run_case(c, steps, device, precision, profile);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

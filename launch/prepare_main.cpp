@@ -1,0 +1,337 @@
+// prepare: turns UTF-8 text files into byte-level token shards for `train`.
+//
+//   prepare --input /usr/share/doc --output-dir data --name corpus
+//
+// writes data/corpus_val_000000.bin, data/corpus_train_000000.bin, ... in
+// llm.c's shard format (see token_shard.h).
+//
+// Train/validation split: every input file is cut into blocks of kBlockBytes;
+// the last val-fraction of each block (rounded to whole bytes) goes to the
+// validation split and the rest to training. It is deterministic (no RNG, the
+// same input gives byte-identical shards), it spreads validation text over the
+// whole corpus rather than taking one corner of it, and it gives even a tiny
+// input a non-empty validation split.
+//
+// Documents are concatenated with nothing between them: the byte vocabulary
+// has no spare id for an end-of-text token (see byte_tokenizer.h).
+
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <limits>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "engine/check.h"
+#include "launch/byte_tokenizer.h"
+#include "launch/token_shard.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::int64_t kBlockBytes = 1 << 20;  // split granularity, see the top of the file
+// Draw a progress bar when stderr is a terminal, or when the input is big
+// enough that a log file benefits from seeing it move.
+constexpr std::int64_t kProgressMinBytes = 64 << 20;
+constexpr double kProgressRedrawSeconds = 0.1;
+// A directory such as /usr/share/doc holds thousands of .gz files; name the
+// first few skipped files and count the rest in the summary.
+constexpr int kMaxSkipNotes = 10;
+
+struct Options {
+  std::vector<std::string> inputs;
+  std::string output_dir;
+  double val_fraction = 0.05;
+  std::int64_t shard_tokens = 100'000'000;
+  std::string name = "corpus";
+  bool overwrite = false;
+};
+
+struct InputFile {
+  fs::path path;
+  std::int64_t bytes;
+  bool named_on_command_line;  // errors on these are fatal; files found in a directory are skipped
+};
+
+// Expands --input arguments: files as given, directories to every regular
+// file below them, sorted by path so the output does not depend on the order
+// the file system lists them in.
+std::vector<InputFile> collect_inputs(const std::vector<std::string>& inputs) {
+  std::vector<InputFile> files;
+  for (const std::string& input : inputs) {
+    const fs::path path(input);
+    std::error_code error;
+    const fs::file_status status = fs::status(path, error);
+    ENGINE_CHECK(fs::exists(status), "input '", input, "' does not exist");
+    if (fs::is_directory(status)) {
+      std::vector<fs::path> found;
+      for (const auto& entry : fs::recursive_directory_iterator(path, fs::directory_options::skip_permission_denied)) {
+        if (entry.is_regular_file(error)) found.push_back(entry.path());
+      }
+      std::sort(found.begin(), found.end());
+      for (const fs::path& file : found) files.push_back({file, static_cast<std::int64_t>(fs::file_size(file)), false});
+    } else {
+      ENGINE_CHECK(fs::is_regular_file(status), "input '", input, "' is neither a regular file nor a directory");
+      files.push_back({path, static_cast<std::int64_t>(fs::file_size(path)), true});
+    }
+  }
+  return files;
+}
+
+// Fills shards of at most `shard_tokens` tokens: DIR/NAME_SPLIT_000000.bin, ...
+class ShardWriter {
+ public:
+  ShardWriter(fs::path dir, std::string prefix, std::int64_t shard_tokens)
+      : dir_(std::move(dir)), prefix_(std::move(prefix)), shard_tokens_(shard_tokens) {}
+
+  void add(std::span<const std::uint16_t> tokens) {
+    while (!tokens.empty()) {
+      const auto room = static_cast<std::size_t>(shard_tokens_) - buffer_.size();
+      const std::size_t take = std::min(room, tokens.size());
+      buffer_.insert(buffer_.end(), tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(take));
+      tokens = tokens.subspan(take);
+      if (static_cast<std::int64_t>(buffer_.size()) == shard_tokens_) flush();
+    }
+  }
+
+  // Writes what is left. A leftover of one token cannot form an (input,
+  // target) pair and the shard format refuses it, so it is dropped.
+  void finish() {
+    if (static_cast<std::int64_t>(buffer_.size()) >= launch::kShardMinTokens) {
+      flush();
+    } else if (!buffer_.empty()) {
+      std::cerr << "prepare: note: dropping the last " << buffer_.size() << " token(s) of " << prefix_
+                << ": a shard needs at least " << launch::kShardMinTokens << "\n";
+      buffer_.clear();
+    }
+  }
+
+  std::int64_t tokens_written() const { return tokens_written_; }
+  int shards_written() const { return shards_written_; }
+
+ private:
+  void flush() {
+    char suffix[32];
+    std::snprintf(suffix, sizeof(suffix), "_%06d.bin", shards_written_);
+    launch::write_token_shard((dir_ / (prefix_ + suffix)).string(), buffer_);
+    tokens_written_ += static_cast<std::int64_t>(buffer_.size());
+    ++shards_written_;
+    buffer_.clear();
+  }
+
+  fs::path dir_;
+  std::string prefix_;
+  std::int64_t shard_tokens_;
+  std::vector<std::uint16_t> buffer_;
+  std::int64_t tokens_written_ = 0;
+  int shards_written_ = 0;
+};
+
+// "[#######.............]  35.2%  120.3/341.0 MB  85.1 MB/s", redrawn in
+// place with \r at most every kProgressRedrawSeconds.
+class ProgressBar {
+ public:
+  explicit ProgressBar(std::int64_t total_bytes)
+      : total_(total_bytes),
+        enabled_(total_bytes > 0 && (::isatty(STDERR_FILENO) || total_bytes > kProgressMinBytes)),
+        start_(Clock::now()),
+        last_draw_(start_) {}
+
+  void update(std::int64_t done_bytes) {
+    done_ = done_bytes;
+    if (!enabled_) return;
+    const auto now = Clock::now();
+    if (std::chrono::duration<double>(now - last_draw_).count() < kProgressRedrawSeconds) return;
+    last_draw_ = now;
+    draw(now);
+  }
+
+  void finish() {
+    if (!enabled_) return;
+    draw(Clock::now());
+    end_line();
+  }
+
+  // Ends a partly drawn bar so a note printed next starts on its own line.
+  void end_line() {
+    if (drawn_) std::cerr << "\n";
+    drawn_ = false;
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  void draw(Clock::time_point now) {
+    drawn_ = true;
+    constexpr int kWidth = 30;
+    // Clamped: a file that grew since it was listed can push done_ past total_.
+    const double fraction = std::clamp(static_cast<double>(done_) / static_cast<double>(total_), 0.0, 1.0);
+    const int filled = static_cast<int>(fraction * kWidth);
+    const double seconds = std::max(1e-9, std::chrono::duration<double>(now - start_).count());
+    const double mb = 1e6;
+    std::fprintf(stderr, "\r[%s%s] %5.1f%%  %.1f/%.1f MB  %.1f MB/s", std::string(filled, '#').c_str(),
+                 std::string(kWidth - filled, '.').c_str(), 100.0 * fraction, done_ / mb, total_ / mb,
+                 done_ / mb / seconds);
+    std::fflush(stderr);
+  }
+
+  std::int64_t total_;
+  std::int64_t done_ = 0;
+  bool enabled_;
+  bool drawn_ = false;
+  Clock::time_point start_;
+  Clock::time_point last_draw_;
+};
+
+// Creates the output directory, checks it is writable, and deals with shards
+// of the same name left by an earlier run: a later glob would mix them with
+// the new ones, so they are refused unless --overwrite removes them.
+void prepare_output_dir(const Options& options) {
+  const fs::path dir(options.output_dir);
+  std::error_code error;
+  fs::create_directories(dir, error);
+  ENGINE_CHECK(!error, "cannot create output directory '", options.output_dir, "': ", error.message());
+  ENGINE_CHECK(fs::is_directory(dir), "output path '", options.output_dir, "' exists and is not a directory");
+  ENGINE_CHECK(::access(dir.c_str(), W_OK) == 0, "output directory '", options.output_dir, "' is not writable");
+
+  const std::regex ours(options.name + "_(train|val)_[0-9]{6}\\.bin(\\.tmp)?");
+  std::vector<fs::path> stale;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (std::regex_match(entry.path().filename().string(), ours)) stale.push_back(entry.path());
+  }
+  if (stale.empty()) return;
+  ENGINE_CHECK(options.overwrite, "output directory '", options.output_dir, "' already holds ", stale.size(),
+               " shard(s) named '", options.name, "_*' (e.g. ", stale.front().filename().string(),
+               "); pass --overwrite to replace them, or choose another --name or --output-dir");
+  for (const fs::path& path : stale) fs::remove(path);
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  ENGINE_CHECK(in, "cannot open '", path.string(), "' for reading: ", std::strerror(errno));
+  std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ENGINE_CHECK(!in.bad(), "error reading '", path.string(), "'");
+  return content;
+}
+
+int run(const Options& options) {
+  ENGINE_CHECK(!options.name.empty() && options.name.find('/') == std::string::npos, "--name '", options.name,
+               "' must be non-empty and contain no '/'");
+  const std::vector<InputFile> files = collect_inputs(options.inputs);
+  std::int64_t total_bytes = 0;
+  for (const InputFile& file : files) total_bytes += file.bytes;
+  ENGINE_CHECK(!files.empty(), "no files found in the inputs (", options.inputs.size(), " path(s) given)");
+  prepare_output_dir(options);
+
+  const launch::ByteTokenizer tokenizer;
+  const fs::path dir(options.output_dir);
+  ShardWriter train(dir, options.name + "_train", options.shard_tokens);
+  ShardWriter val(dir, options.name + "_val", options.shard_tokens);
+  ProgressBar progress(total_bytes);
+
+  std::int64_t done_bytes = 0;
+  int files_used = 0;
+  int files_skipped = 0;
+  auto note_skip = [&](const std::string& why) {
+    if (files_skipped < kMaxSkipNotes) {
+      progress.end_line();
+      std::cerr << "prepare: note: skipping " << why << "\n";
+    } else if (files_skipped == kMaxSkipNotes) {
+      progress.end_line();
+      std::cerr << "prepare: note: skipping more files; the summary counts them\n";
+    }
+    ++files_skipped;
+  };
+  for (const InputFile& file : files) {
+    std::string text;
+    try {
+      text = read_file(file.path);
+    } catch (const engine::Error& error) {
+      if (file.named_on_command_line) throw;
+      note_skip(error.what());
+      done_bytes += file.bytes;
+      progress.update(done_bytes);
+      continue;
+    }
+    if (std::memchr(text.data(), '\0', text.size()) != nullptr) {
+      note_skip("'" + file.path.string() + "': contains NUL bytes, so not text");
+      done_bytes += file.bytes;
+      progress.update(done_bytes);
+      continue;
+    }
+    ++files_used;
+    for (std::size_t at = 0; at < text.size(); at += kBlockBytes) {
+      const std::string_view block = std::string_view(text).substr(at, kBlockBytes);
+      const std::vector<std::uint16_t> tokens = tokenizer.encode(block);
+      const auto val_tokens = static_cast<std::size_t>(std::llround(options.val_fraction * tokens.size()));
+      const std::span<const std::uint16_t> all(tokens);
+      train.add(all.first(tokens.size() - val_tokens));
+      val.add(all.last(val_tokens));
+      done_bytes += static_cast<std::int64_t>(block.size());
+      progress.update(done_bytes);
+    }
+  }
+  progress.finish();
+  train.finish();  // may print a note, so after the bar's last line
+  val.finish();
+  ENGINE_CHECK(train.shards_written() > 0, "the inputs hold no usable text (", files_used, " text file(s), ",
+               files_skipped, " skipped): nothing to write");
+
+  std::cout << "prepare: " << files_used << " file(s) read, " << files_skipped << " skipped, " << done_bytes
+            << " bytes\n"
+            << "prepare: train: " << train.tokens_written() << " tokens in " << train.shards_written() << " shard(s)\n"
+            << "prepare: val:   " << val.tokens_written() << " tokens in " << val.shards_written() << " shard(s)\n"
+            << "prepare: wrote " << (dir / (options.name + "_{train,val}_*.bin")).string() << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options options;
+  CLI::App app(
+      "Tokenize UTF-8 text files with the byte-level tokenizer (vocab 256) into llm.c-format token shards.\n"
+      "Writes DIR/NAME_train_000000.bin, ... and DIR/NAME_val_000000.bin, ... .\n"
+      "Split: each input file is cut into 1 MiB blocks; the last val-fraction of every block goes to the\n"
+      "validation split, the rest to training (deterministic, no RNG). Files containing NUL bytes are\n"
+      "skipped as not text; files are concatenated in order with no separator.",
+      "prepare");
+  app.add_option("--input", options.inputs,
+                 "Text file or directory (every regular file below it, sorted by path); repeatable")
+      ->required()
+      ->take_all();
+  app.add_option("--output-dir", options.output_dir, "Directory for the shards (created if missing)")->required();
+  app.add_option("--val-fraction", options.val_fraction, "Fraction of every block that goes to validation")
+      ->check(CLI::Range(0.0, 0.99))
+      ->capture_default_str();
+  app.add_option("--shard-tokens", options.shard_tokens, "Maximum tokens per shard")
+      ->check(CLI::Range(std::int64_t{launch::kShardMinTokens}, std::int64_t{std::numeric_limits<std::int32_t>::max()}))
+      ->capture_default_str();
+  app.add_option("--name", options.name, "Shard file name prefix")->capture_default_str();
+  app.add_flag("--overwrite", options.overwrite, "Replace shards of the same name left by an earlier run");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    // --help exits 0; every real parse error exits 1 like other failures.
+    return app.exit(error) == 0 ? 0 : 1;
+  }
+  try {
+    return run(options);
+  } catch (const std::exception& error) {
+    std::cerr << "prepare: error: " << error.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The main job on its built-in default: installs what is missing, builds,
+# turns the English text of Debian's `fortunes` packages into byte-level token
+# shards, and trains a small GPT on it (the GPU if there is one, else the CPU),
+# printing one line per step, then a sample of generated text.
+#
+#   launch/train.sh                      # the demo
+#   launch/train.sh --steps 2000 --lr 1e-3   # any `train` flag overrides the demo's
+set -euo pipefail
+source "$(dirname "$0")/setup_env.sh"
+
+engine_install_dependencies
+engine_build train prepare
+
+DATA_DIR=${DATA_DIR:-$ENGINE_ROOT/data/fortunes}
+if ! ls "$DATA_DIR"/fortunes_train_*.bin >/dev/null 2>&1; then
+  corpus=$(mktemp -d)
+  trap 'rm -rf "$corpus"' EXIT
+  # The fortune files themselves; *.dat are indexes and *.u8 are symlinks.
+  find -L /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' -exec cp {} "$corpus"/ \;
+  "$ENGINE_BUILD_DIR/launch/prepare" --input "$corpus" --output-dir "$DATA_DIR" --name fortunes --val-fraction 0.05
+fi
+
+RUN_DIR=${RUN_DIR:-$ENGINE_ROOT/runs/demo}
+mkdir -p "$RUN_DIR"
+exec "$ENGINE_BUILD_DIR/launch/train" \
+  --config "$ENGINE_ROOT/examples/configs/demo.json" \
+  --train-data "$DATA_DIR/fortunes_train_*.bin" \
+  --val-data "$DATA_DIR/fortunes_val_*.bin" \
+  --log-file "$RUN_DIR/metrics.jsonl" \
+  --checkpoint-dir "$RUN_DIR/checkpoints" \
+  "$@"

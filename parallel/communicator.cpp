@@ -1,0 +1,194 @@
+// The backend-independent half of every communicator: argument checks, the
+// size-1 shortcuts and byte accounting happen here once, so the MPI and NCCL
+// backends only move bytes (the non-virtual interface idiom).
+#include "parallel/communicator.h"
+
+#include <sstream>
+
+#include "engine/buffer.h"
+#include "engine/check.h"
+#include "engine/device.h"
+
+namespace parallel {
+
+namespace {
+
+class CompletedOp final : public PendingOp {
+ public:
+  void wait() override {}
+};
+
+// factor * (n-1)/n * bytes, rounded down: what a ring sends (communicator.h).
+std::uint64_t ring_bytes(std::uint64_t bytes, int n, int factor) {
+  return bytes * static_cast<std::uint64_t>(factor) * static_cast<std::uint64_t>(n - 1) /
+         static_cast<std::uint64_t>(n);
+}
+
+void copy_tensor(const Tensor& dst, const Tensor& src) {
+  if (dst.data() != src.data())
+    engine::copy_bytes(dst.data(), dst.device(), src.data(), src.device(), src.bytes());
+}
+
+}  // namespace
+
+const char* reduce_op_name(ReduceOp op) { return op == ReduceOp::kSum ? "sum" : "max"; }
+
+CommHandle completed_op() { return std::make_unique<CompletedOp>(); }
+
+bool overlaps(const Tensor& a, const Tensor& b) {
+  if (a.bytes() == 0 || b.bytes() == 0) return false;
+  const char* a0 = static_cast<const char*>(a.data());
+  const char* b0 = static_cast<const char*>(b.data());
+  return a0 < b0 + b.bytes() && b0 < a0 + a.bytes();
+}
+
+std::string Communicator::describe() const {
+  std::ostringstream out;
+  out << backend() << " " << name_ << ": rank " << rank() << " of " << size();
+  return out.str();
+}
+
+void Communicator::check_tensor(const Tensor& t, const char* op, const char* what) const {
+  ENGINE_CHECK(!t.empty() || t.numel() == 0, name_, " ", op, ": ", what, " ", t.describe(),
+               " has no memory");
+  ENGINE_CHECK(t.dtype() == engine::DType::kF32 || t.dtype() == engine::DType::kF64 ||
+                   t.dtype() == engine::DType::kBF16 || t.dtype() == engine::DType::kI32,
+               name_, " ", op, ": unsupported dtype of ", what, " ", t.describe());
+}
+
+// ---- collectives ------------------------------------------------------------
+
+CommHandle Communicator::all_reduce_async(const Tensor& inout, ReduceOp op) {
+  check_tensor(inout, "all_reduce", "inout");
+  if (size() == 1 || inout.numel() == 0) return completed_op();
+  count(ring_bytes(inout.bytes(), size(), 2));
+  return start_all_reduce(inout, op);
+}
+
+CommHandle Communicator::reduce_scatter_async(const Tensor& in, const Tensor& out, ReduceOp op) {
+  check_tensor(in, "reduce_scatter", "in");
+  check_tensor(out, "reduce_scatter", "out");
+  ENGINE_CHECK(in.dtype() == out.dtype() && in.device() == out.device(), name_,
+               " reduce_scatter: in ", in.describe(), " and out ", out.describe(),
+               " must have the same dtype and device");
+  ENGINE_CHECK(in.numel() == out.numel() * size(), name_, " reduce_scatter: in ", in.describe(),
+               " must hold size ", size(), " x out's ", out.numel(), " elements");
+  if (out.numel() == 0) return completed_op();
+  if (size() == 1) {
+    copy_tensor(out, in);
+    return completed_op();
+  }
+  ENGINE_CHECK(!overlaps(in, out) || out.data() == in.flat_slice(rank() * out.numel(), out.numel()).data(),
+               name_, " reduce_scatter: out overlaps in but is not this rank's slice of it");
+  count(ring_bytes(in.bytes(), size(), 1));
+  return start_reduce_scatter(in, out, op);
+}
+
+CommHandle Communicator::all_gather_async(const Tensor& in, const Tensor& out) {
+  check_tensor(in, "all_gather", "in");
+  check_tensor(out, "all_gather", "out");
+  ENGINE_CHECK(in.dtype() == out.dtype() && in.device() == out.device(), name_,
+               " all_gather: in ", in.describe(), " and out ", out.describe(),
+               " must have the same dtype and device");
+  ENGINE_CHECK(out.numel() == in.numel() * size(), name_, " all_gather: out ", out.describe(),
+               " must hold size ", size(), " x in's ", in.numel(), " elements");
+  if (in.numel() == 0) return completed_op();
+  if (size() == 1) {
+    copy_tensor(out, in);
+    return completed_op();
+  }
+  ENGINE_CHECK(!overlaps(in, out) || in.data() == out.flat_slice(rank() * in.numel(), in.numel()).data(),
+               name_, " all_gather: in overlaps out but is not this rank's slice of it");
+  count(ring_bytes(out.bytes(), size(), 1));
+  return start_all_gather(in, out);
+}
+
+CommHandle Communicator::broadcast_async(const Tensor& t, int root) {
+  check_tensor(t, "broadcast", "t");
+  ENGINE_CHECK(root >= 0 && root < size(), name_, " broadcast: root ", root,
+               " is outside the group of size ", size());
+  if (size() == 1 || t.numel() == 0) return completed_op();
+  count(ring_bytes(t.bytes(), size(), 1));
+  return start_broadcast(t, root);
+}
+
+void Communicator::all_to_all(const Tensor& in, const Tensor& out) {
+  check_tensor(in, "all_to_all", "in");
+  check_tensor(out, "all_to_all", "out");
+  ENGINE_CHECK(in.dtype() == out.dtype() && in.device() == out.device() && in.numel() == out.numel() &&
+                   in.numel() % size() == 0,
+               name_, " all_to_all: in ", in.describe(), " and out ", out.describe(),
+               " must have the same dtype, device and element count, a multiple of the group size ",
+               size());
+  ENGINE_CHECK(!overlaps(in, out), name_, " all_to_all: in and out must not overlap");
+  if (in.numel() == 0) return;
+  if (size() == 1) return copy_tensor(out, in);
+  count(ring_bytes(in.bytes(), size(), 1));
+  start_all_to_all(in, out)->wait();
+}
+
+void Communicator::barrier() {
+  if (size() > 1) do_barrier();
+}
+
+void Communicator::all_reduce(const Tensor& inout, ReduceOp op) { all_reduce_async(inout, op)->wait(); }
+void Communicator::reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) {
+  reduce_scatter_async(in, out, op)->wait();
+}
+void Communicator::all_gather(const Tensor& in, const Tensor& out) { all_gather_async(in, out)->wait(); }
+void Communicator::broadcast(const Tensor& t, int root) { broadcast_async(t, root)->wait(); }
+
+// ---- point to point -----------------------------------------------------------
+
+CommHandle Communicator::batch_p2p_async(std::span<const P2POp> ops) {
+  std::uint64_t bytes = 0;
+  for (const P2POp& op : ops) {
+    const char* what = op.kind == P2POp::Kind::kSend ? "send" : "recv";
+    check_tensor(op.tensor, what, "tensor");
+    ENGINE_CHECK(op.peer >= 0 && op.peer < size(), name_, " ", what, ": peer ", op.peer,
+                 " is outside the group of size ", size());
+    if (op.kind == P2POp::Kind::kSend && op.peer != rank()) bytes += op.tensor.bytes();
+  }
+  // Empty messages are still posted: matching is by order, so every send
+  // must meet its receive even when it carries 0 bytes.
+  if (ops.empty()) return completed_op();
+  count(bytes);
+  return start_p2p(ops);
+}
+
+CommHandle Communicator::send_async(const Tensor& t, int peer) {
+  const P2POp op = P2POp::send(t, peer);
+  return batch_p2p_async(std::span<const P2POp>(&op, 1));
+}
+CommHandle Communicator::recv_async(const Tensor& t, int peer) {
+  const P2POp op = P2POp::recv(t, peer);
+  return batch_p2p_async(std::span<const P2POp>(&op, 1));
+}
+void Communicator::send(const Tensor& t, int peer) { send_async(t, peer)->wait(); }
+void Communicator::recv(const Tensor& t, int peer) { recv_async(t, peer)->wait(); }
+void Communicator::batch_p2p(std::span<const P2POp> ops) { batch_p2p_async(ops)->wait(); }
+
+// ---- GridComms ------------------------------------------------------------------
+
+Communicator& GridComms::axis(Axis a) const {
+  const std::unique_ptr<Communicator>& c = a == Axis::kTp ? tp : a == Axis::kDp ? dp : pp;
+  ENGINE_CHECK(c != nullptr, "no ", axis_name(a), " communicator was created");
+  return *c;
+}
+
+std::string GridComms::bytes_summary() const {
+  std::ostringstream out;
+  bool first = true;
+  for (Axis a : {Axis::kTp, Axis::kDp, Axis::kPp}) {
+    out << (first ? "" : ", ") << axis_name(a) << " " << engine::format_bytes(axis(a).bytes_sent());
+    first = false;
+  }
+  return out.str();
+}
+
+void GridComms::reset_bytes_sent() {
+  for (Communicator* c : {world.get(), tp.get(), dp.get(), pp.get()})
+    if (c) c->reset_bytes_sent();
+}
+
+}  // namespace parallel

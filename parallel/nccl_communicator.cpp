@@ -1,0 +1,221 @@
+#include "parallel/nccl_communicator.h"
+
+#include "engine/check.h"
+#include "engine/cuda/context.h"
+
+namespace parallel {
+
+namespace {
+
+void check_cuda(cudaError_t rc, const char* call, const std::string& comm_name) {
+  if (rc == cudaSuccess) [[likely]]
+    return;
+  ENGINE_FAIL(call, " for the ", comm_name, " communicator failed: ", cudaGetErrorString(rc));
+}
+
+void check_nccl(ncclResult_t rc, const char* call, const std::string& comm_name) {
+  if (rc == ncclSuccess) [[likely]]
+    return;
+  ENGINE_FAIL(call, " on the ", comm_name, " communicator failed: ", ncclGetErrorString(rc),
+              " (set NCCL_DEBUG=WARN for details)");
+}
+
+void check_mpi(int rc, const char* call, const std::string& comm_name) {
+  ENGINE_CHECK(rc == MPI_SUCCESS, call, " on the ", comm_name, " communicator failed with MPI error ", rc);
+}
+
+ncclDataType_t nccl_type(engine::DType dtype) {
+  switch (dtype) {
+    case engine::DType::kF32: return ncclFloat32;
+    case engine::DType::kF64: return ncclFloat64;
+    case engine::DType::kBF16: return ncclBfloat16;
+    case engine::DType::kI32: return ncclInt32;
+  }
+  ENGINE_FAIL("unsupported dtype ", static_cast<int>(dtype));
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::kSum ? ncclSum : ncclMax; }
+
+char* bytes_at(const Tensor& t, std::int64_t element) {
+  return static_cast<char*>(t.data()) + element * static_cast<std::int64_t>(engine::dtype_size(t.dtype()));
+}
+
+// An NCCL operation in flight: an event recorded on the comm stream after it.
+class NcclPending final : public PendingOp {
+ public:
+  NcclPending(cudaEvent_t done, std::string comm_name) : done_(done), comm_name_(std::move(comm_name)) {}
+  ~NcclPending() override {
+    if (done_) {
+      try {
+        wait();
+      } catch (...) {
+        // Destructors must not throw; the job is failing already.
+      }
+    }
+  }
+  void wait() override {
+    if (!done_) return;
+    // Device-side ordering only: kernels queued later on the compute stream
+    // start after the transfer; the host carries on.
+    cudaEvent_t done = done_;
+    done_ = nullptr;
+    check_cuda(cudaStreamWaitEvent(engine::cuda::current_stream(), done, 0), "cudaStreamWaitEvent", comm_name_);
+    check_cuda(cudaEventDestroy(done), "cudaEventDestroy", comm_name_);  // freed once it completes
+  }
+
+ private:
+  cudaEvent_t done_;
+  std::string comm_name_;
+};
+
+}  // namespace
+
+NcclCommunicator::NcclCommunicator(MPI_Comm group, std::string name) : Communicator(std::move(name)) {
+  check_mpi(MPI_Comm_dup(group, &mpi_comm_), "MPI_Comm_dup", this->name());
+  MPI_Comm_size(mpi_comm_, &size_);
+  MPI_Comm_rank(mpi_comm_, &rank_);
+  check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags",
+             this->name());
+  check_cuda(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "cudaEventCreateWithFlags",
+             this->name());
+  // A group of one never reaches NCCL (the base class short-circuits it), so
+  // it skips NCCL's initialisation, which costs tens of milliseconds.
+  if (size_ == 1) return;
+  ncclUniqueId id{};
+  if (rank_ == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId", this->name());
+  check_mpi(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi_comm_), "MPI_Bcast(ncclUniqueId)", this->name());
+  check_nccl(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank", this->name());
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (stream_) cudaStreamSynchronize(stream_);
+  if (comm_) ncclCommDestroy(comm_);
+  if (ready_) cudaEventDestroy(ready_);
+  if (stream_) cudaStreamDestroy(stream_);
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && mpi_comm_ != MPI_COMM_NULL) MPI_Comm_free(&mpi_comm_);
+}
+
+void NcclCommunicator::synchronize() {
+  check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize", name());
+}
+
+void NcclCommunicator::check_device(const char* call, const Tensor& t) const {
+  ENGINE_CHECK(t.device() == engine::DeviceType::kCuda, name(), " ", call,
+               ": the NCCL communicator needs device tensors, got ", t.describe(),
+               " (use the MPI communicator for host memory)");
+}
+
+void NcclCommunicator::begin(const char* call, std::initializer_list<const Tensor*> tensors) {
+  for (const Tensor* t : tensors) check_device(call, *t);
+  // The comm stream starts after everything already queued on the compute stream.
+  check_cuda(cudaEventRecord(ready_, engine::cuda::current_stream()), "cudaEventRecord", name());
+  check_cuda(cudaStreamWaitEvent(stream_, ready_, 0), "cudaStreamWaitEvent", name());
+}
+
+CommHandle NcclCommunicator::end() {
+  cudaEvent_t done = nullptr;
+  check_cuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreateWithFlags", name());
+  check_cuda(cudaEventRecord(done, stream_), "cudaEventRecord", name());
+  return std::make_unique<NcclPending>(done, name());
+}
+
+CommHandle NcclCommunicator::start_all_reduce(const Tensor& inout, ReduceOp op) {
+  begin("all_reduce", {&inout});
+  check_nccl(ncclAllReduce(inout.data(), inout.data(), static_cast<size_t>(inout.numel()),
+                           nccl_type(inout.dtype()), nccl_op(op), comm_, stream_),
+             "ncclAllReduce", name());
+  return end();
+}
+
+CommHandle NcclCommunicator::start_reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) {
+  // NCCL is in place exactly when out is my slice of in, the aliasing the
+  // base class allows.
+  begin("reduce_scatter", {&in, &out});
+  check_nccl(ncclReduceScatter(in.data(), out.data(), static_cast<size_t>(out.numel()),
+                               nccl_type(in.dtype()), nccl_op(op), comm_, stream_),
+             "ncclReduceScatter", name());
+  return end();
+}
+
+CommHandle NcclCommunicator::start_all_gather(const Tensor& in, const Tensor& out) {
+  begin("all_gather", {&in, &out});
+  check_nccl(ncclAllGather(in.data(), out.data(), static_cast<size_t>(in.numel()), nccl_type(in.dtype()),
+                           comm_, stream_),
+             "ncclAllGather", name());
+  return end();
+}
+
+CommHandle NcclCommunicator::start_broadcast(const Tensor& t, int root) {
+  begin("broadcast", {&t});
+  check_nccl(ncclBroadcast(t.data(), t.data(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()), root,
+                           comm_, stream_),
+             "ncclBroadcast", name());
+  return end();
+}
+
+CommHandle NcclCommunicator::start_all_to_all(const Tensor& in, const Tensor& out) {
+  begin("all_to_all", {&in, &out});
+  const std::int64_t block = in.numel() / size_;
+  const ncclDataType_t type = nccl_type(in.dtype());
+  check_nccl(ncclGroupStart(), "ncclGroupStart", name());
+  for (int peer = 0; peer < size_; ++peer) {
+    check_nccl(ncclSend(bytes_at(in, peer * block), static_cast<size_t>(block), type, peer, comm_, stream_),
+               "ncclSend", name());
+    check_nccl(ncclRecv(bytes_at(out, peer * block), static_cast<size_t>(block), type, peer, comm_, stream_),
+               "ncclRecv", name());
+  }
+  check_nccl(ncclGroupEnd(), "ncclGroupEnd", name());
+  return end();
+}
+
+CommHandle NcclCommunicator::start_p2p(std::span<const P2POp> ops) {
+  for (const P2POp& op : ops) check_device("send/recv", op.tensor);
+  begin("send/recv", {});
+  // One group: the sends and receives of the batch progress together, so two
+  // ranks that exchange messages cannot wait on each other's send.
+  check_nccl(ncclGroupStart(), "ncclGroupStart", name());
+  for (const P2POp& op : ops) {
+    const size_t count = static_cast<size_t>(op.tensor.numel());
+    const ncclDataType_t type = nccl_type(op.tensor.dtype());
+    if (op.kind == P2POp::Kind::kSend)
+      check_nccl(ncclSend(op.tensor.data(), count, type, op.peer, comm_, stream_), "ncclSend", name());
+    else
+      check_nccl(ncclRecv(op.tensor.data(), count, type, op.peer, comm_, stream_), "ncclRecv", name());
+  }
+  check_nccl(ncclGroupEnd(), "ncclGroupEnd", name());
+  return end();
+}
+
+void NcclCommunicator::do_barrier() {
+  synchronize();
+  check_mpi(MPI_Barrier(mpi_comm_), "MPI_Barrier", name());
+}
+
+GridComms make_nccl_comms(const ProcessGrid& grid, MPI_Comm world) {
+  int world_size = 0, world_rank = 0;
+  MPI_Comm_size(world, &world_size);
+  MPI_Comm_rank(world, &world_rank);
+  ENGINE_CHECK(world_size == grid.world_size() && world_rank == grid.world_rank(),
+               "the process grid was built for rank ", grid.world_rank(), " of ", grid.world_size(),
+               " but MPI says this is rank ", world_rank, " of ", world_size);
+  GridComms comms;
+  comms.world = std::make_unique<NcclCommunicator>(world, "world");
+  // Same order on every rank: each ncclCommInitRank blocks until its whole
+  // group has joined.
+  auto make = [&](Axis axis) {
+    MPI_Comm group = MPI_COMM_NULL;
+    check_mpi(MPI_Comm_split(world, grid.group_color(axis), grid.rank(axis), &group), "MPI_Comm_split",
+              axis_name(axis));
+    auto comm = std::make_unique<NcclCommunicator>(group, axis_name(axis));
+    MPI_Comm_free(&group);  // the communicator keeps its own duplicate
+    return comm;
+  };
+  comms.tp = make(Axis::kTp);
+  comms.dp = make(Axis::kDp);
+  comms.pp = make(Axis::kPp);
+  return comms;
+}
+
+}  // namespace parallel

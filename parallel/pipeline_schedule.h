@@ -1,0 +1,107 @@
+// Pipeline schedules: for each stage, the ordered list of what it does.
+//
+// A schedule is a list of Actions per stage. Compute actions (F, B) run one
+// micro-batch through the stage; communication actions move an activation to
+// the next stage (SF/RF) or its gradient to the previous one (SB/RB). The
+// communication is written out so that a schedule is readable and checkable
+// on its own ("RF3 F3 SF3 RB1 B1 SB1"), and the runner (pipeline_runner.h)
+// just executes the list.
+//
+// Both schedules here are "flush" schedules: all micro-batches of a step go
+// through before the optimizer step, so the weights every micro-batch sees are
+// the same as in one process (synchronous semantics, exact parity).
+//
+// - all_forward_all_backward (GPipe, Huang et al. 2019): every forward, then
+//   every backward. Holds the activations of all m micro-batches.
+// - one_f_one_b (PipeDream-Flush, Narayanan et al. 2021 §2.2, Fig. 4 top;
+//   Megatron-LM's default): stage s first runs min(p - s - 1, m) warm-up
+//   forwards, then alternates one forward and one backward, then drains the
+//   remaining backwards. Same bubble as GPipe, but stage s holds at most
+//   min(p - s, m) micro-batches' activations instead of m.
+//
+// Deadlock freedom. The runner posts every maximal run of consecutive
+// communication actions as one batch (all its sends and receives progress
+// together, like Megatron's send_forward_recv_backward / NCCL groups) and
+// waits for the batch before the next compute action. Messages between two
+// neighbours match in posting order, one channel per direction. With that:
+//   1. The per-channel sequences match: stage s sends F0..F(m-1) forward in
+//      micro-batch order and stage s+1 receives them in the same order (both
+//      follow their compute order of forwards, which is increasing); the same
+//      for gradients going back (backwards run in increasing order too).
+//   2. No cycle of waits. In 1F1B's steady state each batch talks to one
+//      neighbour, and that neighbour's batch holds exactly the complementary
+//      pair: stage s's [SF(i) RB(i-w)] meets stage s+1's [SB(i-w) RF(i)]
+//      (w = warm-up of s), so both complete together. In warm-up only
+//      activations move (downstream) and in cool-down only gradients
+//      (upstream), so a stage waits on a neighbour that is itself waiting
+//      further along the same direction: a chain ending at a pipeline end.
+//      GPipe is warm-up then cool-down.
+// Rather than trust the argument, check_schedules() executes any set of
+// per-stage lists under the strictest semantics (unbuffered, rendezvous
+// sends) and reports a deadlock; the unit tests run it over pp 1..8,
+// m 1..16 for both schedules.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace parallel {
+
+enum class ActionKind : std::uint8_t {
+  kRecvForward,   // RF: receive the activation of micro-batch i from the previous stage
+  kForward,       // F:  forward of micro-batch i
+  kSendForward,   // SF: send the activation of micro-batch i to the next stage
+  kRecvBackward,  // RB: receive the gradient of my output for micro-batch i from the next stage
+  kBackward,      // B:  backward of micro-batch i
+  kSendBackward,  // SB: send the gradient of my input for micro-batch i to the previous stage
+};
+
+struct Action {
+  ActionKind kind;
+  int micro;  // micro-batch index in [0, m)
+  bool operator==(const Action&) const = default;
+};
+
+bool is_communication(ActionKind kind);
+std::string to_string(const Action& action);               // "RF3"
+std::string format_actions(const std::vector<Action>& a);  // "RF0 F0 SF0 ..."
+std::string format_compute(const std::vector<Action>& a);  // only F and B: "F0 F1 B0 ..."
+
+enum class ScheduleKind { kOneFOneB, kAllForwardAllBackward };
+const char* schedule_name(ScheduleKind kind);  // "1f1b", "afab"
+// Accepts "1f1b", "afab" and "gpipe"; throws engine::Error naming the choices.
+ScheduleKind parse_schedule(const std::string& name);
+
+// The actions of `stage` in a pipeline of `pp_size` stages running
+// `micro_batches` micro-batches (any m >= 1, also m < pp_size).
+std::vector<Action> one_f_one_b(int pp_size, int stage, int micro_batches);
+std::vector<Action> all_forward_all_backward(int pp_size, int stage, int micro_batches);
+std::vector<Action> make_schedule(ScheduleKind kind, int pp_size, int stage, int micro_batches);
+
+// Adds the communication implied by a compute order: RF before and SF after
+// each forward, RB before and SB after each backward, except at the ends of
+// the pipeline (the first stage receives no activation, the last sends none).
+std::vector<Action> with_communication(const std::vector<Action>& compute, int pp_size, int stage);
+
+// Most micro-batches whose forward has run and backward has not, at any point
+// of the list: the number of activation sets the stage must hold at once.
+// 1F1B: min(pp_size - stage, m). GPipe: m.
+int peak_in_flight(const std::vector<Action>& actions);
+
+// Fraction of a step's time each stage idles in the pipeline bubble, with
+// equal forward+backward time per micro-batch: (p - 1) / (m + p - 1)
+// (Huang et al. 2019 §2.3; Narayanan et al. 2021 §2.2 write the same bubble
+// as (p - 1) / m of the ideal time). Same for 1F1B and GPipe.
+double bubble_fraction(int pp_size, int micro_batches);
+
+// Checks a whole pipeline's schedules (index = stage): every micro-batch runs
+// F then B exactly once per stage, receives come before the compute that
+// needs them and sends after the compute that produces them, every send has
+// the matching receive on the neighbour in the same order, and running the
+// lists as the runner does (batches of consecutive communication, rendezvous
+// sends) finishes without deadlock. Returns "" when all holds, else what
+// failed first.
+std::string check_schedules(const std::vector<std::vector<Action>>& per_stage, int micro_batches);
+
+}  // namespace parallel

@@ -1,0 +1,632 @@
+// The CUDA backend against the CPU backend (the reference), op by op, on
+// random inputs, through the public API only (engine::ops, Buffer, copy).
+//
+// Every test runs in two modes:
+//   fp32: every tensor f32 on both sides; the backends must agree tightly.
+//   bf16: activations (and the weights' working copies) bf16 on the GPU,
+//         parameter gradients, statistics and optimizer state f32. The CPU
+//         computes in f32 on the SAME values: inputs are first rounded to
+//         bf16 (through the device, i.e. the backend's own conversion) and
+//         those rounded values are what both backends see.
+// Device outputs are poisoned with NaN before each op, so an element the op
+// forgets to write fails the comparison.
+//
+// Tolerances. An element passes when |got - want| <= rel |want| + abs * max|want|.
+// bf16 keeps 8 significant bits, so rounding an f32 result to bf16 moves it by
+// at most half an ulp: |x - bf16(x)| <= 2^-9 |x|. With identical (pre-rounded)
+// inputs and fp32 accumulation on both sides, an op whose result is rounded
+// once is within 2^-9 relative; we allow 2^-8 (2x margin) plus a small
+// absolute term for fp32 summation-order noise near zero. Ops that round an
+// intermediate to bf16 too (GELU fused after a bf16 GEMM, attention's P and
+// dS fed to tensor cores in bf16, the dinp of layernorm accumulated in bf16)
+// get 2^-7; attention backward, whose gradients pass through several bf16
+// roundings and the cancellation in dP - rowsum(dO o O), is checked by
+// relative L2 error (2^-6) with a looser per-element bound. f32 results
+// (parameter gradients, losses, statistics) differ only by fp32 summation
+// order: 1e-4 relative. In fp32 mode everything is within 1e-4 relative of
+// max|want| (different but equally valid summation orders, CUDA's fast exp).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/buffer.h"
+#include "engine/device.h"
+#include "engine/ops.h"
+#include "engine/tensor.h"
+
+namespace {
+
+using namespace engine;
+
+constexpr DeviceType kCpu = DeviceType::kCpu;
+constexpr DeviceType kCuda = DeviceType::kCuda;
+const double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+bool gpu_visible() {
+  static const bool visible = cuda_device_count() > 0;
+  return visible;
+}
+
+// ---- tensors ------------------------------------------------------------------
+
+// An f32 CPU tensor owning its storage.
+struct Host {
+  std::vector<float> v;
+  Tensor t;
+  explicit Host(Shape shape) : v(static_cast<std::size_t>(shape.numel())), t(v.data(), shape, DType::kF32, kCpu) {}
+  Host(Host&&) = default;  // the vector's storage moves with it, so t stays valid
+  float& operator[](std::int64_t i) { return v[static_cast<std::size_t>(i)]; }
+  float operator[](std::int64_t i) const { return v[static_cast<std::size_t>(i)]; }
+};
+
+// A CUDA tensor owning its storage.
+struct Dev {
+  Buffer buffer;
+  Tensor t;
+  Dev(Shape shape, DType dtype)
+      : buffer(kCuda, static_cast<std::size_t>(shape.numel()) * dtype_size(dtype)), t(buffer.as_tensor(shape, dtype)) {}
+};
+
+Host random_host(Shape shape, std::mt19937& rng, float stddev = 1.0f, float mean = 0.0f) {
+  Host h(shape);
+  std::normal_distribution<float> normal(mean, stddev);
+  for (float& x : h.v) x = normal(rng);
+  return h;
+}
+
+Dev to_device(const Host& h, DType dtype) {
+  Dev d(h.t.shape(), dtype);
+  ops::copy(d.t, h.t);
+  return d;
+}
+
+Host to_host(const Tensor& t) {
+  Host h(t.shape());
+  ops::copy(h.t, t);
+  return h;
+}
+
+// Rounds h in place to what a `dtype` tensor can hold (bf16: through the device).
+void round_to(Host& h, DType dtype) {
+  if (dtype == DType::kF32) return;
+  Dev d = to_device(h, dtype);
+  ops::copy(h.t, d.t);
+}
+
+// Random values already representable in `dtype`, on the host.
+Host random_in(DType dtype, Shape shape, std::mt19937& rng, float stddev = 1.0f, float mean = 0.0f) {
+  Host h = random_host(shape, rng, stddev, mean);
+  round_to(h, dtype);
+  return h;
+}
+
+// A device tensor of `dtype` filled with NaN: whatever the op does not write stays NaN.
+Dev poisoned(Shape shape, DType dtype) {
+  Dev d(shape, dtype);
+  ops::fill(d.t, kNaN);
+  return d;
+}
+
+Dev i32_to_device(const std::vector<std::int32_t>& values, Shape shape) {
+  std::vector<std::int32_t> copy = values;
+  const Tensor host(copy.data(), shape, DType::kI32, kCpu);
+  Dev d(shape, DType::kI32);
+  ops::copy(d.t, host);
+  return d;
+}
+
+// ---- comparison ---------------------------------------------------------------
+
+struct Tolerance {
+  double rel;        // relative to |want| per element
+  double abs;        // relative to max |want| over the tensor
+  double l2 = 1e30;  // bound on ||got - want|| / ||want||
+};
+
+// fp32 mode gets `f32`, bf16 mode `bf16`.
+Tolerance pick(DType act, Tolerance f32, Tolerance bf16) { return act == DType::kF32 ? f32 : bf16; }
+
+const Tolerance kF32Tight{1e-4, 1e-4};
+const Tolerance kBf16Once{std::ldexp(1.0, -8), std::ldexp(1.0, -12)};   // one bf16 rounding
+const Tolerance kBf16Twice{std::ldexp(1.0, -7), std::ldexp(1.0, -9)};   // two roundings / approximations
+const Tolerance kF32Sum{1e-4, 1e-4};                                    // f32 results of bf16 inputs
+
+void expect_close(const Tensor& got_tensor, const Host& want, Tolerance tol, const std::string& what) {
+  const Host got = to_host(got_tensor);
+  ASSERT_EQ(got.v.size(), want.v.size()) << what;
+  double max_want = 0.0, err2 = 0.0, want2 = 0.0, worst = 0.0;
+  for (float w : want.v) max_want = std::max(max_want, std::fabs(static_cast<double>(w)));
+  std::int64_t failures = 0, worst_at = -1;
+  std::string examples;
+  for (std::size_t i = 0; i < want.v.size(); ++i) {
+    const double g = got.v[i], w = want.v[i], diff = std::fabs(g - w);
+    const double bound = tol.rel * std::fabs(w) + tol.abs * max_want;
+    err2 += (g - w) * (g - w);
+    want2 += w * w;
+    if (!(diff <= bound)) {  // also catches NaN (unwritten, poisoned) elements
+      if (failures < 5)
+        examples += "\n  [" + std::to_string(i) + "] got " + std::to_string(g) + " want " + std::to_string(w);
+      ++failures;
+    }
+    if (diff > worst) {  // NaN compares false: reported through `failures` instead
+      worst = diff;
+      worst_at = static_cast<std::int64_t>(i);
+    }
+  }
+  EXPECT_EQ(failures, 0) << what << ": " << failures << " of " << want.v.size()
+                         << " elements out of tolerance (rel " << tol.rel << ", abs " << tol.abs << " x max|want| "
+                         << max_want << "); worst |diff| " << worst << " at " << worst_at << examples;
+  const double rel_l2 = want2 > 0 ? std::sqrt(err2 / want2) : std::sqrt(err2);
+  EXPECT_LE(rel_l2, tol.l2) << what << ": relative L2 error";
+}
+
+// ---- fixtures -----------------------------------------------------------------
+
+class Cuda : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!gpu_visible()) GTEST_SKIP() << "no CUDA device visible";
+  }
+};
+
+class CudaMode : public ::testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override {
+    if (!gpu_visible()) GTEST_SKIP() << "no CUDA device visible";
+  }
+  DType act() const { return GetParam(); }
+};
+
+INSTANTIATE_TEST_SUITE_P(Modes, CudaMode, ::testing::Values(DType::kF32, DType::kBF16),
+                         [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
+
+// ---- device and memory -------------------------------------------------------------
+
+TEST_F(Cuda, DeviceQueries) {
+  EXPECT_TRUE(built_with_cuda());
+  EXPECT_FALSE(cuda_device_name(0).empty());
+  const auto before = memory_stats(kCuda).current;
+  {
+    Dev d(Shape{1000}, DType::kF32);
+    EXPECT_GE(memory_stats(kCuda).current, before + 4000);
+  }
+  EXPECT_EQ(memory_stats(kCuda).current, before);
+}
+
+TEST_F(Cuda, CopyConvertsExactlyLikeTheCpu) {
+  std::mt19937 rng(1);
+  // Special values: ties (1 + 2^-8 rounds to even 1; 1 + 3*2^-8 up to 1 + 2^-6),
+  // signed zero, infinities, overflow to inf, a tiny value.
+  std::vector<float> values = {0.0f, -0.0f, 1.0f, 1.0f + std::ldexp(1.0f, -8), 1.0f + 3 * std::ldexp(1.0f, -8),
+                               -2.5f, 1e-3f, 3.4e38f, std::numeric_limits<float>::infinity(),
+                               -std::numeric_limits<float>::infinity(), 1e-30f};
+  std::normal_distribution<float> normal(0.0f, 10.0f);
+  while (values.size() < 1000) values.push_back(normal(rng));
+  const Shape shape{static_cast<std::int64_t>(values.size())};
+  Host src(shape);
+  src.v = values;
+  src.t = Tensor(src.v.data(), shape, DType::kF32, kCpu);
+
+  // The CPU's own f32 -> bf16 conversion is the reference, bit for bit.
+  std::vector<std::uint16_t> cpu_bits(values.size());
+  const Tensor cpu_bf16(cpu_bits.data(), shape, DType::kBF16, kCpu);
+  ops::copy(cpu_bf16, src.t);
+
+  // host f32 -> device bf16 (staged conversion) -> host bf16 (plain copy)
+  Dev d_bf16(shape, DType::kBF16);
+  ops::copy(d_bf16.t, src.t);
+  std::vector<std::uint16_t> bits(values.size());
+  ops::copy(Tensor(bits.data(), shape, DType::kBF16, kCpu), d_bf16.t);
+  EXPECT_EQ(bits, cpu_bits) << "host f32 -> device bf16";
+
+  // host f32 -> device f32 -> device bf16 (conversion kernel) -> host bf16
+  Dev d_f32 = to_device(src, DType::kF32);
+  Dev d_bf16b = poisoned(shape, DType::kBF16);
+  ops::copy(d_bf16b.t, d_f32.t);
+  std::fill(bits.begin(), bits.end(), 0);
+  ops::copy(Tensor(bits.data(), shape, DType::kBF16, kCpu), d_bf16b.t);
+  EXPECT_EQ(bits, cpu_bits) << "device f32 -> device bf16";
+
+  // device bf16 -> host f32 (staged) and device bf16 -> device f32 -> host f32
+  Host widened(shape);
+  ops::copy(widened.t, cpu_bf16);
+  const Host back = to_host(d_bf16.t);
+  Dev d_f32b = poisoned(shape, DType::kF32);
+  ops::copy(d_f32b.t, d_bf16.t);
+  const Host back2 = to_host(d_f32b.t);
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    EXPECT_EQ(std::memcmp(&back.v[i], &widened.v[i], 4), 0) << "device bf16 -> host f32 at " << i;
+    EXPECT_EQ(std::memcmp(&back2.v[i], &widened.v[i], 4), 0) << "device bf16 -> device f32 at " << i;
+  }
+
+  // i32 round trip, and a device-to-device copy of the same dtype.
+  std::vector<std::int32_t> ints(777);
+  for (std::size_t i = 0; i < ints.size(); ++i) ints[i] = static_cast<std::int32_t>(i * 2654435761u);
+  Dev d_i32 = i32_to_device(ints, Shape{777});
+  Dev d_i32b(Shape{777}, DType::kI32);
+  ops::copy(d_i32b.t, d_i32.t);
+  std::vector<std::int32_t> ints_back(777, 0);
+  ops::copy(Tensor(ints_back.data(), Shape{777}, DType::kI32, kCpu), d_i32b.t);
+  EXPECT_EQ(ints_back, ints);
+}
+
+TEST_P(CudaMode, FillScaleAddAccumulate) {
+  std::mt19937 rng(2);
+  const Shape shape{3, 333};
+  const Tolerance once = pick(act(), Tolerance{1e-6, 0}, kBf16Once);
+
+  Dev filled = poisoned(shape, act());
+  ops::fill(filled.t, 2.5);
+  Host twos(shape);
+  std::fill(twos.v.begin(), twos.v.end(), 2.5f);
+  expect_close(filled.t, twos, Tolerance{0, 0}, "fill");
+
+  Host a = random_in(act(), shape, rng), b = random_in(act(), shape, rng);
+  Dev da = to_device(a, act()), db = to_device(b, act());
+
+  Dev scaled = to_device(a, act());
+  ops::scale(scaled.t, 0.3);
+  Host want_scaled(shape);
+  ops::copy(want_scaled.t, a.t);
+  ops::scale(want_scaled.t, 0.3);
+  expect_close(scaled.t, want_scaled, once, "scale");
+
+  Dev sum = poisoned(shape, act());
+  ops::add(sum.t, da.t, db.t);
+  Host want_sum(shape);
+  ops::add(want_sum.t, a.t, b.t);
+  expect_close(sum.t, want_sum, once, "add");
+
+  ops::add(da.t, da.t, db.t);  // out aliases a
+  expect_close(da.t, want_sum, once, "add in place");
+
+  // f32 gradient += activation-dtype gradient, and same-dtype accumulate.
+  Host g = random_host(shape, rng);
+  Dev dg = to_device(g, DType::kF32);
+  ops::accumulate(dg.t, db.t);
+  ops::accumulate(g.t, b.t);
+  expect_close(dg.t, g, Tolerance{1e-6, 0}, "accumulate into f32");
+
+  Dev acc = to_device(a, act());
+  ops::accumulate(acc.t, db.t);
+  expect_close(acc.t, want_sum, once, "accumulate");
+}
+
+TEST_P(CudaMode, SumOfSquares) {
+  std::mt19937 rng(3);
+  for (std::int64_t n : {1, 1000, 100003, 3000000}) {
+    Host x = random_in(act(), Shape{n}, rng, 2.0f);
+    Dev dx = to_device(x, act());
+    const double want = ops::sum_of_squares(x.t);
+    const double got = ops::sum_of_squares(dx.t);
+    EXPECT_NEAR(got, want, 1e-9 * want) << "n = " << n;  // both fp64, different summation orders
+    EXPECT_EQ(got, ops::sum_of_squares(dx.t)) << "deterministic, n = " << n;
+  }
+}
+
+// ---- embedding ------------------------------------------------------------------
+
+TEST_P(CudaMode, Embedding) {
+  std::mt19937 rng(4);
+  const std::int64_t B = 3, T = 9, C = 48, V = 37, maxT = 16;
+  for (const bool with_wpe : {true, false}) {
+    for (const std::int64_t vocab_start : {0, 5}) {
+      const std::int64_t position_start = with_wpe ? 4 : 0;
+      SCOPED_TRACE("wpe " + std::to_string(with_wpe) + ", vocab_start " + std::to_string(vocab_start));
+      // Tokens in [0, 50): with vocab_start 5 some fall outside the shard [5, 42);
+      // few distinct values, so many repeat (segments of the sorted backward).
+      std::vector<std::int32_t> tokens(B * T);
+      std::uniform_int_distribution<int> token(0, 49);
+      for (auto& t : tokens) t = token(rng) % 12 * 4 + (token(rng) % 2);
+      Dev d_tokens = i32_to_device(tokens, Shape{B, T});
+      std::vector<std::int32_t> tokens_host = tokens;
+      const Tensor h_tokens(tokens_host.data(), Shape{B, T}, DType::kI32, kCpu);
+
+      Host wte = random_in(act(), Shape{V, C}, rng), wpe = random_in(act(), Shape{maxT, C}, rng);
+      Dev d_wte = to_device(wte, act()), d_wpe = to_device(wpe, act());
+      Host out(Shape{B, T, C});
+      ops::embedding_forward(out.t, h_tokens, wte.t, with_wpe ? wpe.t : Tensor{}, vocab_start, position_start);
+      Dev d_out = poisoned(Shape{B, T, C}, act());
+      ops::embedding_forward(d_out.t, d_tokens.t, d_wte.t, with_wpe ? d_wpe.t : Tensor{}, vocab_start,
+                             position_start);
+      expect_close(d_out.t, out, pick(act(), Tolerance{1e-6, 0}, kBf16Once), "embedding_forward");
+
+      // Backward accumulates into existing f32 gradients.
+      Host dout = random_in(act(), Shape{B, T, C}, rng);
+      Dev d_dout = to_device(dout, act());
+      Host dwte = random_host(Shape{V, C}, rng), dwpe = random_host(Shape{maxT, C}, rng);
+      Dev d_dwte = to_device(dwte, DType::kF32), d_dwpe = to_device(dwpe, DType::kF32);
+      ops::embedding_backward(dwte.t, with_wpe ? dwpe.t : Tensor{}, dout.t, h_tokens, vocab_start, position_start);
+      ops::embedding_backward(d_dwte.t, with_wpe ? d_dwpe.t : Tensor{}, d_dout.t, d_tokens.t, vocab_start,
+                              position_start);
+      expect_close(d_dwte.t, dwte, Tolerance{1e-5, 1e-6}, "embedding_backward dwte");
+      expect_close(d_dwpe.t, dwpe, Tolerance{1e-5, 1e-6}, "embedding_backward dwpe");
+    }
+  }
+}
+
+// ---- layer norm -----------------------------------------------------------------------
+
+TEST_P(CudaMode, LayerNorm) {
+  std::mt19937 rng(5);
+  for (const std::int64_t C : {80, 768}) {
+    SCOPED_TRACE("C = " + std::to_string(C));
+    const std::int64_t B = 2, T = 37, N = B * T;
+    Host inp = random_in(act(), Shape{B, T, C}, rng, 2.0f, 0.5f);
+    Host weight = random_in(act(), Shape{C}, rng, 0.2f, 1.0f), bias = random_in(act(), Shape{C}, rng, 0.2f);
+    Dev d_inp = to_device(inp, act()), d_weight = to_device(weight, act()), d_bias = to_device(bias, act());
+
+    Host out(Shape{B, T, C}), mean(Shape{N}), rstd(Shape{N});
+    ops::layernorm_forward(out.t, mean.t, rstd.t, inp.t, weight.t, bias.t);
+    Dev d_out = poisoned(Shape{B, T, C}, act()), d_mean = poisoned(Shape{N}, DType::kF32),
+        d_rstd = poisoned(Shape{N}, DType::kF32);
+    ops::layernorm_forward(d_out.t, d_mean.t, d_rstd.t, d_inp.t, d_weight.t, d_bias.t);
+    expect_close(d_out.t, out, pick(act(), kF32Tight, kBf16Once), "layernorm_forward out");
+    expect_close(d_mean.t, mean, Tolerance{1e-5, 1e-5}, "layernorm_forward mean");
+    expect_close(d_rstd.t, rstd, Tolerance{1e-5, 0}, "layernorm_forward rstd");
+
+    // Backward: dinp accumulates (activation dtype), dweight/dbias accumulate in f32.
+    Host dout = random_in(act(), Shape{B, T, C}, rng);
+    Host dinp = random_in(act(), Shape{B, T, C}, rng);
+    Host dweight = random_host(Shape{C}, rng), dbias = random_host(Shape{C}, rng);
+    Dev d_dout = to_device(dout, act()), d_dinp = to_device(dinp, act());
+    Dev d_dweight = to_device(dweight, DType::kF32), d_dbias = to_device(dbias, DType::kF32);
+    ops::layernorm_backward(dinp.t, dweight.t, dbias.t, dout.t, inp.t, weight.t, mean.t, rstd.t);
+    ops::layernorm_backward(d_dinp.t, d_dweight.t, d_dbias.t, d_dout.t, d_inp.t, d_weight.t, d_mean.t, d_rstd.t);
+    expect_close(d_dinp.t, dinp, pick(act(), kF32Tight, kBf16Twice), "layernorm_backward dinp");
+    expect_close(d_dweight.t, dweight, kF32Sum, "layernorm_backward dweight");
+    expect_close(d_dbias.t, dbias, kF32Sum, "layernorm_backward dbias");
+  }
+}
+
+// ---- GELU ---------------------------------------------------------------------------------
+
+TEST_P(CudaMode, Gelu) {
+  std::mt19937 rng(6);
+  const Shape shape{4, 517};
+  Host x = random_in(act(), shape, rng, 3.0f), dout = random_in(act(), shape, rng);
+  Dev d_x = to_device(x, act()), d_dout = to_device(dout, act());
+  Host out(shape), dinp(shape);
+  ops::gelu_forward(out.t, x.t);
+  ops::gelu_backward(dinp.t, x.t, dout.t);
+  Dev d_out = poisoned(shape, act()), d_dinp = poisoned(shape, act());
+  ops::gelu_forward(d_out.t, d_x.t);
+  ops::gelu_backward(d_dinp.t, d_x.t, d_dout.t);
+  expect_close(d_out.t, out, pick(act(), kF32Tight, kBf16Once), "gelu_forward");
+  expect_close(d_dinp.t, dinp, pick(act(), kF32Tight, kBf16Once), "gelu_backward");
+}
+
+// ---- matmul ----------------------------------------------------------------------------------
+
+struct MatmulCase {
+  std::int64_t N, C, OC;
+  bool bias, gelu;
+};
+
+void check_matmul(const MatmulCase& mc, DType act, DType weight_dtype, std::mt19937& rng) {
+  const std::int64_t N = mc.N, C = mc.C, OC = mc.OC;
+  SCOPED_TRACE("N " + std::to_string(N) + " C " + std::to_string(C) + " OC " + std::to_string(OC) + " bias " +
+               std::to_string(mc.bias) + " gelu " + std::to_string(mc.gelu) + " weight " + dtype_name(weight_dtype));
+  const DType w_round = act == DType::kBF16 ? DType::kBF16 : weight_dtype;  // values the GEMM really uses
+  Host inp = random_in(act, Shape{N, C}, rng), weight = random_in(w_round, Shape{OC, C}, rng, 0.1f);
+  Host bias = random_in(w_round, Shape{OC}, rng, 0.5f);
+  Dev d_inp = to_device(inp, act), d_weight = to_device(weight, weight_dtype), d_bias = to_device(bias, weight_dtype);
+
+  // Forward, optionally with GELU fused (pre_gelu kept).
+  Host out(Shape{N, OC}), pre(Shape{N, OC});
+  ops::matmul_forward(out.t, inp.t, weight.t, mc.bias ? bias.t : Tensor{}, mc.gelu ? pre.t : Tensor{});
+  Dev d_out = poisoned(Shape{N, OC}, act), d_pre = poisoned(Shape{N, OC}, act);
+  ops::matmul_forward(d_out.t, d_inp.t, d_weight.t, mc.bias ? d_bias.t : Tensor{}, mc.gelu ? d_pre.t : Tensor{});
+  if (mc.gelu) {
+    expect_close(d_pre.t, pre, pick(act, kF32Tight, kBf16Once), "matmul_forward pre_gelu");
+    expect_close(d_out.t, out, pick(act, kF32Tight, kBf16Twice), "matmul_forward gelu(out)");
+  } else {
+    expect_close(d_out.t, out, pick(act, kF32Tight, kBf16Once), "matmul_forward out");
+  }
+
+  // Backward: dinp written (times gelu'(gelu_pre) when given), dweight and
+  // dbias accumulated into f32 starting from random values.
+  Host dout = random_in(act, Shape{N, OC}, rng);
+  Host gelu_pre = random_in(act, Shape{N, C}, rng, 2.0f);
+  Host dweight = random_host(Shape{OC, C}, rng), dbias = random_host(Shape{OC}, rng);
+  Dev d_dout = to_device(dout, act), d_gelu_pre = to_device(gelu_pre, act);
+  Dev d_dweight = to_device(dweight, DType::kF32), d_dbias = to_device(dbias, DType::kF32);
+  Dev d_dinp = poisoned(Shape{N, C}, act);
+  Host dinp(Shape{N, C});
+  ops::matmul_backward(dinp.t, dweight.t, mc.bias ? dbias.t : Tensor{}, dout.t, inp.t, weight.t,
+                       mc.gelu ? gelu_pre.t : Tensor{});
+  ops::matmul_backward(d_dinp.t, d_dweight.t, mc.bias ? d_dbias.t : Tensor{}, d_dout.t, d_inp.t, d_weight.t,
+                       mc.gelu ? d_gelu_pre.t : Tensor{});
+  expect_close(d_dinp.t, dinp, pick(act, kF32Tight, mc.gelu ? kBf16Twice : kBf16Once), "matmul_backward dinp");
+  expect_close(d_dweight.t, dweight, kF32Sum, "matmul_backward dweight");
+  expect_close(d_dbias.t, dbias, kF32Sum, "matmul_backward dbias");
+
+  // Partial backward: only dweight, then only dinp (the others empty).
+  Host dweight2 = random_host(Shape{OC, C}, rng);
+  Dev d_dweight2 = to_device(dweight2, DType::kF32);
+  ops::matmul_backward(Tensor{}, dweight2.t, Tensor{}, dout.t, inp.t, weight.t);
+  ops::matmul_backward(Tensor{}, d_dweight2.t, Tensor{}, d_dout.t, d_inp.t, d_weight.t);
+  expect_close(d_dweight2.t, dweight2, kF32Sum, "matmul_backward dweight only");
+  Dev d_dinp2 = poisoned(Shape{N, C}, act);
+  Host dinp2(Shape{N, C});
+  ops::matmul_backward(dinp2.t, Tensor{}, Tensor{}, dout.t, inp.t, weight.t);
+  ops::matmul_backward(d_dinp2.t, Tensor{}, Tensor{}, d_dout.t, d_inp.t, d_weight.t);
+  expect_close(d_dinp2.t, dinp2, pick(act, kF32Tight, kBf16Once), "matmul_backward dinp only");
+}
+
+TEST_P(CudaMode, Matmul) {
+  std::mt19937 rng(7);
+  const MatmulCase cases[] = {
+      {64, 96, 160, true, false},   // plain, bias epilogue
+      {64, 96, 160, false, false},  // no bias
+      {50, 64, 96, true, true},     // GELU fused forward (OC % 8 == 0) and DGELU fused backward (C % 8 == 0)
+      {30, 40, 100, true, true},    // OC % 8 != 0: unfused GELU forward
+      {37, 36, 24, true, true},     // C % 8 != 0: unfused GELU backward
+      {1, 8, 8, true, true},        // a single row
+      {256, 768, 3 * 768, true, false},  // a GPT-2 small qkv projection slice
+  };
+  for (const MatmulCase& mc : cases) check_matmul(mc, act(), act(), rng);
+}
+
+TEST_F(Cuda, MatmulWithF32WeightsAndBf16Activations) {
+  // Master weights passed directly: converted to bf16 for the GEMM.
+  std::mt19937 rng(8);
+  check_matmul({48, 64, 80, true, true}, DType::kBF16, DType::kF32, rng);
+}
+
+// ---- attention ----------------------------------------------------------------------------------
+
+struct AttentionCase {
+  std::int64_t B, T, H, D;
+};
+
+// lse[b, h, t] = log sum_{j<=t} exp(q_t . k_j / sqrt(D)), in double on the host.
+Host reference_lse(const Host& qkv, const AttentionCase& a) {
+  const std::int64_t C = a.H * a.D, C3 = 3 * C;
+  Host lse(Shape{a.B, a.H, a.T});
+  const double scale = 1.0 / std::sqrt(static_cast<double>(a.D));
+  std::vector<double> s(static_cast<std::size_t>(a.T));
+  for (std::int64_t b = 0; b < a.B; ++b)
+    for (std::int64_t h = 0; h < a.H; ++h)
+      for (std::int64_t t = 0; t < a.T; ++t) {
+        const float* q = &qkv.v[static_cast<std::size_t>((b * a.T + t) * C3 + h * a.D)];
+        double mx = -1e300;
+        for (std::int64_t j = 0; j <= t; ++j) {
+          const float* k = &qkv.v[static_cast<std::size_t>((b * a.T + j) * C3 + C + h * a.D)];
+          double dot = 0;
+          for (std::int64_t d = 0; d < a.D; ++d) dot += static_cast<double>(q[d]) * k[d];
+          s[static_cast<std::size_t>(j)] = dot * scale;
+          mx = std::max(mx, dot * scale);
+        }
+        double sum = 0;
+        for (std::int64_t j = 0; j <= t; ++j) sum += std::exp(s[static_cast<std::size_t>(j)] - mx);
+        lse[(b * a.H + h) * a.T + t] = static_cast<float>(mx + std::log(sum));
+      }
+  return lse;
+}
+
+void check_attention(const AttentionCase& a, DType act, std::mt19937& rng) {
+  SCOPED_TRACE("B " + std::to_string(a.B) + " T " + std::to_string(a.T) + " H " + std::to_string(a.H) + " D " +
+               std::to_string(a.D));
+  const std::int64_t C = a.H * a.D;
+  const int n_head = static_cast<int>(a.H);
+  Host qkv = random_in(act, Shape{a.B, a.T, 3 * C}, rng);
+  Dev d_qkv = to_device(qkv, act);
+
+  Host out(Shape{a.B, a.T, C});
+  Host saved(ops::attention_saved_shape(kCpu, a.B, a.H, a.T));
+  ops::attention_forward(out.t, saved.t, qkv.t, n_head);
+  Dev d_out = poisoned(Shape{a.B, a.T, C}, act);
+  Dev d_saved = poisoned(ops::attention_saved_shape(kCuda, a.B, a.H, a.T), ops::attention_saved_dtype(kCuda, act));
+  ops::attention_forward(d_out.t, d_saved.t, d_qkv.t, n_head);
+  expect_close(d_out.t, out,
+               pick(act, kF32Tight, Tolerance{std::ldexp(1.0, -7), std::ldexp(1.0, -7), std::ldexp(1.0, -7)}),
+               "attention_forward out");
+  expect_close(d_saved.t, reference_lse(qkv, a), Tolerance{1e-5, 5e-5}, "attention_forward lse");
+
+  Host dout = random_in(act, Shape{a.B, a.T, C}, rng);
+  Dev d_dout = to_device(dout, act);
+  Host dqkv(Shape{a.B, a.T, 3 * C});
+  ops::attention_backward(dqkv.t, dout.t, qkv.t, out.t, saved.t, n_head);
+  Dev d_dqkv = poisoned(Shape{a.B, a.T, 3 * C}, act);
+  ops::attention_backward(d_dqkv.t, d_dout.t, d_qkv.t, d_out.t, d_saved.t, n_head);
+  expect_close(d_dqkv.t, dqkv,
+               pick(act, kF32Tight, Tolerance{std::ldexp(1.0, -5), std::ldexp(1.0, -5), std::ldexp(1.0, -6)}),
+               "attention_backward dqkv");
+}
+
+TEST_P(CudaMode, Attention) {
+  std::mt19937 rng(9);
+  const AttentionCase cases[] = {
+      {1, 1, 2, 64},   {2, 17, 3, 64},  {1, 64, 2, 64},  {2, 257, 2, 64}, {1, 1024, 2, 64},
+      {2, 17, 2, 32},  {1, 257, 3, 32}, {1, 1024, 1, 32}, {1, 1, 1, 128}, {1, 64, 1, 128},
+      {2, 257, 2, 128}, {1, 1024, 1, 128},
+  };
+  for (const AttentionCase& a : cases) check_attention(a, act(), rng);
+  // The f32 path takes any head size (up to 256).
+  if (act() == DType::kF32) check_attention({2, 33, 2, 48}, act(), rng);
+}
+
+TEST_F(Cuda, Bf16AttentionRejectsUnsupportedHeadSizes) {
+  const std::int64_t B = 1, T = 8, H = 2, D = 48;
+  Dev qkv(Shape{B, T, 3 * H * D}, DType::kBF16), out(Shape{B, T, H * D}, DType::kBF16);
+  Dev saved(ops::attention_saved_shape(kCuda, B, H, T), DType::kF32);
+  ops::fill(qkv.t, 0.0);
+  EXPECT_THROW(ops::attention_forward(out.t, saved.t, qkv.t, static_cast<int>(H)), Error);
+}
+
+// ---- classifier ------------------------------------------------------------------------------------
+
+TEST_P(CudaMode, SoftmaxCrossEntropy) {
+  std::mt19937 rng(10);
+  struct Case {
+    std::int64_t N, V, Vp;
+  };
+  // Vp = 64: 16-byte vector path; Vp = 53: scalar path; a GPT-2 sized row.
+  for (const Case& c : {Case{6, 50, 64}, Case{5, 53, 53}, Case{3, 50257, 50304}}) {
+    for (const double grad_scale : {0.0, 0.25}) {
+      SCOPED_TRACE("N " + std::to_string(c.N) + " V " + std::to_string(c.V) + " Vp " + std::to_string(c.Vp) +
+                   " grad_scale " + std::to_string(grad_scale));
+      Host logits = random_in(act(), Shape{c.N, c.Vp}, rng, 3.0f);
+      std::vector<std::int32_t> targets(static_cast<std::size_t>(c.N));
+      std::uniform_int_distribution<int> target(0, static_cast<int>(c.V) - 1);
+      for (auto& t : targets) t = target(rng);
+      targets[0] = static_cast<std::int32_t>(c.V - 1);  // the last real class
+      Dev d_logits = to_device(logits, act());
+      Dev d_targets = i32_to_device(targets, Shape{c.N});
+      const Tensor h_targets(targets.data(), Shape{c.N}, DType::kI32, kCpu);
+
+      Host losses(Shape{c.N});
+      Host want_logits(Shape{c.N, c.Vp});
+      ops::copy(want_logits.t, logits.t);
+      ops::softmax_cross_entropy(losses.t, want_logits.t, h_targets, c.V, grad_scale);
+      Dev d_losses = poisoned(Shape{c.N}, DType::kF32);
+      ops::softmax_cross_entropy(d_losses.t, d_logits.t, d_targets.t, c.V, grad_scale);
+      expect_close(d_losses.t, losses, Tolerance{1e-5, 1e-5}, "losses");
+      // grad_scale 0 leaves the logits untouched; otherwise they hold the gradient.
+      expect_close(d_logits.t, grad_scale == 0.0 ? logits : want_logits,
+                   grad_scale == 0.0 ? Tolerance{0, 0} : pick(act(), kF32Tight, kBf16Once), "dlogits");
+    }
+  }
+}
+
+// ---- optimizer -------------------------------------------------------------------------------------
+
+TEST_F(Cuda, AdamW) {
+  std::mt19937 rng(11);
+  const Shape shape{1234};
+  ops::AdamWHyper hyper;
+  hyper.lr = 1e-3, hyper.weight_decay = 0.1, hyper.grad_scale = 0.5, hyper.step = 3;
+  for (const int working_kind : {0, 1, 2}) {  // none, f32, bf16
+    SCOPED_TRACE("working " + std::to_string(working_kind));
+    Host params = random_host(shape, rng), grads = random_host(shape, rng), m = random_host(shape, rng, 0.1f);
+    Host v = random_host(shape, rng, 0.1f);
+    for (float& x : v.v) x = x * x;  // second moments are non-negative
+    Dev d_params = to_device(params, DType::kF32), d_grads = to_device(grads, DType::kF32);
+    Dev d_m = to_device(m, DType::kF32), d_v = to_device(v, DType::kF32);
+    const DType wdt = working_kind == 2 ? DType::kBF16 : DType::kF32;
+    Dev d_working = poisoned(shape, wdt);
+
+    ops::adamw_update(params.t, grads.t, m.t, v.t, hyper);
+    ops::adamw_update(d_params.t, d_grads.t, d_m.t, d_v.t, hyper, working_kind ? d_working.t : Tensor{});
+    const Tolerance exact{1e-6, 1e-7};
+    expect_close(d_params.t, params, exact, "params");
+    expect_close(d_m.t, m, exact, "m");
+    expect_close(d_v.t, v, exact, "v");
+    if (working_kind) {
+      Host working(shape);
+      ops::copy(working.t, params.t);
+      round_to(working, wdt);
+      expect_close(d_working.t, working, Tolerance{working_kind == 2 ? std::ldexp(1.0, -8) : 1e-6, 0}, "working");
+    }
+  }
+}
+
+}  // namespace

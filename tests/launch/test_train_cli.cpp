@@ -1,0 +1,130 @@
+// The `train` program on bad input: each case must print a clear error that
+// names the problem, exit non-zero, and leave an existing checkpoint intact.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "training_fixture.h"
+
+using namespace test_support;
+
+namespace {
+
+struct Outcome {
+  int exit_code;
+  std::string output;
+};
+
+Outcome run_train(const TempDir& dir, const std::string& args) {
+  const std::string log = dir / "train.log";
+  // The timeout turns a hang (a bad input that is not refused) into a failure.
+  const std::string command = "timeout 120 " + std::string(TRAIN_BIN) + " " + args + " > " + log + " 2>&1";
+  const int status = std::system(command.c_str());
+  std::ifstream in(log);
+  std::stringstream text;
+  text << in.rdbuf();
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text.str()};
+}
+
+std::string base_args(const TempDir& dir) {
+  return "--model gpt-micro --micro-batch 2 --seq-len 16 --steps 2 --device cpu --peak-tflops 1 --checkpoint-dir " +
+         (dir / "ckpt") + " --train-data " + (dir / "train_*.bin");
+}
+
+// Every file under the checkpoint directory with its bytes.
+std::map<std::string, std::string> snapshot(const std::string& root) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(root)) {
+    if (!e.is_regular_file()) continue;
+    std::ifstream in(e.path(), std::ios::binary);
+    std::stringstream bytes;
+    bytes << in.rdbuf();
+    files[e.path().string()] = bytes.str();
+  }
+  return files;
+}
+
+void write_raw(const std::string& path, const std::vector<std::int32_t>& header, const std::vector<std::uint16_t>& tokens,
+               std::size_t drop_bytes = 0) {
+  std::string bytes(reinterpret_cast<const char*>(header.data()), header.size() * 4);
+  bytes.resize(1024, '\0');
+  bytes.append(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2);
+  bytes.resize(bytes.size() - drop_bytes);
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+class TrainCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    write_corpus(dir_);
+    const Outcome ok = run_train(dir_, base_args(dir_));
+    ASSERT_EQ(ok.exit_code, 0) << ok.output;
+    before_ = snapshot(dir_ / "ckpt");
+    ASSERT_FALSE(before_.empty());
+  }
+  // Runs a bad configuration and checks the three promises.
+  void expect_refused(const std::string& args, const std::string& message) {
+    const Outcome bad = run_train(dir_, args);
+    EXPECT_NE(bad.exit_code, 0) << bad.output;
+    EXPECT_NE(bad.output.find("error"), std::string::npos) << bad.output;
+    EXPECT_NE(bad.output.find(message), std::string::npos) << "expected '" << message << "' in:\n" << bad.output;
+    EXPECT_EQ(snapshot(dir_ / "ckpt"), before_) << "an existing checkpoint changed";
+  }
+  TempDir dir_{"train_cli"};
+  std::map<std::string, std::string> before_;
+};
+
+}  // namespace
+
+TEST_F(TrainCli, ShardWithWrongMagic) {
+  write_raw(dir_ / "bad.bin", {12345, 1, 100}, std::vector<std::uint16_t>(100, 65));
+  expect_refused(base_args(dir_) + " --train-data " + (dir_ / "bad.bin"), "bad magic number 12345");
+}
+
+TEST_F(TrainCli, TruncatedShard) {
+  write_raw(dir_ / "short.bin", {20240520, 1, 100}, std::vector<std::uint16_t>(100, 65), 10);
+  expect_refused(base_args(dir_) + " --train-data " + (dir_ / "short.bin"), "truncated");
+}
+
+TEST_F(TrainCli, TokenOutsideTheVocabulary) {
+  std::vector<std::uint16_t> tokens(100, 65);
+  tokens[7] = 300;  // the byte-level model has 256 tokens
+  write_raw(dir_ / "oov.bin", {20240520, 1, 100}, tokens);
+  expect_refused(base_args(dir_) + " --train-data " + (dir_ / "oov.bin"), "outside the vocabulary");
+}
+
+TEST_F(TrainCli, HeadsThatDoNotDivideTheWidth) {
+  expect_refused(base_args(dir_) + " --n-head 3", "n_head (3) must divide n_embd (32)");
+}
+
+TEST_F(TrainCli, CheckpointOfAnotherShape) {
+  expect_refused(base_args(dir_) + " --n-layer 3 --steps 4 --resume latest", "different run");
+}
+
+TEST_F(TrainCli, InitFromAModelOfAnotherShape) {
+  expect_refused(base_args(dir_) + " --n-embd 64 --init-from " + (dir_ / "ckpt/step_00000002/model.bin"),
+                 "another shape");
+}
+
+TEST_F(TrainCli, NoShardMatches) {
+  expect_refused(base_args(dir_) + " --train-data " + (dir_ / "missing_*.bin"), "no file matches");
+}
+
+TEST_F(TrainCli, JsonConfigAndFlagOverride) {
+  // A config file feeds the same flags; the command line wins over it.
+  std::ofstream(dir_ / "run.json") << R"({"model": "gpt-micro", "batch": {"micro-batch": 2, "seq-len": 16}, "steps": 1,
+                                        "device": "cpu", "peak-tflops": 1})";
+  const Outcome ok = run_train(dir_, "--config " + (dir_ / "run.json") + " --steps 3 --train-data " + (dir_ / "train_*.bin"));
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_NE(ok.output.find("step 3/3"), std::string::npos) << ok.output;
+  std::ofstream(dir_ / "bad.json") << R"({"modle": "gpt-micro"})";
+  const Outcome bad = run_train(dir_, "--config " + (dir_ / "bad.json") + " --train-data " + (dir_ / "train_*.bin"));
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("modle"), std::string::npos) << bad.output;
+}

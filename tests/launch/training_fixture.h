@@ -1,0 +1,75 @@
+// Shared set-up of the training tests: a small fixed English corpus written as
+// token shards in a fresh temporary directory, and a tiny-GPT TrainConfig.
+#pragma once
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "launch/byte_tokenizer.h"
+#include "launch/token_shard.h"
+#include "launch/train_config.h"
+
+namespace test_support {
+
+// A few paragraphs of plain English; repeated, they make a corpus a tiny
+// model can learn well within a few hundred steps.
+inline const char* kCorpusText =
+    "The quick brown fox jumps over the lazy dog. A journey of a thousand miles begins with a single step.\n"
+    "All that glitters is not gold. Fortune favours the bold, and the early bird catches the worm.\n"
+    "Time and tide wait for no man. Actions speak louder than words. Practice makes perfect.\n"
+    "Where there is a will there is a way. Knowledge is power, and a penny saved is a penny earned.\n";
+
+class TempDir {
+ public:
+  explicit TempDir(const std::string& tag) {
+    path_ = std::filesystem::temp_directory_path() /
+            (tag + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  static int& counter() {
+    static int c = 0;
+    return c;
+  }
+  std::filesystem::path path_;
+};
+
+inline std::vector<std::uint16_t> corpus_tokens(int repeats) {
+  std::string text;
+  for (int i = 0; i < repeats; ++i) text += kCorpusText;
+  return launch::ByteTokenizer().encode(text);
+}
+
+// Writes train and val shards of the corpus into `dir`.
+inline void write_corpus(const TempDir& dir) {
+  const auto tokens = corpus_tokens(40);
+  launch::write_token_shard(dir / "train_000.bin", tokens);
+  launch::write_token_shard(dir / "val_000.bin", corpus_tokens(3));
+}
+
+// A tiny GPT on that corpus, CPU, fp32, deterministic.
+inline launch::TrainConfig tiny_config(const TempDir& dir, std::int64_t steps) {
+  launch::TrainConfig c;
+  c.preset = "gpt-micro";
+  c.micro_batch = 4;
+  c.seq_len = 32;
+  c.batch_tokens = 4 * 32 * 2;  // two micro-batches: gradient accumulation is exercised
+  c.steps = steps;
+  c.lr = 3e-3;
+  c.warmup_steps = 5;
+  c.train_data = dir / "train_*.bin";
+  c.val_data = dir / "val_*.bin";
+  c.device = "cpu";
+  c.peak_tflops = 1.0;  // skip the start-up measurement
+  return c;
+}
+
+}  // namespace test_support

@@ -1,0 +1,77 @@
+// main() of the MPI test program: builds a grid that fits the world size,
+// registers its communicators with the shared suites, and runs Google Test on
+// every rank. Only rank 0 prints the usual report; other ranks print their
+// failures prefixed with the rank. The exit code is the maximum over ranks,
+// so a failure on any rank fails the test.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstdio>
+#include <memory>
+
+#include "engine/device.h"
+#include "parallel/mpi_communicator.h"
+#include "parallel/process_grid.h"
+#include "tests/parallel/communicator_suite.h"
+
+namespace {
+
+class RankFailurePrinter final : public ::testing::EmptyTestEventListener {
+ public:
+  explicit RankFailurePrinter(int rank) : rank_(rank) {}
+  void OnTestPartResult(const ::testing::TestPartResult& result) override {
+    if (result.failed())
+      std::fprintf(stderr, "[rank %d] %s:%d: failure\n%s\n", rank_, result.file_name() ? result.file_name() : "?",
+                   result.line_number(), result.summary());
+  }
+
+ private:
+  int rank_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int world_size = 1, world_rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+
+  int failed = 0;
+  {
+    // np 8: tp 2 x dp 2 x pp 2; np 4: tp 2 x pp 2; np 2: tp 2 (dp and pp are
+    // groups of one, which exercises the size-1 shortcuts).
+    const int tp = world_size % 2 == 0 ? 2 : 1;
+    const int pp = world_size % 4 == 0 ? 2 : 1;
+    parallel::ProcessGrid grid(world_size, world_rank, tp, pp);
+    parallel::GridComms comms = parallel::make_mpi_comms(grid, MPI_COMM_WORLD);
+    // A second world communicator used as one pipeline of world_size stages.
+    parallel::MpiCommunicator all_stages(MPI_COMM_WORLD, "pp_world");
+
+    using parallel_test::CommUnderTest;
+    std::vector<engine::DeviceType> devices = {engine::DeviceType::kCpu};
+    if (engine::cuda_device_count() > 0) devices.push_back(engine::DeviceType::kCuda);  // staged through host
+    for (engine::DeviceType device : devices)
+      for (parallel::Communicator* c : {comms.world.get(), comms.tp.get(), comms.dp.get(), comms.pp.get()})
+        parallel_test::comms_under_test().push_back(
+            {c->name() + "_size" + std::to_string(c->size()) + "_" + engine::device_name(device), c, device});
+    parallel_test::pipeline_comms() = {&all_stages, comms.pp.get()};
+
+    ::testing::InitGoogleTest(&argc, argv);
+    if (world_rank != 0) {
+      ::testing::TestEventListeners& listeners = ::testing::UnitTest::GetInstance()->listeners();
+      delete listeners.Release(listeners.default_result_printer());
+      listeners.Append(new RankFailurePrinter(world_rank));
+    }
+    if (world_rank == 0) std::printf("MPI test world: %s\n", grid.describe().c_str());
+    failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
+    parallel_test::comms_under_test().clear();
+    parallel_test::pipeline_comms().clear();
+  }  // communicators are freed before MPI_Finalize
+
+  int any_failed = 0;
+  MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (world_rank == 0 && any_failed && !failed) std::fprintf(stderr, "tests failed on another rank\n");
+  MPI_Finalize();
+  return any_failed;
+}

@@ -1,0 +1,134 @@
+// Pipeline schedules: exact action lists for small cases (written out by
+// hand from Narayanan et al. 2021 Fig. 4), and invariants for many (pp, m).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "engine/check.h"
+#include "parallel/pipeline_schedule.h"
+
+using namespace parallel;
+
+namespace {
+
+std::vector<std::vector<Action>> whole_pipeline(ScheduleKind kind, int pp, int m) {
+  std::vector<std::vector<Action>> out;
+  for (int s = 0; s < pp; ++s) out.push_back(make_schedule(kind, pp, s, m));
+  return out;
+}
+
+std::vector<Action> parse(const std::string& text) {  // "F0 SF0 RB0" -> actions
+  std::vector<Action> out;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    std::size_t j = text.find(' ', i);
+    if (j == std::string::npos) j = text.size();
+    const std::string tok = text.substr(i, j - i);
+    std::size_t digits = tok.find_first_of("0123456789");
+    const std::string kind = tok.substr(0, digits);
+    const int micro = std::stoi(tok.substr(digits));
+    const ActionKind k = kind == "RF" ? ActionKind::kRecvForward
+                         : kind == "F" ? ActionKind::kForward
+                         : kind == "SF" ? ActionKind::kSendForward
+                         : kind == "RB" ? ActionKind::kRecvBackward
+                         : kind == "B" ? ActionKind::kBackward
+                                       : ActionKind::kSendBackward;
+    out.push_back({k, micro});
+    i = j + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(OneFOneB, FourStagesEightMicroBatches) {
+  // Stage 0 warms up with pp - 1 = 3 forwards, the last stage with none.
+  EXPECT_EQ(format_compute(one_f_one_b(4, 0, 8)), "F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7");
+  EXPECT_EQ(format_compute(one_f_one_b(4, 1, 8)), "F0 F1 F2 B0 F3 B1 F4 B2 F5 B3 F6 B4 F7 B5 B6 B7");
+  EXPECT_EQ(format_compute(one_f_one_b(4, 2, 8)), "F0 F1 B0 F2 B1 F3 B2 F4 B3 F5 B4 F6 B5 F7 B6 B7");
+  EXPECT_EQ(format_compute(one_f_one_b(4, 3, 8)), "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7");
+
+  EXPECT_EQ(format_actions(one_f_one_b(4, 0, 8)),
+            "F0 SF0 F1 SF1 F2 SF2 F3 SF3 RB0 B0 F4 SF4 RB1 B1 F5 SF5 RB2 B2 F6 SF6 RB3 B3 "
+            "F7 SF7 RB4 B4 RB5 B5 RB6 B6 RB7 B7");
+  EXPECT_EQ(format_actions(one_f_one_b(4, 3, 8)),
+            "RF0 F0 B0 SB0 RF1 F1 B1 SB1 RF2 F2 B2 SB2 RF3 F3 B3 SB3 "
+            "RF4 F4 B4 SB4 RF5 F5 B5 SB5 RF6 F6 B6 SB6 RF7 F7 B7 SB7");
+  // The parser used below agrees with the formatter.
+  EXPECT_EQ(parse(format_actions(one_f_one_b(4, 1, 8))), one_f_one_b(4, 1, 8));
+}
+
+TEST(OneFOneB, FewerMicroBatchesThanStages) {
+  // pp = 4, m = 2: warm-up is capped at m, so early stages run F0 F1 B0 B1.
+  EXPECT_EQ(format_actions(one_f_one_b(4, 0, 2)), "F0 SF0 F1 SF1 RB0 B0 RB1 B1");
+  EXPECT_EQ(format_actions(one_f_one_b(4, 1, 2)), "RF0 F0 SF0 RF1 F1 SF1 RB0 B0 SB0 RB1 B1 SB1");
+  EXPECT_EQ(format_actions(one_f_one_b(4, 2, 2)), "RF0 F0 SF0 RF1 F1 SF1 RB0 B0 SB0 RB1 B1 SB1");
+  EXPECT_EQ(format_actions(one_f_one_b(4, 3, 2)), "RF0 F0 B0 SB0 RF1 F1 B1 SB1");
+  // One micro-batch: a plain forward then backward through the chain.
+  EXPECT_EQ(format_actions(one_f_one_b(3, 1, 1)), "RF0 F0 SF0 RB0 B0 SB0");
+  // One stage: no communication at all.
+  EXPECT_EQ(format_actions(one_f_one_b(1, 0, 3)), "F0 B0 F1 B1 F2 B2");
+}
+
+TEST(AllForwardAllBackward, ExactOrder) {
+  EXPECT_EQ(format_actions(all_forward_all_backward(2, 0, 3)), "F0 SF0 F1 SF1 F2 SF2 RB0 B0 RB1 B1 RB2 B2");
+  EXPECT_EQ(format_actions(all_forward_all_backward(2, 1, 3)), "RF0 F0 RF1 F1 RF2 F2 B0 SB0 B1 SB1 B2 SB2");
+  EXPECT_EQ(format_compute(all_forward_all_backward(4, 2, 8)),
+            "F0 F1 F2 F3 F4 F5 F6 F7 B0 B1 B2 B3 B4 B5 B6 B7");
+}
+
+TEST(Schedules, InvariantsForManyShapes) {
+  for (int pp = 1; pp <= 8; ++pp) {
+    for (int m = 1; m <= 16; ++m) {
+      SCOPED_TRACE("pp " + std::to_string(pp) + " m " + std::to_string(m));
+      for (ScheduleKind kind : {ScheduleKind::kOneFOneB, ScheduleKind::kAllForwardAllBackward}) {
+        SCOPED_TRACE(schedule_name(kind));
+        const auto stages = whole_pipeline(kind, pp, m);
+        // Every F and B once, F before B, communication in place, matching
+        // sends/receives, and no deadlock under rendezvous sends.
+        ASSERT_EQ(check_schedules(stages, m), "");
+        for (int s = 0; s < pp; ++s) {
+          const int expected_peak = kind == ScheduleKind::kOneFOneB ? std::min(pp - s, m) : m;
+          ASSERT_EQ(peak_in_flight(stages[s]), expected_peak) << "stage " << s;
+          if (kind == ScheduleKind::kOneFOneB) ASSERT_LE(peak_in_flight(stages[s]), pp - s);
+          // 2 compute + up to 4 communication actions per micro-batch.
+          const int comm = (s > 0 ? 2 : 0) + (s < pp - 1 ? 2 : 0);
+          ASSERT_EQ(static_cast<int>(stages[s].size()), m * (2 + comm));
+        }
+      }
+    }
+  }
+}
+
+TEST(Schedules, CheckerFindsDeadlocksAndMismatches) {
+  // Stage 0 waits for a gradient before sending the activation it comes from.
+  std::vector<std::vector<Action>> bad = {parse("F0 RB0 B0 SF0"), parse("RF0 F0 B0 SB0")};
+  const std::string dead = check_schedules(bad, 1);
+  EXPECT_NE(dead.find("deadlock"), std::string::npos) << dead;
+  EXPECT_NE(dead.find("stage 0 [RB0]"), std::string::npos) << dead;
+
+  // Messages sent in another order than received.
+  bad = {parse("F0 F1 SF1 SF0 RB0 B0 RB1 B1"), parse("RF0 F0 RF1 F1 B0 SB0 B1 SB1")};
+  const std::string order = check_schedules(bad, 2);
+  EXPECT_NE(order.find("is SF1 but stage 1 receives it as RF0"), std::string::npos) << order;
+
+  // Local mistakes.
+  EXPECT_NE(check_schedules({parse("B0 F0")}, 1).find("F0 must come before B0"), std::string::npos);
+  EXPECT_NE(check_schedules({parse("F0 B0 F0 B0")}, 1).find("appears twice"), std::string::npos);
+  EXPECT_NE(check_schedules({parse("F0 B0")}, 2).find("F1 is missing"), std::string::npos);
+  EXPECT_NE(check_schedules({parse("F0 SF0 B0")}, 1).find("must not appear"), std::string::npos);
+}
+
+TEST(Schedules, BubbleAndNames) {
+  EXPECT_DOUBLE_EQ(bubble_fraction(4, 8), 3.0 / 11.0);
+  EXPECT_DOUBLE_EQ(bubble_fraction(1, 8), 0.0);
+  EXPECT_DOUBLE_EQ(bubble_fraction(8, 1), 7.0 / 8.0);
+  EXPECT_EQ(parse_schedule("1f1b"), ScheduleKind::kOneFOneB);
+  EXPECT_EQ(parse_schedule("gpipe"), ScheduleKind::kAllForwardAllBackward);
+  EXPECT_EQ(parse_schedule("afab"), ScheduleKind::kAllForwardAllBackward);
+  EXPECT_THROW(parse_schedule("zero-bubble"), engine::Error);
+  EXPECT_THROW(one_f_one_b(4, 4, 8), engine::Error);
+  EXPECT_THROW(one_f_one_b(4, 0, 0), engine::Error);
+}
