@@ -44,7 +44,7 @@ void reset_peak_memory(DeviceType device) {
 Buffer::Buffer(DeviceType device, std::size_t bytes) : bytes_(bytes), device_(device) {
   if (bytes == 0) return;
   if (device == DeviceType::kCpu) {
-    data_ = std::aligned_alloc(64, align_up(bytes, 64));
+    data_ = std::aligned_alloc(Arena::kAlignment, align_up(bytes, Arena::kAlignment));
     ENGINE_CHECK(data_ != nullptr, "out of host memory allocating ", format_bytes(bytes));
   } else {
     data_ = device_malloc(bytes);

@@ -20,7 +20,7 @@ struct MemoryStats {
 MemoryStats memory_stats(DeviceType device);
 void reset_peak_memory(DeviceType device);  // peak := current
 
-// One allocation, freed on destruction. Host memory is 64-byte aligned;
+// One allocation, freed on destruction. Host memory is 256-byte aligned;
 // device memory comes from cudaMalloc (only when built with CUDA).
 class Buffer {
  public:

@@ -2,12 +2,19 @@
 // versions live in engine/device.cpp under #ifndef ENGINE_WITH_CUDA.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstring>
 
 #include "engine/cuda/context.h"
 #include "engine/device.h"
 
 namespace engine {
+
+namespace {
+// Set once this process selects a GPU or allocates device memory.
+std::atomic<bool> g_cuda_in_use{false};
+bool cuda_in_use() { return g_cuda_in_use.load(std::memory_order_relaxed); }
+}  // namespace
 
 bool built_with_cuda() { return true; }
 
@@ -23,6 +30,7 @@ int cuda_device_count() {
 }
 
 void cuda_set_device(int index) {
+  g_cuda_in_use.store(true);
   const int count = cuda_device_count();
   ENGINE_CHECK(index >= 0 && index < count, "cuda device ", index, " does not exist: ", count,
                " device(s) visible");
@@ -36,6 +44,7 @@ std::string cuda_device_name(int index) {
 }
 
 void* device_malloc(std::size_t bytes) {
+  g_cuda_in_use.store(true);
   void* ptr = nullptr;
   if (bytes == 0) return nullptr;
   const cudaError_t err = cudaMalloc(&ptr, bytes);
@@ -54,7 +63,11 @@ void device_free(void* ptr) {
   if (ptr != nullptr && cudaFree(ptr) != cudaSuccess) (void)cudaGetLastError();
 }
 
-void device_synchronize() { CUDA_CHECK(cudaDeviceSynchronize()); }
+void device_synchronize() {
+  // A CPU run of a CUDA build never touches the driver (there may be none):
+  // only a process that has used a GPU synchronises one.
+  if (cuda_in_use()) CUDA_CHECK(cudaDeviceSynchronize());
+}
 
 void copy_bytes(void* dst, DeviceType dst_device, const void* src, DeviceType src_device,
                 std::size_t bytes) {
