@@ -237,6 +237,69 @@ void softmax_cross_entropy(const Tensor& losses, const Tensor& logits, const Ten
   ENGINE_DISPATCH(logits, softmax_cross_entropy, losses, logits, targets, vocab_size, grad_scale);
 }
 
+namespace {
+// The checks the three vocabulary-parallel cross-entropy steps share; returns N.
+// vocab_start may lie at or beyond vocab_size: a slice made only of padding.
+// targets is null for partial_max, which takes none.
+std::int64_t check_vocab_parallel_ce(const char* op, const Tensor& logits, const Tensor& row_max,
+                                     const Tensor* targets, std::int64_t vocab_start, std::int64_t vocab_size) {
+  ENGINE_CHECK(logits.ndim() >= 1 && logits.dim(-1) > 0, op, ": logits must be (N, V_local) with V_local > 0, got ",
+               logits.shape().str());
+  const std::int64_t V_local = logits.dim(-1), N = logits.numel() / V_local;
+  ENGINE_CHECK(vocab_size > 0, op, ": vocab_size ", vocab_size, " must be positive");
+  ENGINE_CHECK(vocab_start >= 0, op, ": vocab_start ", vocab_start, " must be >= 0");
+  // Statistics follow the rule of the other ops: f32, f64 on the fp64 reference path.
+  const DType stat = logits.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+  ENGINE_CHECK(!row_max.empty() && row_max.numel() == N && row_max.dtype() == stat &&
+                   row_max.device() == logits.device(),
+               op, ": row_max is ", row_max.describe(), ", expected ", N, " elements of ", dtype_name(stat), " on ",
+               device_name(logits.device()));
+  if (targets)
+    ENGINE_CHECK(!targets->empty() && targets->numel() == N && targets->dtype() == DType::kI32 &&
+                     targets->device() == logits.device(),
+                 op, ": targets is ", targets->describe(), ", expected ", N, " elements of i32 on ",
+                 device_name(logits.device()));
+  return N;
+}
+
+// A (2, N) or (N) statistics tensor like row_max.
+void expect_stat(const char* op, const char* what, const Tensor& t, std::int64_t rows, std::int64_t N,
+                 const Tensor& row_max) {
+  ENGINE_CHECK(!t.empty() && t.numel() == rows * N && (rows == 1 || t.dim(0) == rows) &&
+                   t.dtype() == row_max.dtype() && t.device() == row_max.device(),
+               op, ": ", what, " is ", t.describe(), ", expected ", rows == 1 ? "(" : "(2, ", N, ") of ",
+               dtype_name(row_max.dtype()), " on ", device_name(row_max.device()));
+}
+}  // namespace
+
+void cross_entropy_partial_max(const Tensor& row_max, const Tensor& logits, std::int64_t vocab_start,
+                               std::int64_t vocab_size) {
+  ScopedOpTimer timer("cross_entropy_partial_max");
+  check_vocab_parallel_ce("cross_entropy_partial_max", logits, row_max, nullptr, vocab_start, vocab_size);
+  ENGINE_DISPATCH(logits, cross_entropy_partial_max, row_max, logits, vocab_start, vocab_size);
+}
+
+void cross_entropy_partial_sums(const Tensor& sums, const Tensor& logits, const Tensor& row_max,
+                                const Tensor& targets, std::int64_t vocab_start, std::int64_t vocab_size) {
+  ScopedOpTimer timer("cross_entropy_partial_sums");
+  const char* op = "cross_entropy_partial_sums";
+  const std::int64_t N = check_vocab_parallel_ce(op, logits, row_max, &targets, vocab_start, vocab_size);
+  expect_stat(op, "sums", sums, 2, N, row_max);
+  ENGINE_DISPATCH(logits, cross_entropy_partial_sums, sums, logits, row_max, targets, vocab_start, vocab_size);
+}
+
+void cross_entropy_finish(const Tensor& losses, const Tensor& logits, const Tensor& row_max, const Tensor& sums,
+                          const Tensor& targets, std::int64_t vocab_start, std::int64_t vocab_size,
+                          double grad_scale) {
+  ScopedOpTimer timer("cross_entropy_finish");
+  const char* op = "cross_entropy_finish";
+  const std::int64_t N = check_vocab_parallel_ce(op, logits, row_max, &targets, vocab_start, vocab_size);
+  expect_stat(op, "sums", sums, 2, N, row_max);
+  expect_stat(op, "losses", losses, 1, N, row_max);
+  ENGINE_DISPATCH(logits, cross_entropy_finish, losses, logits, row_max, sums, targets, vocab_start, vocab_size,
+                  grad_scale);
+}
+
 void adamw_update(const Tensor& params, const Tensor& grads, const Tensor& m, const Tensor& v,
                   const AdamWHyper& hyper, const Tensor& working) {
   ScopedOpTimer timer("adamw_update");

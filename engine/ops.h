@@ -90,6 +90,42 @@ void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qk
 void softmax_cross_entropy(const Tensor& losses, const Tensor& logits, const Tensor& targets,
                            std::int64_t vocab_size, double grad_scale);
 
+// Vocabulary-parallel softmax + cross-entropy (Megatron-LM's
+// _VocabParallelCrossEntropy; Shoeybi et al. 2019, sec. 3): under tensor
+// parallelism each rank holds the logits of a contiguous slice of the padded
+// vocabulary, and the loss is computed without gathering them. Three steps,
+// with the caller's all-reduce over the tensor-parallel group after the first
+// two:
+//   1. cross_entropy_partial_max   then all-reduce MAX of row_max
+//   2. cross_entropy_partial_sums  then all-reduce SUM of sums
+//   3. cross_entropy_finish        losses (identical on every rank) + dlogits
+// logits (N, V_local) holds global vocabulary columns [vocab_start, vocab_start + V_local);
+// global columns >= vocab_size are padding and ignored, as in
+// softmax_cross_entropy (a slice may be all padding). With vocab_start = 0 and
+// V_local = Vp the three steps compute what softmax_cross_entropy does.
+// Statistics (row_max, sums, losses) are f32, or f64 with f64 logits.
+// targets (N) i32 in [0, vocab_size), the same on every rank.
+//
+// row_max[n] = max over this slice's valid columns of logits[n, :]; -inf if
+// the slice holds no valid column.   row_max (N)
+void cross_entropy_partial_max(const Tensor& row_max, const Tensor& logits, std::int64_t vocab_start,
+                               std::int64_t vocab_size);
+// With row_max the global (all-reduced) max:
+//   sums[0, n] = sum over this slice's valid columns of exp(logits[n, :] - row_max[n])
+//   sums[1, n] = logits[n, targets[n] - vocab_start] if the target is in this
+//                slice, else 0
+// One buffer, so the caller all-reduces once.   sums (2, N)
+void cross_entropy_partial_sums(const Tensor& sums, const Tensor& logits, const Tensor& row_max,
+                                const Tensor& targets, std::int64_t vocab_start, std::int64_t vocab_size);
+// With row_max and sums all-reduced:
+//   losses[n] = log(sums[0, n]) + row_max[n] - sums[1, n]
+// If grad_scale != 0, logits is overwritten IN PLACE with this slice of the gradient
+//   dlogits = grad_scale * (exp(logits - row_max) / sums[0] - onehot(target)),
+// padding columns 0.   losses (N)
+void cross_entropy_finish(const Tensor& losses, const Tensor& logits, const Tensor& row_max, const Tensor& sums,
+                          const Tensor& targets, std::int64_t vocab_start, std::int64_t vocab_size,
+                          double grad_scale);
+
 // ---- optimizer ----------------------------------------------------------------
 struct AdamWHyper {
   double lr = 0;

@@ -1,7 +1,7 @@
 #include "launch/checkpoint.h"
 
-#include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstdio>
@@ -133,62 +133,111 @@ void read_llmc_model(const std::string& path, const GptConfig& expected, const P
 
 // ---- training state ----------------------------------------------------------
 
+namespace {
+
+std::string shard_name(int rank, const char* extension) {
+  char name[32];
+  std::snprintf(name, sizeof name, "rank_%05d.%s", rank, extension);
+  return name;
+}
+
+nlohmann::json split_json(const model::Split& s) {
+  return {{"dim", s.dim}, {"parts", s.parts}, {"rank", s.rank}, {"count", s.count}};
+}
+
+// Writes this rank's slices and their index into `dir`.
+void write_shard(const std::string& dir, const ParamRegistry& registry, const HostState& host, int rank) {
+  const std::string data_name = shard_name(rank, "bin");
+  AtomicFile data((fs::path(dir) / data_name).string());
+  nlohmann::json tensors = nlohmann::json::array();
+  const std::pair<const char*, const float*> kinds[] = {
+      {"param", host.master}, {"adam_m", host.adam_m}, {"adam_v", host.adam_v}};
+  for (const auto& [kind, buffer] : kinds) {
+    for (const ParamInfo& p : registry.entries()) {
+      tensors.push_back({{"name", p.name},
+                         {"kind", kind},
+                         {"global_shape", shape_json(p.global_shape)},
+                         {"split", split_json(p.split)},
+                         {"shape", shape_json(p.shape)},
+                         {"dtype", "f32"},
+                         {"file", data_name},
+                         {"byte_offset", data.bytes_written()}});
+      data.write(buffer + p.offset, static_cast<std::size_t>(p.numel()) * sizeof(float));
+    }
+  }
+  data.commit();
+  AtomicFile index((fs::path(dir) / shard_name(rank, "json")).string());
+  index.write(nlohmann::json{{"rank", rank}, {"tensors", tensors}}.dump(1));
+  index.commit();
+}
+
+// True on every rank when `ok` is true on every rank.
+bool all_ranks_ok(parallel::Communicator& world, bool ok) {
+  std::int32_t failed = ok ? 0 : 1;
+  world.all_reduce(engine::Tensor(&failed, engine::Shape{1}, engine::DType::kI32, engine::DeviceType::kCpu),
+                   parallel::ReduceOp::kMax);
+  return failed == 0;
+}
+
+}  // namespace
+
 std::string save_checkpoint(const std::string& checkpoint_dir, const TrainingState& state, const GptConfig& config,
-                            const ParamRegistry& registry, const HostState& host) {
-  std::error_code ec;
-  fs::create_directories(checkpoint_dir, ec);
-  ENGINE_CHECK(!ec, "cannot create checkpoint directory '", checkpoint_dir, "': ", ec.message());
+                            const ParamRegistry& registry, const HostState& host, const ShardRole& role,
+                            parallel::Communicator& world) {
   const std::string name = step_dir_name(state.step);
   const std::string final_dir = (fs::path(checkpoint_dir) / name).string();
-  const std::string temp_dir = final_dir + ".tmp." + std::to_string(::getpid());
-  fs::remove_all(temp_dir, ec);
-  fs::create_directory(temp_dir, ec);
-  ENGINE_CHECK(!ec, "cannot create '", temp_dir, "': ", ec.message());
-
-  try {
-    write_llmc_model((fs::path(temp_dir) / "model.bin").string(), config, registry, host.master);
-
-    // This rank's slices, and their index.
-    const std::string rank_file = "rank_00000.bin";
-    AtomicFile data((fs::path(temp_dir) / rank_file).string());
-    nlohmann::json tensors = nlohmann::json::array();
-    const std::pair<const char*, const float*> kinds[] = {
-        {"param", host.master}, {"adam_m", host.adam_m}, {"adam_v", host.adam_v}};
-    for (const auto& [kind, buffer] : kinds) {
-      for (const ParamInfo& p : registry.entries()) {
-        nlohmann::json start = nlohmann::json::array();
-        for (int d = 0; d < p.shape.ndim(); ++d) start.push_back(p.slice_start[d]);
-        tensors.push_back({{"name", p.name},
-                           {"kind", kind},
-                           {"global_shape", shape_json(p.global_shape)},
-                           {"slice_start", start},
-                           {"shape", shape_json(p.shape)},
-                           {"dtype", "f32"},
-                           {"file", rank_file},
-                           {"byte_offset", data.bytes_written()}});
-        data.write(buffer + p.offset, static_cast<std::size_t>(p.numel()) * sizeof(float));
-      }
-    }
-    data.commit();
-
-    nlohmann::json index = {{"format", kStateFormat},
-                            {"version", kStateVersion},
-                            {"step", state.step},
-                            {"run", state.run},
-                            {"sampler_rng", state.sampler_rng},
-                            {"tensors", tensors}};
-    AtomicFile state_file((fs::path(temp_dir) / "state.json").string());
-    state_file.write(index.dump(1));
-    state_file.commit();
-  } catch (...) {
-    fs::remove_all(temp_dir, ec);
-    throw;
+  const std::string temp_dir = final_dir + ".tmp";
+  std::string error;
+  if (world.rank() == 0) {
+    std::error_code ec;
+    fs::create_directories(checkpoint_dir, ec);
+    if (!ec) fs::remove_all(temp_dir, ec);  // left by a crash
+    if (!ec) fs::create_directory(temp_dir, ec);
+    if (ec) error = "cannot create checkpoint directory '" + temp_dir + "': " + ec.message();
   }
-  commit_directory(temp_dir, final_dir);
+  ENGINE_CHECK(all_ranks_ok(world, error.empty()), error.empty() ? "checkpoint: rank 0 could not create " + temp_dir : error);
 
-  AtomicFile latest((fs::path(checkpoint_dir) / "latest").string());
-  latest.write(name + "\n");
-  latest.commit();
+  // Every rank writes its part; a failure anywhere abandons the temporary
+  // directory and leaves the previous checkpoint as it was.
+  try {
+    if (role.writes_shard) write_shard(temp_dir, registry, host, role.rank);
+    if (role.writes_llmc) write_llmc_model((fs::path(temp_dir) / "model.bin").string(), config, registry, host.master);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (!all_ranks_ok(world, error.empty())) {
+    if (world.rank() == 0) {
+      std::error_code ec;
+      fs::remove_all(temp_dir, ec);
+    }
+    ENGINE_FAIL("checkpoint at step ", state.step, " abandoned (the previous one is intact): ",
+                error.empty() ? "another rank failed to write its shard" : error);
+  }
+
+  if (world.rank() == 0) {
+    try {
+      nlohmann::json shards = nlohmann::json::array();
+      for (const auto& entry : fs::directory_iterator(temp_dir)) {
+        const std::string file = entry.path().filename().string();
+        if (file.rfind("rank_", 0) == 0 && entry.path().extension() == ".json") shards.push_back(file);
+      }
+      std::sort(shards.begin(), shards.end());
+      const nlohmann::json index = {{"format", kStateFormat}, {"version", kStateVersion}, {"step", state.step},
+                                    {"run", state.run},       {"layout", state.layout}, {"sampler_rng", state.sampler_rng},
+                                    {"shards", shards}};
+      AtomicFile state_file((fs::path(temp_dir) / "state.json").string());
+      state_file.write(index.dump(1));
+      state_file.commit();
+      commit_directory(temp_dir, final_dir);
+      AtomicFile latest((fs::path(checkpoint_dir) / "latest").string());
+      latest.write(name + "\n");
+      latest.commit();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  ENGINE_CHECK(all_ranks_ok(world, error.empty()), "checkpoint at step ", state.step, " not committed: ",
+               error.empty() ? "rank 0 failed to write the index" : error);
   return final_dir;
 }
 
@@ -231,12 +280,28 @@ TrainingState load_checkpoint(const std::string& step_dir, const nlohmann::json&
   }
   ENGINE_CHECK(differences.empty(), "checkpoint '", step_dir, "' was written by a different run:", differences);
 
+  // Every shard's records, from every rank that wrote one.
+  std::vector<nlohmann::json> records;
+  for (const nlohmann::json& shard : index.at("shards")) {
+    const std::string path = (fs::path(step_dir) / shard.get<std::string>()).string();
+    std::ifstream shard_in(path);
+    ENGINE_CHECK(shard_in.good(), "checkpoint '", step_dir, "' lists shard index '", path, "', which is missing");
+    nlohmann::json shard_index = nlohmann::json::parse(shard_in);
+    for (nlohmann::json& t : shard_index.at("tensors")) records.push_back(std::move(t));
+  }
   const std::pair<const char*, float*> kinds[] = {{"param", host.master}, {"adam_m", host.adam_m}, {"adam_v", host.adam_v}};
   for (const auto& [kind, buffer] : kinds) {
     for (const ParamInfo& p : registry.entries()) {
       const nlohmann::json* record = nullptr;
-      for (const nlohmann::json& t : index.at("tensors"))
-        if (t.at("name") == p.name && t.at("kind") == kind) record = &t;
+      const nlohmann::json* other_split = nullptr;
+      for (const nlohmann::json& t : records) {
+        if (t.at("name") != p.name || t.at("kind") != kind) continue;
+        if (t.at("split") == split_json(p.split)) record = &t;
+        else other_split = &t;
+      }
+      ENGINE_CHECK(record != nullptr || other_split == nullptr, "checkpoint '", step_dir, "' holds '", p.name,
+                   "' split as ", other_split ? other_split->at("split").dump() : "", " but this run needs ",
+                   split_json(p.split).dump(), " (resuming under another tensor-parallel size is not supported yet)");
       ENGINE_CHECK(record != nullptr, "checkpoint '", step_dir, "' has no ", kind, " for '", p.name, "'");
       ENGINE_CHECK(record->at("global_shape") == shape_json(p.global_shape) && record->at("shape") == shape_json(p.shape),
                    "checkpoint '", step_dir, "': ", kind, " '", p.name, "' has global shape ",

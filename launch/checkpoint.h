@@ -3,15 +3,25 @@
 //
 // Layout of a checkpoint directory (DESIGN.md: names and global shapes are the
 // contract, so a later run may resume under another parallel layout):
-//   <dir>/step_00000100/model.bin       the model, llm.c format (fp32, version 3)
-//   <dir>/step_00000100/state.json      step, run identity, sampler RNG, and an
-//                                       index of every tensor slice: name, kind
-//                                       (param, adam_m, adam_v), global shape,
-//                                       slice start and shape, file, byte offset
-//   <dir>/step_00000100/rank_00000.bin  the raw fp32 slices this rank holds
-//   <dir>/latest                        the name of the newest complete step dir
-// Everything is written under a temporary name and renamed into place, so a
-// crash mid-write never damages an existing checkpoint.
+//   <dir>/step_00000100/state.json       step, run identity, layout, sampler RNG,
+//                                        and the list of shard indexes
+//   <dir>/step_00000100/rank_00003.json  index of one rank's slices: per tensor
+//                                        its name, kind (param, adam_m, adam_v),
+//                                        global shape, tensor-parallel split
+//                                        (dim, parts, rank, count), slice shape,
+//                                        file and byte offset
+//   <dir>/step_00000100/rank_00003.bin   the raw fp32 slices of that rank
+//   <dir>/step_00000100/model.bin        the whole model in llm.c's format, when
+//                                        one rank holds it (no tp, no pp)
+//   <dir>/latest                         the name of the newest complete step dir
+// Only data-parallel rank 0 of each (tp, pp) position writes (the others hold
+// the same values). Everything is written under a temporary directory that is
+// renamed into place once every rank has finished, so a crash mid-write never
+// damages an existing checkpoint. Ranks must share the file system.
+//
+// A rank loads the records whose name, kind and split match what it holds, in
+// whichever shard they are: a resume may change dp and pp; changing tp needs
+// re-slicing, which is refused for now with a clear message.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +30,7 @@
 
 #include "model/gpt_config.h"
 #include "model/param_registry.h"
+#include "parallel/communicator.h"
 
 namespace launch {
 
@@ -50,13 +61,21 @@ struct TrainingState {
   std::int64_t step = 0;          // optimizer steps completed
   std::string sampler_rng;        // text state of the sampler's std::mt19937_64
   nlohmann::json run;             // what must match on resume (model, batch, seed, data)
+  nlohmann::json layout;          // tp, pp, dp of the writing run (information)
 };
 
-// Writes <checkpoint_dir>/step_NNNNNNNN and points `latest` at it.
-// Returns the step directory's path.
+// What this rank contributes to a checkpoint.
+struct ShardRole {
+  int rank = 0;                 // world rank: names the shard files
+  bool writes_shard = true;     // data-parallel rank 0 of its (tp, pp) position
+  bool writes_llmc = true;      // holds the whole model (no tp, no pp) and is world rank 0
+};
+
+// Collective over `world`: writes <checkpoint_dir>/step_NNNNNNNN and points
+// `latest` at it. Returns the step directory's path.
 std::string save_checkpoint(const std::string& checkpoint_dir, const TrainingState& state,
                             const model::GptConfig& config, const model::ParamRegistry& registry,
-                            const HostState& host);
+                            const HostState& host, const ShardRole& role, parallel::Communicator& world);
 
 // "latest" -> the directory `latest` names inside checkpoint_dir; a path is
 // returned as is. Throws when there is nothing to resume from.

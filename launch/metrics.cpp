@@ -28,6 +28,14 @@ std::string MetricsLog::format_line(const StepMetrics& m) {
                 m.step_seconds * 1e3, m.tokens_per_second, m.tflops_per_device, m.mfu * 100.0,
                 engine::format_bytes(m.peak_memory_bytes).c_str());
   std::string out = line;
+  if (m.parallel) {
+    char par[160];
+    std::snprintf(par, sizeof par, " | bubble %.0f%% | comm tp %s dp %s pp %s", m.bubble_fraction * 100.0,
+                  engine::format_bytes(static_cast<std::size_t>(m.comm_bytes_tp)).c_str(),
+                  engine::format_bytes(static_cast<std::size_t>(m.comm_bytes_dp)).c_str(),
+                  engine::format_bytes(static_cast<std::size_t>(m.comm_bytes_pp)).c_str());
+    out += par;
+  }
   if (m.val_loss) {
     char val[48];
     std::snprintf(val, sizeof val, " | val %.4f", *m.val_loss);
@@ -49,6 +57,10 @@ void MetricsLog::record(const StepMetrics& m) {
                       {"peak_memory_bytes", m.peak_memory_bytes},
                       {"peak_rss_bytes", m.peak_rss_bytes}};
   if (m.val_loss) j["val_loss"] = *m.val_loss;
+  if (m.parallel) {
+    j["bubble_fraction"] = m.bubble_fraction;
+    j["comm_bytes"] = {{"tp", m.comm_bytes_tp}, {"dp", m.comm_bytes_dp}, {"pp", m.comm_bytes_pp}};
+  }
   file_ << j.dump() << '\n';
   file_.flush();
 }

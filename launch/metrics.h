@@ -22,6 +22,10 @@ struct StepMetrics {
   std::uint64_t peak_memory_bytes = 0;  // engine-held bytes on the compute device, high-water mark
   std::uint64_t peak_rss_bytes = 0;     // process resident set, high-water mark
   std::optional<double> val_loss;
+  // Parallel runs.
+  double bubble_fraction = 0;           // pipeline bubble of the schedule, (pp-1)/(m+pp-1)
+  double comm_bytes_tp = 0, comm_bytes_dp = 0, comm_bytes_pp = 0;  // sent this step, all ranks together
+  bool parallel = false;                // print the parallel fields
 };
 
 class MetricsLog {

@@ -5,6 +5,8 @@
 
 #include "engine/check.h"
 #include "launch/json_config.h"
+#include "model/partition.h"
+#include "parallel/process_grid.h"
 
 namespace launch {
 
@@ -59,6 +61,19 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--resume", c.resume, "Resume from 'latest' (in --checkpoint-dir) or a checkpoint directory")->group(kCkpt);
   app.add_option("--save-model", c.save_model, "Write the final model here in llm.c's GPT-2 format")->group(kCkpt);
 
+  const char* kPar = "Parallelism";
+  app.add_option("--tp", c.tp, "Tensor-parallel size (splits heads, MLP and vocabulary)")->group(kPar)->capture_default_str();
+  app.add_option("--pp", c.pp, "Pipeline-parallel stages")->group(kPar)->capture_default_str();
+  app.add_option("--dp", c.dp, "Data-parallel size (0 = world size / (tp x pp))")->group(kPar)->capture_default_str();
+  app.add_option("--comm", c.comm, "Communicator: auto (nccl on cuda with one GPU per rank, else mpi), mpi or nccl")
+      ->group(kPar)->capture_default_str()->check(CLI::IsMember({"auto", "mpi", "nccl"}));
+  app.add_option("--pipeline-schedule", c.pipeline_schedule, "1f1b or afab (all-forward-all-backward)")
+      ->group(kPar)->capture_default_str()->check(CLI::IsMember({"1f1b", "afab"}));
+  app.add_option("--overlap-grad-reduce", c.overlap_grad_reduce,
+                 "Start data-parallel gradient reductions during the last micro-batch's backward (true/false)")
+      ->group(kPar)->capture_default_str();
+  app.add_option("--bucket-mb", c.bucket_mb, "Data-parallel reduction bucket size in MiB")->group(kPar)->capture_default_str();
+
   const char* kRun = "Run";
   app.add_option("--seed", c.seed, "Seed for initialisation, shuffling and sampling")->group(kRun)->capture_default_str();
   app.add_option("--device", c.device, "auto, cpu or cuda")->group(kRun)->capture_default_str()
@@ -75,7 +90,8 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--top-k", c.top_k, "Sample among the k most likely tokens (0 = all)")->group(kRun)->capture_default_str();
 }
 
-void TrainConfig::resolve(int cuda_devices) {
+void TrainConfig::resolve(int cuda_devices, int world) {
+  world_size = world;
   model = model::gpt_preset(preset);
   if (n_layer) model.n_layer = n_layer;
   if (n_head) model.n_head = n_head;
@@ -88,12 +104,28 @@ void TrainConfig::resolve(int cuda_devices) {
   ENGINE_CHECK(seq_len >= 1 && seq_len <= model.max_seq_len, "--seq-len ", seq_len, " must be in [1, ",
                model.max_seq_len, "] (the model's max_seq_len)");
   ENGINE_CHECK(micro_batch >= 1, "--micro-batch must be >= 1, got ", micro_batch);
+
+  // The layout: every problem in one message, the same on every rank.
+  {
+    std::string problems = parallel::ProcessGrid::check(world, 0, tp, pp, dp);
+    if (tp >= 1 && pp >= 1) {
+      const std::string partition = model::check_partition(model, tp, pp);
+      if (!partition.empty()) problems += (problems.empty() ? "" : " ") + std::string("The model ") +
+                                          model.describe() + " cannot be split: " + partition + ".";
+    }
+    ENGINE_CHECK(problems.empty(), problems);
+  }
+  if (dp == 0) dp = world / (tp * pp);
+  ENGINE_CHECK(save_model.empty() || (tp == 1 && pp == 1),
+               "--save-model writes the whole model from one rank and needs tp = pp = 1 (got tp ", tp, ", pp ", pp,
+               "); checkpoints hold every layout");
   const std::int64_t micro_tokens = micro_batch * seq_len;
-  if (batch_tokens == 0) batch_tokens = micro_tokens;
-  ENGINE_CHECK(batch_tokens > 0 && batch_tokens % micro_tokens == 0, "--batch-tokens ", batch_tokens,
-               " must be a positive multiple of micro-batch x seq-len = ", micro_batch, " x ", seq_len, " = ",
-               micro_tokens);
-  grad_accum = batch_tokens / micro_tokens;
+  if (batch_tokens == 0) batch_tokens = micro_tokens * dp;
+  ENGINE_CHECK(batch_tokens > 0 && batch_tokens % (micro_tokens * dp) == 0, "--batch-tokens ", batch_tokens,
+               " must be a positive multiple of micro-batch x seq-len x dp = ", micro_batch, " x ", seq_len, " x ", dp,
+               " = ", micro_tokens * dp, " (the micro-batches must divide the batch)");
+  grad_accum = batch_tokens / (micro_tokens * dp);
+  ENGINE_CHECK(bucket_mb > 0, "--bucket-mb must be > 0, got ", bucket_mb);
   ENGINE_CHECK(steps >= 1, "--steps must be >= 1, got ", steps);
   ENGINE_CHECK(grad_clip >= 0, "--grad-clip must be >= 0 (0 = off), got ", grad_clip);
   ENGINE_CHECK(!train_data.empty(), "--train-data is required: a token shard file or glob (see `prepare`)");
@@ -121,6 +153,9 @@ void TrainConfig::resolve(int cuda_devices) {
   device_type = device == "cuda" ? engine::DeviceType::kCuda : engine::DeviceType::kCpu;
   if (precision == "auto") precision = device_type == engine::DeviceType::kCuda ? "bf16" : "fp32";
   precision_mode = model::parse_precision(precision);
+  if (comm == "auto") comm = device_type == engine::DeviceType::kCuda && cuda_devices > 0 ? "nccl" : "mpi";
+  ENGINE_CHECK(comm != "nccl" || device_type == engine::DeviceType::kCuda,
+               "--comm nccl needs --device cuda (NCCL moves device memory); use --comm mpi on the CPU");
   ENGINE_CHECK(!(precision_mode == model::Precision::kBf16 && device_type == engine::DeviceType::kCpu),
                "--precision bf16 needs --device cuda; the CPU backend computes in fp32");
 }
@@ -129,12 +164,16 @@ std::string TrainConfig::describe() const {
   std::ostringstream out;
   out << "model      " << preset << ": " << model.describe() << ", " << model.num_parameters() << " parameters\n"
       << "batch      " << micro_batch << " x " << seq_len << " tokens per micro-batch, " << grad_accum
-      << " micro-batches, " << batch_tokens << " tokens per step, " << steps << " steps\n"
+      << " micro-batches per data-parallel rank, " << batch_tokens << " tokens per step, " << steps << " steps\n"
       << "optimizer  AdamW beta=(" << beta1 << ", " << beta2 << ") eps=" << adam_eps << " wd=" << weight_decay
       << ", clip " << (grad_clip > 0 ? std::to_string(grad_clip) : std::string("off")) << ", lr "
       << lr_schedule.describe() << "\n"
       << "data       train " << train_data << (val_data.empty() ? "" : ", val " + val_data)
       << (shuffle ? ", shuffled" : ", in order") << "\n"
+      << "layout     world " << world_size << " = tp " << tp << " x dp " << dp << " x pp " << pp << ", " << comm
+      << " communicator" << (pp > 1 ? ", pipeline " + pipeline_schedule : std::string())
+      << (dp > 1 ? std::string(", gradient reduction ") + (overlap_grad_reduce ? "overlapped" : "after backward") : std::string())
+      << "\n"
       << "device     " << device << ", precision " << model::precision_name(precision_mode) << ", seed " << seed;
   if (!checkpoint_dir.empty())
     out << "\ncheckpoint " << checkpoint_dir << " every "

@@ -48,6 +48,14 @@ struct TrainConfig {
   std::string resume;                     // "", "latest", or a checkpoint directory
   std::string init_from;                  // llm.c GPT-2 model file to start from
 
+  // Parallel layout (world = tp x dp x pp) and communication.
+  int tp = 1, pp = 1;
+  int dp = 0;                     // 0 = world size / (tp x pp)
+  std::string comm = "auto";      // auto | mpi | nccl
+  std::string pipeline_schedule = "1f1b";  // 1f1b | afab
+  bool overlap_grad_reduce = true;  // start data-parallel reductions during the last backward
+  double bucket_mb = 25;            // data-parallel reduction bucket size
+
   // Run.
   std::uint64_t seed = 1337;
   std::string device = "auto";     // auto | cpu | cuda
@@ -66,11 +74,13 @@ struct TrainConfig {
   optim::AdamWConfig adamw;
   engine::DeviceType device_type = engine::DeviceType::kCpu;
   model::Precision precision_mode = model::Precision::kFp32;
-  std::int64_t grad_accum = 1;
+  std::int64_t grad_accum = 1;  // micro-batches per data-parallel rank and step
+  int world_size = 1;
 
-  // Fills the derived fields and checks every value; throws engine::Error
-  // naming the first bad one. Deterministic, so every rank agrees.
-  void resolve(int cuda_devices);
+  // Fills the derived fields and checks every value for a job of
+  // `world_size` ranks; throws engine::Error naming every bad value of the
+  // layout at once. Deterministic, so every rank agrees.
+  void resolve(int cuda_devices, int world_size = 1);
   std::string describe() const;  // multi-line summary printed at start-up
 };
 

@@ -14,97 +14,261 @@
 #include "model/flops.h"
 #include "model/gpt_params.h"
 #include "optim/grad_clip.h"
+#include "parallel/mpi_communicator.h"
+#include "parallel/pipeline_runner.h"
+#ifdef ENGINE_WITH_NCCL
+#include "parallel/nccl_communicator.h"
+#endif
 
 namespace launch {
 
 using Clock = std::chrono::steady_clock;
+using engine::Tensor;
 
 namespace {
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // The node-local rank picks the GPU (one GPU per rank; several ranks share
-// one only in correctness runs).
+// one only in correctness runs with the MPI communicator).
 int local_rank() {
   for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"})
     if (const char* v = std::getenv(var)) return std::atoi(v);
   return 0;
 }
 
-std::vector<optim::ParamSegment> optimizer_segments(const model::ParamRegistry& registry) {
-  std::vector<optim::ParamSegment> out;
-  for (const model::DecaySegment& s : registry.decay_segments()) out.push_back({s.offset, s.count, s.decay});
-  return out;
+int world_rank_of(MPI_Comm world) {
+  int rank = 0;
+  MPI_Comm_rank(world, &rank);
+  return rank;
+}
+
+int world_size_of(MPI_Comm world) {
+  int size = 1;
+  MPI_Comm_size(world, &size);
+  return size;
+}
+
+Tensor host_f32(float* data, std::int64_t n) {
+  return Tensor(data, engine::Shape{n}, engine::DType::kF32, engine::DeviceType::kCpu);
 }
 
 }  // namespace
+
+// ---- the pipeline's view of this rank's stage ---------------------------------
+
+// Adapts model::GptStage to parallel::Stage: micro-batch i uses activation
+// slot i % slots (1F1B retires micro-batches in order, so at most `slots` are
+// alive), reads its tokens where the stage needs them, accumulates the loss
+// on the last stage, and during the last micro-batch's backward reports
+// finished layers to the data-parallel gradient buckets.
+class Trainer::PipelineStage : public parallel::Stage {
+ public:
+  explicit PipelineStage(Trainer& t) : t_(t) {
+    const std::int64_t n = t.config_.micro_batch * t.config_.seq_len;
+    inputs_.assign(static_cast<std::size_t>(n), 0);
+    targets_.assign(static_cast<std::size_t>(n), 0);
+    t.stage_->set_backward_hook([this](std::int64_t layer) {
+      if (reporting_) t_.grad_buckets_->layer_done(layer);
+    });
+  }
+
+  void begin_step(std::int64_t step, double grad_scale) {
+    step_ = step;
+    grad_scale_ = grad_scale;
+    loss_sum_ = 0;
+  }
+  double loss_sum() const { return loss_sum_; }
+
+  void forward(int micro) override {
+    const model::StageRange& r = t_.range_;
+    if (r.has_embedding || r.has_head)
+      t_.train_data_->read_sequences(t_.layout_.first_sequence(step_, micro), t_.config_.micro_batch, inputs_.data(),
+                                     targets_.data());
+    t_.stage_->forward(slot(micro), r.has_embedding ? inputs_.data() : nullptr, r.has_head ? targets_.data() : nullptr,
+                       grad_scale_);
+    if (r.has_head) loss_sum_ += t_.stage_->loss_sum(slot(micro));
+  }
+
+  void backward(int micro) override {
+    const bool last = micro == t_.layout_.micro_batches() - 1;
+    reporting_ = last && t_.grad_buckets_ && t_.config_.overlap_grad_reduce;
+    if (reporting_) t_.grad_buckets_->start_step();
+    t_.stage_->backward(slot(micro));
+    reporting_ = false;
+  }
+
+  Tensor forward_input(int micro) override { return t_.stage_->input(slot(micro)); }
+  Tensor forward_output(int micro) override { return t_.stage_->output(slot(micro)); }
+  Tensor backward_input_grad(int micro) override { return t_.stage_->output_grad(slot(micro)); }
+  Tensor backward_output_grad(int) override { return t_.stage_->input_grad(); }
+
+ private:
+  int slot(int micro) const { return micro % t_.stage_->slots(); }
+
+  Trainer& t_;
+  std::vector<std::int32_t> inputs_, targets_;  // (B,T) host staging
+  std::int64_t step_ = 0;
+  double grad_scale_ = 0;
+  double loss_sum_ = 0;
+  bool reporting_ = false;
+};
+
+// ---- set-up ---------------------------------------------------------------------
 
 double measure_cpu_matmul_flops() {
   const std::int64_t n = 1024;
   engine::Buffer a(engine::DeviceType::kCpu, n * n * 4), w(engine::DeviceType::kCpu, n * n * 4),
       o(engine::DeviceType::kCpu, n * n * 4);
-  const engine::Tensor ta = a.as_tensor(engine::Shape{n, n}, engine::DType::kF32);
-  const engine::Tensor tw = w.as_tensor(engine::Shape{n, n}, engine::DType::kF32);
-  const engine::Tensor to = o.as_tensor(engine::Shape{n, n}, engine::DType::kF32);
+  const Tensor ta = a.as_tensor(engine::Shape{n, n}, engine::DType::kF32);
+  const Tensor tw = w.as_tensor(engine::Shape{n, n}, engine::DType::kF32);
+  const Tensor to = o.as_tensor(engine::Shape{n, n}, engine::DType::kF32);
   engine::ops::fill(ta, 0.5);
   engine::ops::fill(tw, 0.25);
   double best = 1e30;
   for (int rep = 0; rep < 4; ++rep) {  // the first warms up caches and threads
     const auto t0 = Clock::now();
-    engine::ops::matmul_forward(to, ta, tw, engine::Tensor{});
+    engine::ops::matmul_forward(to, ta, tw, Tensor{});
     if (rep > 0) best = std::min(best, seconds_since(t0));
   }
   return 2.0 * n * n * n / best;
 }
 
-Trainer::Trainer(const TrainConfig& config, std::ostream& out)
-    : config_(config), out_(out), registry_(model::build_gpt_registry(config.model)), metrics_(config.log_file) {
+void check_inputs(const TrainConfig& config) {
+  const int T = static_cast<int>(config.seq_len), V = static_cast<int>(config.model.vocab_size);
+  DataLoader train(config.train_data, T, V, config.shuffle, config.seed);
+  if (!config.val_data.empty()) DataLoader val(config.val_data, T, V, false, config.seed);
+  if (!config.init_from.empty()) {
+    const model::GptConfig found = read_llmc_config(config.init_from);
+    ENGINE_CHECK(found == config.model, "--init-from '", config.init_from, "' holds a model of another shape: ",
+                 found.describe(), "; this run's model is ", config.model.describe());
+  }
+}
+
+Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
+    : config_(config),
+      out_(out),
+      grid_(world_size_of(world), world_rank_of(world), config.tp, config.pp, config.dp),
+      metrics_(world_rank_of(world) == 0 ? config.log_file : std::string()) {
   const model::GptConfig& mc = config.model;
   if (config.device_type == engine::DeviceType::kCuda)
     engine::cuda_set_device(local_rank() % engine::cuda_device_count());
 
-  // Data first: a bad shard should fail before large allocations.
+  // Communicators: device traffic on MPI or NCCL; host scalars always on MPI.
+  host_world_ = std::make_unique<parallel::MpiCommunicator>(world, "world");
+  if (config.comm == "nccl") {
+#ifdef ENGINE_WITH_NCCL
+    comms_ = parallel::make_nccl_comms(grid_, world);
+#else
+    ENGINE_FAIL("--comm nccl: this engine was built without NCCL");
+#endif
+  } else {
+    comms_ = parallel::make_mpi_comms(grid_, world);
+  }
+  // The first and last stage of each pipeline hold the tied token embedding;
+  // their gradients are summed over this group (Narayanan et al. 2021).
+  if (grid_.pp_size() > 1) {
+    const bool holds_wte = grid_.is_first_stage() || grid_.is_last_stage();
+    MPI_Comm group = MPI_COMM_NULL;
+    MPI_Comm_split(world, holds_wte ? grid_.tp_rank() + grid_.tp_size() * grid_.dp_rank() : MPI_UNDEFINED,
+                   grid_.pp_rank(), &group);
+    if (holds_wte) {
+#ifdef ENGINE_WITH_NCCL
+      if (config.comm == "nccl") embedding_comm_ = std::make_unique<parallel::NcclCommunicator>(group, "embedding");
+#endif
+      if (!embedding_comm_) embedding_comm_ = std::make_unique<parallel::MpiCommunicator>(group, "embedding");
+      MPI_Comm_free(&group);
+    }
+  }
+
+  range_ = model::pipeline_stage_range(mc, grid_.pp_rank(), grid_.pp_size());
+  tp_ = model::TensorParallel{grid_.tp_rank(), grid_.tp_size()};
+  registry_ = model::build_gpt_registry(mc, range_, tp_);
+
   train_data_ = std::make_unique<DataLoader>(config.train_data, static_cast<int>(config.seq_len),
                                              static_cast<int>(mc.vocab_size), config.shuffle, config.seed);
   if (!config.val_data.empty())
     val_data_ = std::make_unique<DataLoader>(config.val_data, static_cast<int>(config.seq_len),
                                              static_cast<int>(mc.vocab_size), false, config.seed);
-  layout_ = BatchLayout{config.batch_tokens / config.seq_len, 1, 0, config.micro_batch};
+  layout_ = BatchLayout{config.batch_tokens / config.seq_len, grid_.dp_size(), grid_.dp_rank(), config.micro_batch};
   layout_.validate();
 
   store_ = std::make_unique<model::ParamStore>(registry_, config.device_type, config.precision_mode);
   if (!config.init_from.empty()) {
-    std::vector<float> host(static_cast<std::size_t>(registry_.total_numel()), 0.0f);
-    read_llmc_model(config.init_from, mc, registry_, host.data());
-    store_->upload_master(host.data());
+    // Read the whole model, then keep this rank's slices of it.
+    const model::ParamRegistry full = model::build_gpt_registry(mc);
+    std::vector<float> whole(static_cast<std::size_t>(full.total_numel()), 0.0f);
+    read_llmc_model(config.init_from, mc, full, whole.data());
+    std::vector<float> mine(static_cast<std::size_t>(registry_.total_numel()), 0.0f);
+    for (const model::ParamInfo& p : registry_.entries()) {
+      const float* src = whole.data() + full.find(p.name).offset;
+      model::for_each_run(p, [&](std::int64_t local, std::int64_t global, std::int64_t count) {
+        std::copy(src + global, src + global + count, mine.data() + p.offset + local);
+      });
+    }
+    store_->upload_master(mine.data());
   } else {
     store_->initialize(config.seed);
   }
 
-  // Activations: plan the allocation sequence once, then allocate it for real.
+  // The schedule decides how many micro-batches are alive at once, and so
+  // how many activation slots the stage needs.
+  schedule_ = parallel::make_schedule(parallel::parse_schedule(config.pipeline_schedule), grid_.pp_size(),
+                                      grid_.pp_rank(), layout_.micro_batches());
+  const int slots = std::max(1, parallel::peak_in_flight(schedule_));
   const model::ActivationShape shape{config.micro_batch, config.seq_len, model::activation_dtype(config.precision_mode)};
-  stage_ = std::make_unique<model::GptStage>(mc, *store_, model::whole_model(mc), shape, 1);
+  stage_ = std::make_unique<model::GptStage>(mc, *store_, range_, shape, slots, tp_, comms_.tp.get());
   engine::Arena plan = engine::Arena::planning(config.device_type);
   stage_->allocate(plan);
   activations_ = engine::Arena(config.device_type, plan.used());
   stage_->allocate(activations_);
 
+  std::vector<optim::ParamSegment> segments;
+  for (const model::DecaySegment& s : registry_.decay_segments()) segments.push_back({s.offset, s.count, s.decay});
   adamw_ = std::make_unique<optim::AdamW>(optim::FlatParams{store_->master(), store_->grads(), store_->working()},
-                                          optimizer_segments(registry_), config.adamw);
+                                          segments, config.adamw);
+
+  // Gradient ranges: readiness keys for the data-parallel buckets, and the
+  // ranges the global norm counts (split tensors on every tensor-parallel
+  // rank, replicated ones on rank 0 only, the last stage's wte copy never).
+  std::vector<parallel::GradRange> ranges;
+  const auto& entries = registry_.entries();
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const model::ParamInfo& p = entries[i];
+    const std::int64_t end = i + 1 < entries.size() ? entries[i + 1].offset : registry_.total_numel();
+    std::int64_t key = mc.n_layer;  // the head's tensors are final before any block's backward
+    if (p.name.rfind("h.", 0) == 0) key = std::stoll(p.name.substr(2));
+    else if (range_.has_embedding && (p.name == "wte" || p.name == "wpe")) key = -1;
+    ranges.push_back({p.offset, end - p.offset, key});
+    const bool counted = (p.split.is_split() || tp_.rank == 0) && !(p.name == "wte" && !range_.has_embedding);
+    if (!counted) continue;
+    if (!norm_ranges_.empty() && norm_ranges_.back().first + norm_ranges_.back().second == p.offset)
+      norm_ranges_.back().second += end - p.offset;
+    else
+      norm_ranges_.push_back({p.offset, end - p.offset});
+  }
+  if (grid_.dp_size() > 1) {
+    const auto bucket_elements = static_cast<std::int64_t>(config.bucket_mb * 1024 * 1024 /
+                                                           engine::dtype_size(store_->grads().dtype()));
+    grad_buckets_ = std::make_unique<parallel::GradBuckets>(*comms_.dp, store_->grads(), ranges,
+                                                            std::max<std::int64_t>(1, bucket_elements));
+  }
+  pipeline_ = std::make_unique<PipelineStage>(*this);
   sampler_rng_.seed(config.seed);
 
-  const std::size_t master_bytes = store_->master().bytes();
-  out_ << config.describe() << "\n"
-       << "memory     params " << engine::format_bytes(master_bytes)
-       << (store_->working().data() != store_->master().data()
-               ? " + working copy " + engine::format_bytes(store_->working().bytes())
-               : std::string())
-       << ", grads " << engine::format_bytes(store_->grads().bytes()) << ", AdamW state "
-       << engine::format_bytes(2 * master_bytes) << ", activations " << engine::format_bytes(activations_.capacity())
-       << "\n"
-       << "flops      " << model::flops_convention() << "\n";
+  if (is_logger()) {
+    const std::size_t master_bytes = store_->master().bytes();
+    out_ << config.describe() << "\n"
+         << "rank 0     " << grid_.describe() << ", layers [" << range_.first_layer << ", " << range_.last_layer << ")\n"
+         << "memory     rank 0: params " << engine::format_bytes(master_bytes)
+         << (store_->working().data() != store_->master().data()
+                 ? " + working copy " + engine::format_bytes(store_->working().bytes())
+                 : std::string())
+         << ", grads " << engine::format_bytes(store_->grads().bytes()) << ", AdamW state "
+         << engine::format_bytes(2 * master_bytes) << ", activations " << engine::format_bytes(activations_.capacity())
+         << " (" << slots << " micro-batch slot" << (slots > 1 ? "s" : "") << ")\n"
+         << "flops      " << model::flops_convention() << "\n";
+  }
   if (!config.resume.empty()) resume();
 }
 
@@ -120,88 +284,118 @@ nlohmann::json Trainer::run_identity() const {
           {"train_data", train_data_->fingerprint()}};
 }
 
+// ---- checkpoints --------------------------------------------------------------------
+
 void Trainer::resume() {
   const std::string dir = resolve_checkpoint(config_.resume, config_.checkpoint_dir);
   const std::size_t n = static_cast<std::size_t>(registry_.total_numel());
-  std::vector<float> master(n), m(n), v(n);
+  std::vector<float> master(n, 0.0f), m(n, 0.0f), v(n, 0.0f);
   const TrainingState state = load_checkpoint(dir, run_identity(), registry_, {master.data(), m.data(), v.data()});
   ENGINE_CHECK(state.step < config_.steps, "checkpoint '", dir, "' is at step ", state.step,
                ", nothing left to do for --steps ", config_.steps);
   store_->upload_master(master.data());
-  const engine::DeviceType host = engine::DeviceType::kCpu;
-  engine::ops::copy(adamw_->m(), engine::Tensor(m.data(), adamw_->m().shape(), engine::DType::kF32, host));
-  engine::ops::copy(adamw_->v(), engine::Tensor(v.data(), adamw_->v().shape(), engine::DType::kF32, host));
+  engine::ops::copy(adamw_->m(), host_f32(m.data(), static_cast<std::int64_t>(n)));
+  engine::ops::copy(adamw_->v(), host_f32(v.data(), static_cast<std::int64_t>(n)));
   adamw_->set_steps_taken(state.step);
   if (!state.sampler_rng.empty()) {
     std::istringstream in(state.sampler_rng);
     in >> sampler_rng_;
   }
   start_step_ = state.step;
-  out_ << "resumed    from " << dir << " at step " << state.step << "\n";
+  if (is_logger()) out_ << "resumed    from " << dir << " at step " << state.step << "\n";
 }
 
 void Trainer::save(std::int64_t steps_done) {
   const std::size_t n = static_cast<std::size_t>(registry_.total_numel());
   std::vector<float> master(n), m(n), v(n);
   store_->download_master(master.data());
-  const engine::DeviceType host = engine::DeviceType::kCpu;
-  engine::ops::copy(engine::Tensor(m.data(), adamw_->m().shape(), engine::DType::kF32, host), adamw_->m());
-  engine::ops::copy(engine::Tensor(v.data(), adamw_->v().shape(), engine::DType::kF32, host), adamw_->v());
+  engine::ops::copy(host_f32(m.data(), static_cast<std::int64_t>(n)), adamw_->m());
+  engine::ops::copy(host_f32(v.data(), static_cast<std::int64_t>(n)), adamw_->v());
   TrainingState state;
   state.step = steps_done;
   state.run = run_identity();
+  state.layout = {{"tp", grid_.tp_size()}, {"pp", grid_.pp_size()}, {"dp", grid_.dp_size()}};
   std::ostringstream rng;
   rng << sampler_rng_;
   state.sampler_rng = rng.str();
-  const std::string dir =
-      save_checkpoint(config_.checkpoint_dir, state, config_.model, registry_, {master.data(), m.data(), v.data()});
-  out_ << "checkpoint " << dir << "\n";
+  const ShardRole role{grid_.world_rank(), grid_.dp_rank() == 0,
+                       grid_.world_rank() == 0 && grid_.tp_size() == 1 && grid_.pp_size() == 1};
+  const std::string dir = save_checkpoint(config_.checkpoint_dir, state, config_.model, registry_,
+                                          {master.data(), m.data(), v.data()}, role, *host_world_);
+  if (is_logger()) out_ << "checkpoint " << dir << "\n";
 }
 
-double Trainer::peak_flops_per_device() {
-  if (config_.peak_tflops > 0) {
-    out_ << "peak       " << config_.peak_tflops << " TFLOP/s per device (--peak-tflops)\n";
-    return config_.peak_tflops * 1e12;
-  }
-  if (config_.device_type == engine::DeviceType::kCuda) {
-    const std::string name = engine::cuda_device_name(local_rank() % engine::cuda_device_count());
-    const double peak = engine::gpu_peak_flops_by_name(name);
-    ENGINE_CHECK(peak > 0, "no peak FLOP/s known for GPU '", name, "'; give it with --peak-tflops");
-    out_ << "peak       " << peak / 1e12 << " TFLOP/s dense bf16 (" << name << ", from the device table)\n";
-    return peak;
-  }
-  const double peak = measure_cpu_matmul_flops();
-  out_ << "peak       " << peak / 1e9 << " GFLOP/s fp32 (measured: best 1024^3 matmul on this CPU)\n";
-  return peak;
+// ---- one step ------------------------------------------------------------------------
+
+double Trainer::sum_over_world(double local) {
+  host_world_->all_reduce(Tensor(&local, engine::Shape{1}, engine::DType::kF64, engine::DeviceType::kCpu));
+  return local;
+}
+
+void Trainer::reduce_gradients() {
+  if (grad_buckets_) grad_buckets_->finish();  // starts what backward did not, waits for all
+  if (embedding_comm_) embedding_comm_->all_reduce(store_->grad("wte"));
+}
+
+double Trainer::global_grad_norm() {
+  // After the data-parallel reduction every dp replica holds the same
+  // gradients: count them once, on dp rank 0.
+  double local = 0;
+  if (grid_.dp_rank() == 0)
+    for (const auto& [offset, count] : norm_ranges_)
+      local += optim::grad_sum_of_squares(store_->grads().flat_slice(offset, count));
+  return std::sqrt(sum_over_world(local));
 }
 
 double Trainer::train_step(std::int64_t step) {
-  const std::int64_t B = config_.micro_batch, T = config_.seq_len;
-  const int micro_batches = layout_.micro_batches();
   // Each token's loss enters the objective with weight 1/(tokens per step).
-  const double grad_scale = 1.0 / static_cast<double>(B * T * micro_batches * layout_.dp_size);
+  const double grad_scale = 1.0 / static_cast<double>(config_.batch_tokens);
   store_->zero_grads();
-  double loss_sum = 0.0;
-  for (int micro = 0; micro < micro_batches; ++micro) {
-    train_data_->read_sequences(layout_.first_sequence(step, micro), B, inputs_.data(), targets_.data());
-    stage_->forward(0, inputs_.data(), targets_.data(), grad_scale);
-    loss_sum += stage_->loss_sum(0);
-    stage_->backward(0);
-  }
-  return loss_sum * grad_scale;
+  pipeline_->begin_step(step, grad_scale);
+  parallel::run_schedule(schedule_, *pipeline_, *comms_.pp);
+  reduce_gradients();
+  // Every data-parallel replica's last stage holds part of the loss; count
+  // each tensor-parallel group once.
+  const bool contributes = range_.has_head && tp_.rank == 0;
+  return sum_over_world(contributes ? pipeline_->loss_sum() : 0.0) * grad_scale;
 }
 
 double Trainer::validate() {
   const std::int64_t B = config_.micro_batch, T = config_.seq_len;
   const std::int64_t batches =
       std::max<std::int64_t>(1, std::min(config_.val_batches, val_data_->sequences_per_epoch() / B));
+  std::vector<std::int32_t> inputs(static_cast<std::size_t>(B * T)), targets(inputs.size());
+  parallel::Communicator& pp = *comms_.pp;
   double loss_sum = 0.0;
+  // Forward only, micro-batch by micro-batch through the pipeline; every
+  // data-parallel replica evaluates the same batches and dp rank 0 reports.
   for (std::int64_t i = 0; i < batches; ++i) {
-    val_data_->read_sequences(i * B, B, inputs_.data(), targets_.data());
-    stage_->forward(0, inputs_.data(), targets_.data(), 0.0);
-    loss_sum += stage_->loss_sum(0);
+    val_data_->read_sequences(i * B, B, inputs.data(), targets.data());
+    if (!range_.has_embedding) pp.recv(stage_->input(0), pp.rank() - 1);
+    stage_->forward(0, inputs.data(), targets.data(), 0.0);
+    if (!range_.has_head) pp.send(stage_->output(0), pp.rank() + 1);
+    if (range_.has_head) loss_sum += stage_->loss_sum(0);
   }
-  return loss_sum / static_cast<double>(batches * B * T);
+  const bool contributes = range_.has_head && tp_.rank == 0 && grid_.dp_rank() == 0;
+  return sum_over_world(contributes ? loss_sum : 0.0) / static_cast<double>(batches * B * T);
+}
+
+double Trainer::peak_flops_per_device() {
+  if (config_.peak_tflops > 0) {
+    if (is_logger()) out_ << "peak       " << config_.peak_tflops << " TFLOP/s per device (--peak-tflops)\n";
+    return config_.peak_tflops * 1e12;
+  }
+  if (config_.device_type == engine::DeviceType::kCuda) {
+    const std::string name = engine::cuda_device_name(local_rank() % engine::cuda_device_count());
+    const double peak = engine::gpu_peak_flops_by_name(name);
+    ENGINE_CHECK(peak > 0, "no peak FLOP/s known for GPU '", name, "'; give it with --peak-tflops");
+    if (is_logger()) out_ << "peak       " << peak / 1e12 << " TFLOP/s dense bf16 (" << name << ", from the device table)\n";
+    return peak;
+  }
+  if (!is_logger()) return 1.0;  // only rank 0 reports MFU
+  const double peak = measure_cpu_matmul_flops();
+  out_ << "peak       " << peak / 1e9 << " GFLOP/s fp32 (measured: best 1024^3 matmul on this CPU)\n";
+  return peak;
 }
 
 std::string Trainer::sample_text() {
@@ -223,19 +417,20 @@ std::string Trainer::sample_text() {
 RunSummary Trainer::run() {
   RunSummary summary;
   summary.first_step = start_step_;
-  const std::int64_t B = config_.micro_batch, T = config_.seq_len;
-  inputs_.assign(static_cast<std::size_t>(B * T), 0);
-  targets_.assign(static_cast<std::size_t>(B * T), 0);
   const double peak = peak_flops_per_device();
-  const double step_flops = model::training_flops_per_step(config_.model, config_.batch_tokens / T, T);
-  const int devices = 1;
+  const double step_flops =
+      model::training_flops_per_step(config_.model, config_.batch_tokens / config_.seq_len, config_.seq_len);
+  const int devices = grid_.world_size();
+  parallel::Communicator* axes[] = {comms_.tp.get(), comms_.dp.get(), comms_.pp.get(), embedding_comm_.get()};
 
   for (std::int64_t step = start_step_; step < config_.steps; ++step) {
+    for (parallel::Communicator* c : axes)
+      if (c) c->reset_bytes_sent();
     const auto t0 = Clock::now();
     const double loss = train_step(step);
     ENGINE_CHECK(std::isfinite(loss), "training loss is ", loss, " at step ", step + 1,
                  "; stopping without saving (try a lower --lr or --grad-clip)");
-    const double norm = std::sqrt(optim::grad_sum_of_squares(store_->grads()));
+    const double norm = global_grad_norm();
     const double lr = config_.lr_schedule.at(step);
     adamw_->step(lr, optim::clip_factor(norm, config_.grad_clip));
     engine::device_synchronize();
@@ -253,27 +448,42 @@ RunSummary Trainer::run() {
     m.mfu = step_flops / (seconds * devices * peak);
     m.peak_memory_bytes = engine::memory_stats(config_.device_type).peak;
     m.peak_rss_bytes = peak_rss_bytes();
+    m.parallel = devices > 1;
+    if (m.parallel) {
+      m.bubble_fraction = parallel::bubble_fraction(grid_.pp_size(), layout_.micro_batches());
+      m.comm_bytes_tp = sum_over_world(static_cast<double>(comms_.tp->bytes_sent()));
+      m.comm_bytes_dp = sum_over_world(static_cast<double>(comms_.dp->bytes_sent()));
+      m.comm_bytes_pp = sum_over_world(static_cast<double>(comms_.pp->bytes_sent()) +
+                                       (embedding_comm_ ? static_cast<double>(embedding_comm_->bytes_sent()) : 0.0));
+    }
     const bool last = step + 1 == config_.steps;
     if (val_data_ && ((config_.val_interval > 0 && (step + 1) % config_.val_interval == 0) || last)) {
       m.val_loss = validate();
       summary.final_val_loss = *m.val_loss;
     }
-    out_ << MetricsLog::format_line(m) << std::endl;
-    metrics_.record(m);
+    if (is_logger()) {
+      out_ << MetricsLog::format_line(m) << std::endl;
+      metrics_.record(m);
+    }
     summary.losses.push_back(loss);
     if (!config_.checkpoint_dir.empty() &&
         ((config_.checkpoint_interval > 0 && (step + 1) % config_.checkpoint_interval == 0) || last))
       save(step + 1);
   }
-  if (!config_.save_model.empty()) {
+  const bool whole_model_here = grid_.tp_size() == 1 && grid_.pp_size() == 1;
+  if (!config_.save_model.empty() && grid_.world_rank() == 0) {
     std::vector<float> master(static_cast<std::size_t>(registry_.total_numel()));
     store_->download_master(master.data());
     write_llmc_model(config_.save_model, config_.model, registry_, master.data());
     out_ << "model      written to " << config_.save_model << " (llm.c GPT-2 format)\n";
   }
-  if (config_.sample_tokens > 0) {
-    summary.sample = sample_text();
-    out_ << "sample     ----\n" << summary.sample << "\n----" << std::endl;
+  if (config_.sample_tokens > 0 && grid_.world_rank() == 0) {
+    if (whole_model_here) {
+      summary.sample = sample_text();
+      out_ << "sample     ----\n" << summary.sample << "\n----" << std::endl;
+    } else {
+      out_ << "sample     skipped: sampling needs the whole model on one rank (tp = pp = 1)\n";
+    }
   }
   return summary;
 }

@@ -1,12 +1,24 @@
-// The training loop of the `train` program: builds the model, optimizer and
-// data from a resolved TrainConfig, then runs steps, validation, checkpoints
-// and the final sample, logging every step.
+// The training loop of the `train` program: builds this rank's part of the
+// model (its pipeline stage, its tensor-parallel slices), the optimizer, data
+// and communicators from a resolved TrainConfig, then runs steps, validation,
+// checkpoints and the final sample, logging every step on rank 0.
+//
+// One step (DESIGN.md, "One training step, as data"): each data-parallel rank
+// reads its slice of the global batch as micro-batches; the pipeline schedule
+// (1F1B by default) runs them through the stages; during the last
+// micro-batch's backward, data-parallel gradient buckets start reducing while
+// earlier layers still compute; the tied embedding's two copies (first and
+// last stage) are summed; the global gradient norm is taken over every axis
+// counting replicated tensors once; AdamW updates; the step's figures are
+// reduced to rank 0 and logged.
 #pragma once
+
+#include <mpi.h>
 
 #include <cstdint>
 #include <iosfwd>
-#include <nlohmann/json.hpp>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <vector>
 
@@ -18,45 +30,66 @@
 #include "model/param_registry.h"
 #include "model/param_store.h"
 #include "optim/adamw.h"
+#include "parallel/communicator.h"
+#include "parallel/grad_buckets.h"
+#include "parallel/pipeline_schedule.h"
+#include "parallel/process_grid.h"
 
 namespace launch {
 
 struct RunSummary {
-  std::vector<double> losses;  // training loss of each step this run took
+  std::vector<double> losses;  // training loss of each step this run took (the same on every rank)
   std::int64_t first_step = 0; // step the run started from (non-zero after resume)
   double final_val_loss = -1;  // -1 when there was no validation
-  std::string sample;          // generated text, when asked for
+  std::string sample;          // generated text, when asked for (rank 0)
 };
 
 class Trainer {
  public:
-  // `out` receives the human-readable log (stdout in the program).
-  Trainer(const TrainConfig& config, std::ostream& out);
+  // `world`: the ranks of this job (MPI_COMM_SELF for one process). `out`
+  // receives the human-readable log on rank 0 (stdout in the program).
+  Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world = MPI_COMM_WORLD);
   ~Trainer();
   RunSummary run();
 
+  const model::ParamRegistry& registry() const { return registry_; }
   const model::ParamStore& params() const { return *store_; }
   const optim::AdamW& optimizer() const { return *adamw_; }
+  const parallel::ProcessGrid& grid() const { return grid_; }
 
  private:
-  double train_step(std::int64_t step);  // returns the mean loss
+  class PipelineStage;
+  double train_step(std::int64_t step);  // returns the global mean loss
+  void reduce_gradients();
+  double global_grad_norm();
   double validate();
   void save(std::int64_t steps_done);
   void resume();
   nlohmann::json run_identity() const;
   double peak_flops_per_device();
   std::string sample_text();
+  double sum_over_world(double local);
+  bool is_logger() const { return grid_.world_rank() == 0; }
 
   const TrainConfig& config_;
   std::ostream& out_;
+  parallel::ProcessGrid grid_;
+  parallel::GridComms comms_;                               // device traffic (MPI or NCCL)
+  std::unique_ptr<parallel::Communicator> host_world_;      // host scalars, checkpoint coordination (MPI)
+  std::unique_ptr<parallel::Communicator> embedding_comm_;  // first + last stage, for the tied wte (pp > 1)
+  model::StageRange range_;
+  model::TensorParallel tp_;
   model::ParamRegistry registry_;
   std::unique_ptr<model::ParamStore> store_;
   std::unique_ptr<model::GptStage> stage_;
   engine::Arena activations_;
   std::unique_ptr<optim::AdamW> adamw_;
+  std::unique_ptr<parallel::GradBuckets> grad_buckets_;
+  std::vector<std::pair<std::int64_t, std::int64_t>> norm_ranges_;  // flat ranges counted once in the norm
   std::unique_ptr<DataLoader> train_data_, val_data_;
   BatchLayout layout_{};
-  std::vector<std::int32_t> inputs_, targets_;  // (B,T) host staging
+  std::vector<parallel::Action> schedule_;
+  std::unique_ptr<PipelineStage> pipeline_;
   std::mt19937_64 sampler_rng_;
   std::int64_t start_step_ = 0;
   MetricsLog metrics_;
@@ -65,5 +98,11 @@ class Trainer {
 // Peak fp32 FLOP/s of this CPU as our matmul op achieves it (a few
 // 1024^3 GEMMs, best time): the CPU's MFU denominator when no peak is given.
 double measure_cpu_matmul_flops();
+
+// Checks what can be checked without communicating: the data shards open and
+// hold in-vocabulary headers, an --init-from file has the configured shape.
+// Every rank runs it before the job's first collective, so a bad input is
+// reported once and every rank exits (train_main.cpp).
+void check_inputs(const TrainConfig& config);
 
 }  // namespace launch

@@ -8,31 +8,40 @@ std::string block_param_name(std::int64_t layer, const char* suffix) {
   return "h." + std::to_string(layer) + "." + suffix;
 }
 
-ParamRegistry build_gpt_registry(const GptConfig& config) {
+ParamRegistry build_gpt_registry(const GptConfig& config, const StageRange& stage, TensorParallel tp) {
   config.validate();
   const std::int64_t C = config.n_embd, L = config.n_layer;
   const double std = 0.02;
   const double proj_std = 0.02 / std::sqrt(2.0 * static_cast<double>(L));
+  const Split rows{0, 1, tp.rank, tp.size};       // column-parallel / vocabulary-parallel
+  const Split qkv_rows{0, 3, tp.rank, tp.size};   // q|k|v blocks, each split by heads
+  const Split columns{1, 1, tp.rank, tp.size};    // row-parallel
   ParamRegistry reg;
-  reg.add("wte", engine::Shape{config.padded_vocab(), C}, Init::kNormal, std, true);
-  reg.add("wpe", engine::Shape{config.max_seq_len, C}, Init::kNormal, std, true);
-  for (std::int64_t l = 0; l < L; ++l) {
+  auto add_wte = [&] { reg.add("wte", engine::Shape{config.padded_vocab(), C}, Init::kNormal, std, true, rows); };
+  if (stage.has_embedding) {
+    add_wte();
+    reg.add("wpe", engine::Shape{config.max_seq_len, C}, Init::kNormal, std, true);
+  }
+  for (std::int64_t l = stage.first_layer; l < stage.last_layer; ++l) {
     auto name = [l](const char* suffix) { return block_param_name(l, suffix); };
     reg.add(name("ln_1.weight"), engine::Shape{C}, Init::kOnes, 0, false);
     reg.add(name("ln_1.bias"), engine::Shape{C}, Init::kZeros, 0, false);
-    reg.add(name("attn.qkv.weight"), engine::Shape{3 * C, C}, Init::kNormal, std, true);
-    reg.add(name("attn.qkv.bias"), engine::Shape{3 * C}, Init::kZeros, 0, false);
-    reg.add(name("attn.proj.weight"), engine::Shape{C, C}, Init::kNormal, proj_std, true);
+    reg.add(name("attn.qkv.weight"), engine::Shape{3 * C, C}, Init::kNormal, std, true, qkv_rows);
+    reg.add(name("attn.qkv.bias"), engine::Shape{3 * C}, Init::kZeros, 0, false, qkv_rows);
+    reg.add(name("attn.proj.weight"), engine::Shape{C, C}, Init::kNormal, proj_std, true, columns);
     reg.add(name("attn.proj.bias"), engine::Shape{C}, Init::kZeros, 0, false);
     reg.add(name("ln_2.weight"), engine::Shape{C}, Init::kOnes, 0, false);
     reg.add(name("ln_2.bias"), engine::Shape{C}, Init::kZeros, 0, false);
-    reg.add(name("mlp.fc.weight"), engine::Shape{4 * C, C}, Init::kNormal, std, true);
-    reg.add(name("mlp.fc.bias"), engine::Shape{4 * C}, Init::kZeros, 0, false);
-    reg.add(name("mlp.proj.weight"), engine::Shape{C, 4 * C}, Init::kNormal, proj_std, true);
+    reg.add(name("mlp.fc.weight"), engine::Shape{4 * C, C}, Init::kNormal, std, true, rows);
+    reg.add(name("mlp.fc.bias"), engine::Shape{4 * C}, Init::kZeros, 0, false, rows);
+    reg.add(name("mlp.proj.weight"), engine::Shape{C, 4 * C}, Init::kNormal, proj_std, true, columns);
     reg.add(name("mlp.proj.bias"), engine::Shape{C}, Init::kZeros, 0, false);
   }
-  reg.add("ln_f.weight", engine::Shape{C}, Init::kOnes, 0, false);
-  reg.add("ln_f.bias", engine::Shape{C}, Init::kZeros, 0, false);
+  if (stage.has_head) {
+    reg.add("ln_f.weight", engine::Shape{C}, Init::kOnes, 0, false);
+    reg.add("ln_f.bias", engine::Shape{C}, Init::kZeros, 0, false);
+    if (!stage.has_embedding) add_wte();
+  }
   return reg;
 }
 

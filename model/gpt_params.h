@@ -5,6 +5,7 @@
 
 #include "model/gpt_config.h"
 #include "model/param_registry.h"
+#include "model/partition.h"
 
 namespace model {
 
@@ -20,11 +21,24 @@ namespace model {
 // The LM head is tied to wte (no separate tensor).
 std::string block_param_name(std::int64_t layer, const char* suffix);  // ("h.3.", "attn.qkv.weight")
 
-// Registers every parameter of the model. Initialisation follows GPT-2 as
-// llm.c does it: N(0, 0.02) for matrices and both embeddings, the residual
-// projections (attn.proj, mlp.proj) scaled by 1/sqrt(2 L) (Radford et al.
-// 2019, section 2.3), zeros for biases, ones for norm gains. The padded rows
-// of wte are never looked up nor scored, so their values do not matter.
-ParamRegistry build_gpt_registry(const GptConfig& config);
+// Registers the parameters one process holds: those of `stage`, sliced for
+// tensor-parallel rank `tp` (Megatron-LM, Shoeybi et al. 2019, section 3):
+//   column-parallel (rows split):    attn.qkv (by heads, q|k|v blocks), mlp.fc
+//   row-parallel (columns split):    attn.proj.weight, mlp.proj.weight
+//   vocabulary-parallel (rows split): wte, shared by embedding and LM head
+//   replicated:                      wpe, layer norms, biases of row-parallel layers
+// With pipeline parallelism the first stage holds wte for the embedding and
+// the last stage holds its own copy for the tied LM head (kept equal by
+// summing their gradients), registered last so the blocks stay contiguous.
+//
+// Initialisation follows GPT-2 as llm.c does it: N(0, 0.02) for matrices and
+// both embeddings, the residual projections (attn.proj, mlp.proj) scaled by
+// 1/sqrt(2 L) (Radford et al. 2019, section 2.3), zeros for biases, ones for
+// norm gains. The padded rows of wte are never looked up nor scored, so their
+// values do not matter.
+ParamRegistry build_gpt_registry(const GptConfig& config, const StageRange& stage, TensorParallel tp = {});
+inline ParamRegistry build_gpt_registry(const GptConfig& config) {
+  return build_gpt_registry(config, whole_model(config));
+}
 
 }  // namespace model

@@ -11,11 +11,11 @@ using engine::Shape;
 using engine::Tensor;
 namespace ops = engine::ops;
 
-StageRange whole_model(const GptConfig& config) { return StageRange{0, config.n_layer, true, true}; }
-
 GptStage::GptStage(const GptConfig& config, const ParamStore& store, StageRange range, ActivationShape shape,
-                   int slots)
-    : config_(config), store_(store), range_(range), shape_(shape) {
+                   int slots, TensorParallel tp, parallel::Communicator* tp_comm)
+    : config_(config), store_(store), range_(range), shape_(shape), tp_(tp), tp_comm_(tp_comm) {
+  ENGINE_CHECK(tp.size == 1 || (tp_comm != nullptr && tp_comm->size() == tp.size), "a stage split ", tp.size,
+               " ways needs a tensor-parallel communicator of that size");
   ENGINE_CHECK(range.first_layer >= 0 && range.first_layer <= range.last_layer &&
                    range.last_layer <= config.n_layer,
                "stage layers [", range.first_layer, ", ", range.last_layer, ") are outside the model's ",
@@ -25,7 +25,7 @@ GptStage::GptStage(const GptConfig& config, const ParamStore& store, StageRange 
                " must be in [1, ", config.max_seq_len, "] (the model's max_seq_len)");
   ENGINE_CHECK(shape.batch >= 1, "micro-batch size must be >= 1, got ", shape.batch);
   for (std::int64_t l = range.first_layer; l < range.last_layer; ++l)
-    blocks_.emplace_back(config_, block_weights(store, l), block_grads(store, l));
+    blocks_.emplace_back(config_, block_weights(store, l), block_grads(store, l), tp_, tp_comm_);
   residuals_.resize(slots);
   acts_.resize(slots);
   tokens_.resize(slots);
@@ -44,7 +44,7 @@ void GptStage::allocate(engine::Arena& arena) {
       residuals_[s].push_back(arena.allocate(Shape{B, T, C}, dt, "residual"));
     acts_[s].clear();
     for (std::size_t i = 0; i < blocks_.size(); ++i)
-      acts_[s].push_back(allocate_block_activations(arena, config_, shape_));
+      acts_[s].push_back(allocate_block_activations(arena, config_, shape_, tp_));
     if (range_.has_embedding) tokens_[s] = arena.allocate(Shape{B, T}, engine::DType::kI32, "tokens");
     if (range_.has_head) {
       targets_[s] = arena.allocate(Shape{B, T}, engine::DType::kI32, "targets");
@@ -54,14 +54,18 @@ void GptStage::allocate(engine::Arena& arena) {
       output_grads_[s] = arena.allocate(Shape{B, T, C}, dt, "output_grad");
     }
   }
-  scratch_ = allocate_block_scratch(arena, config_, shape_);
+  scratch_ = allocate_block_scratch(arena, config_, shape_, tp_);
   dresidual_ = arena.allocate(Shape{B, T, C}, dt, "dresidual");
   if (range_.has_head) {
     lnf_ = arena.allocate(Shape{B, T, C}, dt, "lnf");
     lnf_mean_ = arena.allocate(Shape{B * T}, st, "lnf_mean");
     lnf_rstd_ = arena.allocate(Shape{B * T}, st, "lnf_rstd");
     d_lnf_ = arena.allocate(Shape{B, T, C}, dt, "d_lnf");
-    logits_ = arena.allocate(Shape{B * T, config_.padded_vocab()}, dt, "logits");
+    logits_ = arena.allocate(Shape{B * T, config_.padded_vocab() / tp_.size}, dt, "logits");
+    if (tp_.size > 1) {
+      ce_max_ = arena.allocate(Shape{B * T}, st, "ce_max");
+      ce_sums_ = arena.allocate(Shape{2, B * T}, st, "ce_sums");
+    }
   }
 }
 
@@ -77,7 +81,11 @@ void GptStage::forward(int slot, const std::int32_t* tokens, const std::int32_t*
   if (range_.has_embedding) {
     ENGINE_CHECK(tokens != nullptr, "the first stage's forward needs tokens");
     ops::copy(tokens_[slot], host_tokens(tokens, B, T));
-    ops::embedding_forward(res[0], tokens_[slot], store_.weight("wte"), store_.weight("wpe"));
+    // Each tensor-parallel rank adds the rows of the tokens it holds (and
+    // rank 0 the positions); the all-reduce completes the embedding.
+    ops::embedding_forward(res[0], tokens_[slot], store_.weight("wte"), tp_.rank == 0 ? store_.weight("wpe") : Tensor{},
+                           vocab_start());
+    tp_all_reduce(res[0]);
   }
   for (std::size_t i = 0; i < blocks_.size(); ++i) blocks_[i].forward(res[i + 1], res[i], acts_[slot][i], scratch_);
   if (range_.has_head) {
@@ -86,16 +94,36 @@ void GptStage::forward(int slot, const std::int32_t* tokens, const std::int32_t*
   }
 }
 
+void GptStage::tp_all_reduce(const Tensor& t, parallel::ReduceOp op) const {
+  if (tp_.size > 1) tp_comm_->all_reduce(t, op);
+}
+
+void GptStage::cross_entropy(int slot, double grad_scale) {
+  if (tp_.size == 1) {
+    ops::softmax_cross_entropy(losses_[slot], logits_, targets_[slot], config_.vocab_size, grad_scale);
+    return;
+  }
+  // Vocabulary-parallel: global row max, then global sum of exponentials and
+  // the target's logit (held by one rank), then every rank finishes alike.
+  ops::cross_entropy_partial_max(ce_max_, logits_, vocab_start(), config_.vocab_size);
+  tp_all_reduce(ce_max_, parallel::ReduceOp::kMax);
+  ops::cross_entropy_partial_sums(ce_sums_, logits_, ce_max_, targets_[slot], vocab_start(), config_.vocab_size);
+  tp_all_reduce(ce_sums_);
+  ops::cross_entropy_finish(losses_[slot], logits_, ce_max_, ce_sums_, targets_[slot], vocab_start(),
+                            config_.vocab_size, grad_scale);
+}
+
 void GptStage::head_forward(int slot, double grad_scale, bool with_loss) {
   const Tensor last = residuals_[slot].back();
   const Tensor wte = store_.weight("wte");
   ops::layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, last, store_.weight("ln_f.weight"), store_.weight("ln_f.bias"));
-  ops::matmul_forward(logits_, lnf_, wte, Tensor{});  // (B*T, Vp), tied to the token embedding
+  ops::matmul_forward(logits_, lnf_, wte, Tensor{});  // (B*T, Vp/tp), tied to the token embedding
   if (!with_loss) return;
-  ops::softmax_cross_entropy(losses_[slot], logits_, targets_[slot], config_.vocab_size, grad_scale);
+  cross_entropy(slot, grad_scale);
   if (grad_scale == 0.0) return;
   // logits_ now holds dlogits; finish the head's backward while they exist.
   ops::matmul_backward(d_lnf_, store_.grad("wte"), Tensor{}, logits_, lnf_, wte);
+  tp_all_reduce(d_lnf_);  // each rank's vocabulary slice contributes to d lnf
   ops::fill(head_dres_[slot], 0.0);  // layernorm_backward accumulates
   ops::layernorm_backward(head_dres_[slot], store_.grad("ln_f.weight"), store_.grad("ln_f.bias"), d_lnf_, last,
                           store_.weight("ln_f.weight"), lnf_mean_, lnf_rstd_);
@@ -104,9 +132,15 @@ void GptStage::head_forward(int slot, double grad_scale, bool with_loss) {
 void GptStage::backward(int slot) {
   ops::copy(dresidual_, range_.has_head ? head_dres_[slot] : output_grads_[slot]);
   const std::vector<Tensor>& res = residuals_[slot];
-  for (std::size_t i = blocks_.size(); i-- > 0;) blocks_[i].backward(dresidual_, res[i], acts_[slot][i], scratch_);
-  if (range_.has_embedding)
-    ops::embedding_backward(store_.grad("wte"), store_.grad("wpe"), dresidual_, tokens_[slot]);
+  for (std::size_t i = blocks_.size(); i-- > 0;) {
+    blocks_[i].backward(dresidual_, res[i], acts_[slot][i], scratch_);
+    if (backward_hook_) backward_hook_(range_.first_layer + static_cast<std::int64_t>(i));
+  }
+  if (range_.has_embedding) {
+    // wpe is replicated: every tensor-parallel rank accumulates its full gradient.
+    ops::embedding_backward(store_.grad("wte"), store_.grad("wpe"), dresidual_, tokens_[slot], vocab_start());
+    if (backward_hook_) backward_hook_(-1);
+  }
 }
 
 double GptStage::loss_sum(int slot) const {

@@ -10,30 +10,37 @@
 // of llm.c): it turns logits into their gradient in place and keeps only the
 // (B,T,C) gradient of the final residual per slot, never probabilities or
 // per-slot logits.
+//
+// Under tensor parallelism the embedding and the tied LM head are split by
+// vocabulary (Megatron-LM): each rank looks up the tokens it holds and the
+// partial embeddings are all-reduced; each rank scores its vocabulary slice
+// and the cross-entropy is assembled from three small all-reduces (row max,
+// then sum of exponentials and target logit) without gathering logits.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "engine/buffer.h"
 #include "model/gpt_config.h"
 #include "model/param_store.h"
+#include "model/partition.h"
 #include "model/transformer_block.h"
+#include "parallel/communicator.h"
 
 namespace model {
 
-struct StageRange {
-  std::int64_t first_layer = 0;
-  std::int64_t last_layer = 0;  // exclusive
-  bool has_embedding = true;    // first stage
-  bool has_head = true;         // last stage
-};
-StageRange whole_model(const GptConfig& config);
-
 class GptStage {
  public:
-  GptStage(const GptConfig& config, const ParamStore& store, StageRange range, ActivationShape shape,
-           int slots);
+  // tp_comm: the tensor-parallel group, or nullptr without tensor parallelism.
+  GptStage(const GptConfig& config, const ParamStore& store, StageRange range, ActivationShape shape, int slots,
+           TensorParallel tp = {}, parallel::Communicator* tp_comm = nullptr);
+
+  // Called during backward after each block's parameter gradients are final
+  // for this micro-batch (with the block's global layer index), and with -1
+  // after the embedding's. The trainer starts data-parallel reductions here.
+  void set_backward_hook(std::function<void(std::int64_t layer)> hook) { backward_hook_ = std::move(hook); }
 
   // Allocates every activation from `arena`; call it on a planning arena to
   // size a real one, then on the real one (engine/buffer.h).
@@ -58,7 +65,7 @@ class GptStage {
   engine::Tensor output_grad(int slot) const { return output_grads_[slot]; }  // received by non-last stages
   engine::Tensor input_grad() const { return dresidual_; }  // sent by non-first stages; valid until next backward
 
-  // Logits (B*T, Vp) of the last forward (last stage; overwritten by their
+  // Logits (B*T, Vp/tp) of the last forward (last stage; overwritten by their
   // gradient when that forward had a gradient).
   engine::Tensor logits() const { return logits_; }
 
@@ -68,12 +75,18 @@ class GptStage {
 
  private:
   void head_forward(int slot, double grad_scale, bool with_loss);
+  void cross_entropy(int slot, double grad_scale);
+  void tp_all_reduce(const engine::Tensor& t, parallel::ReduceOp op = parallel::ReduceOp::kSum) const;
+  std::int64_t vocab_start() const { return config_.padded_vocab() / tp_.size * tp_.rank; }
 
   const GptConfig& config_;
   const ParamStore& store_;
   StageRange range_;
   ActivationShape shape_;
+  TensorParallel tp_;
+  parallel::Communicator* tp_comm_;
   std::vector<TransformerBlock> blocks_;
+  std::function<void(std::int64_t)> backward_hook_;
 
   // Per slot
   std::vector<std::vector<engine::Tensor>> residuals_;  // [slot][0..n_blocks] (B,T,C)
@@ -86,7 +99,8 @@ class GptStage {
   BlockScratch scratch_;
   engine::Tensor dresidual_;                         // (B,T,C)
   engine::Tensor lnf_, lnf_mean_, lnf_rstd_, d_lnf_;  // head temporaries
-  engine::Tensor logits_;                            // (B*T, Vp)
+  engine::Tensor logits_;                            // (B*T, Vp/tp)
+  engine::Tensor ce_max_, ce_sums_;                  // (B*T), (2, B*T): vocabulary-parallel loss statistics
 };
 
 }  // namespace model

@@ -8,12 +8,26 @@
 namespace model {
 
 const ParamInfo& ParamRegistry::add(const std::string& name, engine::Shape global_shape, Init init,
-                                    double init_std, bool weight_decay) {
+                                    double init_std, bool weight_decay, Split split) {
   ENGINE_CHECK(!contains(name), "parameter '", name, "' registered twice");
   ParamInfo info;
   info.name = name;
   info.global_shape = global_shape;
   info.shape = global_shape;
+  info.split = split;
+  if (split.is_split()) {
+    ENGINE_CHECK(split.dim < global_shape.ndim() && split.parts >= 1 && split.rank >= 0 && split.rank < split.count,
+                 "parameter '", name, "': bad split (dim ", split.dim, ", parts ", split.parts, ", rank ", split.rank,
+                 " of ", split.count, ") for shape ", global_shape.str());
+    const std::int64_t extent = global_shape[split.dim];
+    ENGINE_CHECK(extent % (split.parts * split.count) == 0, "parameter '", name, "' of shape ", global_shape.str(),
+                 ": dim ", split.dim, " (", extent, ") does not split into ", split.parts, " x ", split.count,
+                 " equal pieces");
+    info.shape = global_shape.ndim() == 1
+                     ? engine::Shape{extent / split.count}
+                     : (split.dim == 0 ? engine::Shape{extent / split.count, global_shape[1]}
+                                       : engine::Shape{global_shape[0], extent / split.count});
+  }
   info.offset = total_;
   info.init = init;
   info.init_std = init_std;
@@ -57,6 +71,29 @@ std::vector<DecaySegment> ParamRegistry::decay_segments() const {
   return segments;
 }
 
+void for_each_run(const ParamInfo& p, const std::function<void(std::int64_t, std::int64_t, std::int64_t)>& fn) {
+  if (!p.split.is_split()) {
+    fn(0, 0, p.numel());
+    return;
+  }
+  ENGINE_CHECK(p.global_shape.ndim() <= 2, "'", p.name, "': only 1-D and 2-D tensors can be split");
+  const Split& s = p.split;
+  const std::int64_t extent = p.global_shape[s.dim];
+  const std::int64_t block = extent / s.parts, piece = block / s.count;
+  // Global index along the split dim of local index i.
+  auto global_index = [&](std::int64_t i) { return (i / piece) * block + s.rank * piece + i % piece; };
+  if (p.global_shape.ndim() == 1 || s.dim == 0) {
+    // Whole rows (or elements): one run per piece of each block.
+    const std::int64_t row = p.global_shape.ndim() == 1 ? 1 : p.global_shape[1];
+    for (std::int64_t i = 0; i < p.shape[0]; i += piece) fn(i * row, global_index(i) * row, piece * row);
+    return;
+  }
+  // Split along columns: one run per row and block.
+  const std::int64_t rows = p.shape[0], local_cols = p.shape[1], global_cols = p.global_shape[1];
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < local_cols; c += piece) fn(r * local_cols + c, r * global_cols + global_index(c), piece);
+}
+
 namespace {
 template <typename T>
 void initialize_entry(T* out, const ParamInfo& p, std::uint64_t seed) {
@@ -67,18 +104,11 @@ void initialize_entry(T* out, const ParamInfo& p, std::uint64_t seed) {
     return;
   }
   // Draw i of the stream is element i of the GLOBAL tensor in row-major order;
-  // a slice draws the indices it covers, row by row.
+  // a slice draws the indices it covers.
   const std::uint64_t key = engine::rng_key(seed, p.name);
-  if (p.shape.ndim() == 1) {
-    engine::fill_normal(out, n, key, p.slice_start[0], 0.0, p.init_std);
-    return;
-  }
-  ENGINE_CHECK(p.shape.ndim() == 2, "initialise '", p.name, "': only 1-D and 2-D parameters are supported");
-  const std::int64_t rows = p.shape[0], cols = p.shape[1], global_cols = p.global_shape[1];
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const std::int64_t first = (p.slice_start[0] + r) * global_cols + p.slice_start[1];
-    engine::fill_normal(out + r * cols, cols, key, first, 0.0, p.init_std);
-  }
+  for_each_run(p, [&](std::int64_t local, std::int64_t global, std::int64_t count) {
+    engine::fill_normal(out + local, count, key, global, 0.0, p.init_std);
+  });
 }
 }  // namespace
 

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -22,20 +23,36 @@ namespace model {
 
 enum class Init : std::uint8_t { kZeros, kOnes, kNormal };
 
+// How a tensor is split across the ranks of the tensor-parallel group.
+// The tensor is `parts` equal blocks along `dim` (3 for a fused q|k|v
+// weight, else 1); each block is cut into `count` equal pieces and rank r
+// holds piece r of every block, so its slice is itself [q_r | k_r | v_r].
+struct Split {
+  int dim = -1;    // -1: not split (every rank holds the whole tensor)
+  int parts = 1;
+  int rank = 0;
+  int count = 1;
+  bool is_split() const { return dim >= 0 && count > 1; }
+};
+
 struct ParamInfo {
-  std::string name;           // "h.3.attn.qkv.weight"
-  engine::Shape global_shape; // shape of the whole tensor in one process
-  engine::Shape shape;        // shape of the slice this process holds
-  // Start of this process's slice in the global tensor, per dim (all zero
-  // when the tensor is not split).
-  std::int64_t slice_start[engine::Shape::kMaxDims] = {0, 0, 0, 0};
-  std::int64_t offset = 0;    // element offset in the flat buffers
+  std::string name;            // "h.3.attn.qkv.weight"
+  engine::Shape global_shape;  // shape of the whole tensor in one process
+  engine::Shape shape;         // shape of the slice this process holds
+  Split split;
+  std::int64_t offset = 0;     // element offset in the flat buffers
   Init init = Init::kZeros;
-  double init_std = 0.0;      // for kNormal
-  bool weight_decay = false;  // AdamW decays 2-D tensors only, not biases or norm gains (nanoGPT, llm.c)
+  double init_std = 0.0;       // for kNormal
+  bool weight_decay = false;   // AdamW decays 2-D tensors only, not biases or norm gains (nanoGPT, llm.c)
 
   std::int64_t numel() const { return shape.numel(); }
 };
+
+// Calls fn(local_offset, global_offset, count) for each run of consecutive
+// elements of the local slice, in local order; offsets are row-major element
+// indices into the local slice and the global tensor.
+void for_each_run(const ParamInfo& info,
+                  const std::function<void(std::int64_t, std::int64_t, std::int64_t)>& fn);
 
 // A contiguous range of the flat layout with one weight-decay setting; each
 // entry's alignment padding goes with it (its gradient is always zero).
@@ -51,9 +68,9 @@ class ParamRegistry {
   // fp32, which vector units, cuBLASLt and ZeRO's bucket boundaries like.
   static constexpr std::int64_t kAlignElements = 64;
 
-  // Registers a tensor held whole by this process.
+  // Registers a tensor, split as `split` says (default: held whole).
   const ParamInfo& add(const std::string& name, engine::Shape global_shape, Init init, double init_std,
-                       bool weight_decay);
+                       bool weight_decay, Split split = {});
 
   const std::vector<ParamInfo>& entries() const { return entries_; }
   const ParamInfo& find(const std::string& name) const;  // throws naming the missing name

@@ -6,6 +6,13 @@
 // forward() saves what backward() needs in a BlockActivations slot (one per
 // micro-batch in flight); backward() turns the gradient of y into the gradient
 // of x in place, accumulating parameter gradients.
+//
+// Under tensor parallelism (Shoeybi et al. 2019, section 3) the block holds
+// H/tp heads and 4C/tp MLP columns. Megatron's conjugate operators f and g
+// are the four all-reduces over the tensor-parallel group: g after each
+// row-parallel projection in forward (the bias is added on tp rank 0 only, so
+// the sum holds it once), f before each layer norm's backward (the
+// column-parallel layer's input gradient is a partial sum).
 #pragma once
 
 #include <cstdint>
@@ -13,6 +20,8 @@
 #include "engine/buffer.h"
 #include "model/gpt_config.h"
 #include "model/param_store.h"
+#include "model/partition.h"
+#include "parallel/communicator.h"
 
 namespace model {
 
@@ -31,22 +40,23 @@ BlockParams block_grads(const ParamStore& store, std::int64_t layer);
 // Saved activations of one block for one micro-batch.
 struct BlockActivations {
   engine::Tensor ln1, ln1_mean, ln1_rstd;  // (B,T,C), (B*T), (B*T)
-  engine::Tensor qkv;                      // (B,T,3C)
-  engine::Tensor atty;                     // (B,T,C) attention output before projection
+  engine::Tensor qkv;                      // (B,T,3C/tp)
+  engine::Tensor atty;                     // (B,T,C/tp) attention output before projection
   engine::Tensor att_saved;                // backend-defined (ops::attention_saved_shape)
   engine::Tensor residual2;                // (B,T,C) r = x + attention branch
   engine::Tensor ln2, ln2_mean, ln2_rstd;  // (B,T,C), (B*T), (B*T)
-  engine::Tensor fc_pre;                   // (B,T,4C) before GELU
-  engine::Tensor fc_gelu;                  // (B,T,4C) after GELU
+  engine::Tensor fc_pre;                   // (B,T,4C/tp) before GELU
+  engine::Tensor fc_gelu;                  // (B,T,4C/tp) after GELU
 };
 
 // Buffers shared by all blocks of a stage and reused by every micro-batch:
 // branch outputs in forward, gradient temporaries in backward.
 struct BlockScratch {
   engine::Tensor branch;  // (B,T,C)  attention / MLP branch output before the residual add
-  engine::Tensor d_c;     // (B,T,C)  gradient of a (B,T,C) activation
-  engine::Tensor d_qkv;   // (B,T,3C)
-  engine::Tensor d_fc;    // (B,T,4C)
+  engine::Tensor d_c;     // (B,T,C)     gradient of a layer norm's output
+  engine::Tensor d_atty;  // (B,T,C/tp)  gradient of the attention output
+  engine::Tensor d_qkv;   // (B,T,3C/tp)
+  engine::Tensor d_fc;    // (B,T,4C/tp)
 };
 
 // What an activation buffer is allocated for: B sequences of T positions, in
@@ -61,13 +71,17 @@ struct ActivationShape {
   }
 };
 
-BlockActivations allocate_block_activations(engine::Arena& arena, const GptConfig& config, ActivationShape s);
-BlockScratch allocate_block_scratch(engine::Arena& arena, const GptConfig& config, ActivationShape s);
+BlockActivations allocate_block_activations(engine::Arena& arena, const GptConfig& config, ActivationShape s,
+                                            TensorParallel tp);
+BlockScratch allocate_block_scratch(engine::Arena& arena, const GptConfig& config, ActivationShape s,
+                                    TensorParallel tp);
 
 class TransformerBlock {
  public:
-  TransformerBlock(const GptConfig& config, BlockParams weights, BlockParams grads)
-      : config_(config), w_(weights), g_(grads) {}
+  // tp_comm: the tensor-parallel group, or nullptr without tensor parallelism.
+  TransformerBlock(const GptConfig& config, BlockParams weights, BlockParams grads, TensorParallel tp,
+                   parallel::Communicator* tp_comm)
+      : config_(config), w_(weights), g_(grads), tp_(tp), tp_comm_(tp_comm) {}
 
   // x (B,T,C) -> y (B,T,C); y must not alias x.
   void forward(const engine::Tensor& y, const engine::Tensor& x, BlockActivations& act,
@@ -78,8 +92,12 @@ class TransformerBlock {
                 const BlockScratch& scratch) const;
 
  private:
+  void tp_all_reduce(const engine::Tensor& t) const;
+
   const GptConfig& config_;
   BlockParams w_, g_;
+  TensorParallel tp_;
+  parallel::Communicator* tp_comm_;
 };
 
 }  // namespace model

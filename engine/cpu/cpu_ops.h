@@ -35,6 +35,13 @@ void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qk
                         const Tensor& saved, int n_head);
 void softmax_cross_entropy(const Tensor& losses, const Tensor& logits, const Tensor& targets,
                            std::int64_t vocab_size, double grad_scale);
+void cross_entropy_partial_max(const Tensor& row_max, const Tensor& logits, std::int64_t vocab_start,
+                               std::int64_t vocab_size);
+void cross_entropy_partial_sums(const Tensor& sums, const Tensor& logits, const Tensor& row_max,
+                                const Tensor& targets, std::int64_t vocab_start, std::int64_t vocab_size);
+void cross_entropy_finish(const Tensor& losses, const Tensor& logits, const Tensor& row_max, const Tensor& sums,
+                          const Tensor& targets, std::int64_t vocab_start, std::int64_t vocab_size,
+                          double grad_scale);
 void adamw_update(const Tensor& params, const Tensor& grads, const Tensor& m, const Tensor& v,
                   const AdamWHyper& hyper, const Tensor& working);
 

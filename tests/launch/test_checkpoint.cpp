@@ -9,6 +9,7 @@
 #include "engine/rng.h"
 #include "launch/checkpoint.h"
 #include "model/gpt_params.h"
+#include "parallel/mpi_communicator.h"
 #include "training_fixture.h"
 
 using namespace test_support;
@@ -86,7 +87,9 @@ TEST(TrainingState, SaveLoadRoundTripAndAtomicLatest) {
   state.step = 42;
   state.run = {{"seed", 7}, {"model", config.describe()}};
   state.sampler_rng = "123 456";
-  const std::string saved = launch::save_checkpoint(dir / "ckpt", state, config, reg, {p.data(), m.data(), v.data()});
+  parallel::MpiCommunicator self(MPI_COMM_SELF, "self");
+  const std::string saved =
+      launch::save_checkpoint(dir / "ckpt", state, config, reg, {p.data(), m.data(), v.data()}, launch::ShardRole{}, self);
   EXPECT_EQ(launch::resolve_checkpoint("latest", dir / "ckpt"), saved);
 
   std::vector<float> p2(p.size()), m2(p.size()), v2(p.size());

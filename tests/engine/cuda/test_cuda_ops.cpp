@@ -31,6 +31,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <limits>
 #include <random>
 #include <string>
@@ -625,6 +626,186 @@ TEST_F(Cuda, AdamW) {
       ops::copy(working.t, params.t);
       round_to(working, wdt);
       expect_close(d_working.t, working, Tolerance{working_kind == 2 ? std::ldexp(1.0, -8) : 1e-6, 0}, "working");
+    }
+  }
+}
+
+
+// ---- vocabulary-parallel classifier --------------------------------------------------------------
+// cross_entropy_partial_max / _partial_sums / _finish over tp column slices
+// of (N, Vp) logits, the tensor-parallel all-reduces (MAX, then SUM in rank
+// order) emulated on the host, on both backends from the same (pre-rounded)
+// values. Tolerances:
+//   row_max   exact: a max of identical values, whatever the order.
+//   sums      f32 sums of up to 50k positive terms in different orders, with
+//             CUDA's __expf (a few ulp): 1e-5 relative (+1e-6 x max for the
+//             target-logit row, whose 0 entries are exact on both sides).
+//   losses    log of those sums plus an exact (max - target logit): 1e-5,
+//             as for softmax_cross_entropy.
+//   dlogits   computed in f32 from the same statistics, rounded once to the
+//             logits dtype: kF32Tight / kBf16Once, as for the fused op.
+
+// Keeps the statistics tensors of one run alive; on cuda each starts as NaN,
+// so an element an op forgets to write fails the comparison.
+class StatArena {
+ public:
+  explicit StatArena(DeviceType device) : device_(device) {}
+  Tensor make(Shape shape) {
+    if (device_ == kCuda) return dev_.emplace_back(poisoned(shape, DType::kF32)).t;
+    Host& h = host_.emplace_back(shape);
+    std::fill(h.v.begin(), h.v.end(), std::numeric_limits<float>::quiet_NaN());
+    return h.t;
+  }
+
+ private:
+  DeviceType device_;
+  std::deque<Host> host_;
+  std::deque<Dev> dev_;
+};
+
+struct VocabParallelRun {
+  explicit VocabParallelRun(std::int64_t N) : row_max(Shape{N}), sums(Shape{2, N}) {}
+  std::vector<Host> row_max_local;  // per rank, before the MAX all-reduce
+  Host row_max, sums;               // all-reduced
+  std::vector<Host> losses;         // per rank
+  std::vector<Host> logits;         // per rank, after finish
+};
+
+// The three steps on `slices` (each (N, V_local), rank r holding global
+// columns [r V_local, (r + 1) V_local)); the slices are updated in place.
+VocabParallelRun run_vocab_parallel(DeviceType device, const std::vector<Tensor>& slices, const Tensor& targets,
+                                    std::int64_t vocab_size, double grad_scale) {
+  StatArena arena(device);
+  const std::int64_t N = slices[0].dim(0), V_local = slices[0].dim(1);
+  VocabParallelRun run(N);
+  std::fill(run.row_max.v.begin(), run.row_max.v.end(), -std::numeric_limits<float>::infinity());
+  for (std::size_t r = 0; r < slices.size(); ++r) {
+    const Tensor local = arena.make(Shape{N});
+    ops::cross_entropy_partial_max(local, slices[r], static_cast<std::int64_t>(r) * V_local, vocab_size);
+    run.row_max_local.push_back(to_host(local));
+    for (std::int64_t n = 0; n < N; ++n) run.row_max[n] = std::max(run.row_max[n], run.row_max_local.back()[n]);
+  }
+  const Tensor row_max = arena.make(Shape{N});
+  ops::copy(row_max, run.row_max.t);
+
+  std::fill(run.sums.v.begin(), run.sums.v.end(), 0.0f);
+  for (std::size_t r = 0; r < slices.size(); ++r) {
+    const Tensor local = arena.make(Shape{2, N});
+    ops::cross_entropy_partial_sums(local, slices[r], row_max, targets, static_cast<std::int64_t>(r) * V_local,
+                                    vocab_size);
+    const Host h = to_host(local);
+    for (std::int64_t i = 0; i < 2 * N; ++i) run.sums[i] += h[i];
+  }
+  const Tensor sums = arena.make(Shape{2, N});
+  ops::copy(sums, run.sums.t);
+
+  for (std::size_t r = 0; r < slices.size(); ++r) {
+    const Tensor losses = arena.make(Shape{N});
+    ops::cross_entropy_finish(losses, slices[r], row_max, sums, targets, static_cast<std::int64_t>(r) * V_local,
+                              vocab_size, grad_scale);
+    run.losses.push_back(to_host(losses));
+    run.logits.push_back(to_host(slices[r]));
+  }
+  return run;
+}
+
+// Columns [first, first + count) of h (N, Vp).
+Host columns(const Host& h, std::int64_t first, std::int64_t count) {
+  const std::int64_t N = h.t.dim(0), Vp = h.t.dim(1);
+  Host out(Shape{N, count});
+  for (std::int64_t n = 0; n < N; ++n)
+    for (std::int64_t i = 0; i < count; ++i) out[n * count + i] = h[n * Vp + first + i];
+  return out;
+}
+
+TEST_P(CudaMode, VocabParallelCrossEntropy) {
+  std::mt19937 rng(12);
+  struct Case {
+    std::int64_t N, V, Vp;
+    std::vector<int> tps;
+  };
+  // V_local 64/32/16: 16-byte packs in both dtypes; Vp 60: V_local 60/30/15,
+  // the scalar path; {5, 8} at tp 4: slices {0,1} {2,3} {4,5} {6,7}, the
+  // last one padding only; a GPT-2 sized vocabulary at tp 1 and 8.
+  const Case cases[] = {{6, 50, 64, {1, 2, 4}}, {5, 53, 60, {1, 2, 4}}, {4, 5, 8, {4}}, {3, 50257, 50304, {1, 8}}};
+  for (const Case& c : cases) {
+    for (const int tp : c.tps) {
+      for (const double grad_scale : {0.0, 0.25}) {
+        SCOPED_TRACE("N " + std::to_string(c.N) + " V " + std::to_string(c.V) + " Vp " + std::to_string(c.Vp) +
+                     " tp " + std::to_string(tp) + " grad_scale " + std::to_string(grad_scale));
+        const std::int64_t N = c.N, V_local = c.Vp / tp;
+        Host logits = random_in(act(), Shape{N, c.Vp}, rng, 3.0f);
+        for (std::int64_t n = 0; n < N; ++n)
+          for (std::int64_t i = c.V; i < c.Vp; ++i) logits[n * c.Vp + i] = 8192.0f;  // padding, exact in bf16
+        // Random targets, then one in every slice that holds a class.
+        std::vector<std::int32_t> targets(static_cast<std::size_t>(N));
+        std::uniform_int_distribution<int> target(0, static_cast<int>(c.V) - 1);
+        for (auto& t : targets) t = target(rng);
+        for (int r = 0; r < tp; ++r) {
+          const std::int64_t last = std::min<std::int64_t>((r + 1) * V_local, c.V) - 1;
+          if (last >= r * V_local) targets[static_cast<std::size_t>((r + 1) % N)] = static_cast<std::int32_t>(last);
+        }
+        Dev d_targets = i32_to_device(targets, Shape{N});
+        const Tensor h_targets(targets.data(), Shape{N}, DType::kI32, kCpu);
+
+        std::vector<Host> originals, cpu_slices;
+        std::vector<Dev> dev_slices;
+        std::vector<Tensor> cpu_views, dev_views;
+        for (int r = 0; r < tp; ++r) {
+          originals.push_back(columns(logits, r * V_local, V_local));
+          cpu_slices.push_back(columns(logits, r * V_local, V_local));
+          dev_slices.push_back(to_device(originals.back(), act()));
+        }
+        for (int r = 0; r < tp; ++r) {
+          cpu_views.push_back(cpu_slices[r].t);
+          dev_views.push_back(dev_slices[r].t);
+        }
+        const VocabParallelRun want = run_vocab_parallel(kCpu, cpu_views, h_targets, c.V, grad_scale);
+        const VocabParallelRun got = run_vocab_parallel(kCuda, dev_views, d_targets.t, c.V, grad_scale);
+
+        for (int r = 0; r < tp; ++r) {
+          const std::string rank = " rank " + std::to_string(r);
+          if (r * V_local >= c.V) {  // padding only: -inf, the MAX all-reduce's identity
+            for (std::int64_t n = 0; n < N; ++n)
+              EXPECT_EQ(got.row_max_local[r][n], -std::numeric_limits<float>::infinity()) << rank;
+          } else {
+            expect_close(got.row_max_local[r].t, want.row_max_local[r], Tolerance{0, 0}, "row_max" + rank);
+          }
+        }
+        expect_close(got.sums.t, want.sums, Tolerance{1e-5, 1e-6}, "sums");
+        for (int r = 0; r < tp; ++r) {
+          const std::string rank = " rank " + std::to_string(r);
+          expect_close(got.losses[r].t, want.losses[r], Tolerance{1e-5, 1e-5}, "losses" + rank);
+          EXPECT_EQ(std::memcmp(got.losses[r].v.data(), got.losses[0].v.data(), 4 * N), 0)
+              << "ranks disagree on the loss:" << rank;
+          // grad_scale 0 leaves the logits untouched; otherwise they hold the gradient.
+          if (grad_scale == 0.0)
+            expect_close(got.logits[r].t, originals[r], Tolerance{0, 0}, "logits" + rank);
+          else
+            expect_close(got.logits[r].t, want.logits[r], pick(act(), kF32Tight, kBf16Once), "dlogits" + rank);
+        }
+      }
+    }
+  }
+}
+
+TEST_F(Cuda, VocabParallelCrossEntropyMarksBadTargetsWithNaN) {
+  // As softmax_cross_entropy: no sync to report a bad target, its loss is NaN
+  // on every rank (a padding column, beyond Vp, negative); other rows are fine.
+  const std::int64_t N = 3, V = 5, Vp = 8, tp = 2, V_local = Vp / tp;
+  for (const std::int32_t bad : {5, 9, -1}) {
+    SCOPED_TRACE("target " + std::to_string(bad));
+    std::mt19937 rng(13);
+    const Host logits = random_host(Shape{N, Vp}, rng);
+    std::vector<Dev> slices;
+    std::vector<Tensor> views;
+    for (std::int64_t r = 0; r < tp; ++r) slices.push_back(to_device(columns(logits, r * V_local, V_local), DType::kF32));
+    for (const Dev& d : slices) views.push_back(d.t);
+    Dev targets = i32_to_device({0, bad, 4}, Shape{N});
+    const VocabParallelRun run = run_vocab_parallel(kCuda, views, targets.t, V, 1.0);
+    for (std::int64_t r = 0; r < tp; ++r) {
+      EXPECT_TRUE(std::isfinite(run.losses[r][0]) && std::isfinite(run.losses[r][2])) << "rank " << r;
+      EXPECT_TRUE(std::isnan(run.losses[r][1])) << "rank " << r << ": loss " << run.losses[r][1];
     }
   }
 }

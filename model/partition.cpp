@@ -1,0 +1,29 @@
+#include "model/partition.h"
+
+#include <sstream>
+
+namespace model {
+
+StageRange whole_model(const GptConfig& config) { return StageRange{0, config.n_layer, true, true}; }
+
+StageRange pipeline_stage_range(const GptConfig& config, int stage, int stages) {
+  const std::int64_t L = config.n_layer;
+  return StageRange{L * stage / stages, L * (stage + 1) / stages, stage == 0, stage == stages - 1};
+}
+
+std::string check_partition(const GptConfig& config, int tp, int pp) {
+  std::ostringstream problems;
+  if (tp >= 1 && config.n_head % tp != 0)
+    problems << "; n_head " << config.n_head << " is not divisible by tp " << tp
+             << " (attention is split by heads)";
+  if (tp >= 1 && config.mlp_width() % tp != 0)
+    problems << "; the MLP width " << config.mlp_width() << " is not divisible by tp " << tp;
+  if (tp >= 1 && config.padded_vocab() % tp != 0)
+    problems << "; the padded vocabulary " << config.padded_vocab() << " is not divisible by tp " << tp;
+  if (pp >= 1 && config.n_layer < pp)
+    problems << "; " << config.n_layer << " layers cannot fill " << pp << " pipeline stages (need at least one each)";
+  const std::string text = problems.str();
+  return text.empty() ? text : text.substr(2);
+}
+
+}  // namespace model

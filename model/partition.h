@@ -1,0 +1,36 @@
+// How a GPT is cut across ranks: which layers a pipeline stage runs, and
+// which slice of each tensor a tensor-parallel rank holds.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "model/gpt_config.h"
+
+namespace model {
+
+struct StageRange {
+  std::int64_t first_layer = 0;
+  std::int64_t last_layer = 0;  // exclusive
+  bool has_embedding = true;    // first stage
+  bool has_head = true;         // last stage
+};
+StageRange whole_model(const GptConfig& config);
+
+// Balanced split of the layers over `stages` stages (layer counts differ by at
+// most one); the embedding goes to the first stage, the head and loss to the
+// last (Narayanan et al. 2021).
+StageRange pipeline_stage_range(const GptConfig& config, int stage, int stages);
+
+// The tensor-parallel group this process belongs to (size 1: no split).
+struct TensorParallel {
+  int rank = 0;
+  int size = 1;
+};
+
+// Checks that the model can be cut this way: heads, MLP width and padded
+// vocabulary divisible by tp, at least one layer per pipeline stage. Returns
+// "" or one message naming every problem.
+std::string check_partition(const GptConfig& config, int tp, int pp);
+
+}  // namespace model
