@@ -93,7 +93,6 @@ class Trainer::PipelineStage : public parallel::Stage {
   void backward(int micro) override {
     const bool last = micro == t_.layout_.micro_batches() - 1;
     reporting_ = last && t_.grad_buckets_ && t_.config_.overlap_grad_reduce;
-    if (reporting_) t_.grad_buckets_->start_step();
     t_.stage_->backward(slot(micro));
     reporting_ = false;
   }
@@ -351,6 +350,7 @@ double Trainer::train_step(std::int64_t step) {
   // Each token's loss enters the objective with weight 1/(tokens per step).
   const double grad_scale = 1.0 / static_cast<double>(config_.batch_tokens);
   store_->zero_grads();
+  if (grad_buckets_) grad_buckets_->start_step();
   pipeline_->begin_step(step, grad_scale);
   parallel::run_schedule(schedule_, *pipeline_, *comms_.pp);
   reduce_gradients();

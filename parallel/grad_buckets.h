@@ -32,7 +32,7 @@ class GradBuckets {
   GradBuckets(Communicator& comm, const engine::Tensor& flat_grads, const std::vector<GradRange>& ranges,
               std::int64_t bucket_elements);
 
-  void start_step();               // before the last micro-batch's backward
+  void start_step();               // at the start of every step
   void layer_done(std::int64_t k);  // starts every bucket that is now final
   void finish();                   // starts the rest and waits for all
 
