@@ -60,6 +60,7 @@ void MetricsLog::record(const StepMetrics& m) {
   if (m.parallel) {
     j["bubble_fraction"] = m.bubble_fraction;
     j["comm_bytes"] = {{"tp", m.comm_bytes_tp}, {"dp", m.comm_bytes_dp}, {"pp", m.comm_bytes_pp}};
+    j["exposed_comm_s"] = m.exposed_comm_seconds;
   }
   file_ << j.dump() << '\n';
   file_.flush();

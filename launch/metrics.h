@@ -25,6 +25,7 @@ struct StepMetrics {
   // Parallel runs.
   double bubble_fraction = 0;           // pipeline bubble of the schedule, (pp-1)/(m+pp-1)
   double comm_bytes_tp = 0, comm_bytes_dp = 0, comm_bytes_pp = 0;  // sent this step, all ranks together
+  double exposed_comm_seconds = 0;  // rank 0's wait for gradient reductions after backward (not hidden)
   bool parallel = false;                // print the parallel fields
 };
 

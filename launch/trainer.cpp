@@ -332,8 +332,13 @@ double Trainer::sum_over_world(double local) {
 }
 
 void Trainer::reduce_gradients() {
+  // Whatever of the reductions backward did not hide is exposed here.
+  engine::device_synchronize();
+  const auto t0 = Clock::now();
   if (grad_buckets_) grad_buckets_->finish();  // starts what backward did not, waits for all
   if (embedding_comm_) embedding_comm_->all_reduce(store_->grad("wte"));
+  engine::device_synchronize();
+  exposed_comm_seconds_ = seconds_since(t0);
 }
 
 double Trainer::global_grad_norm() {
@@ -449,6 +454,7 @@ RunSummary Trainer::run() {
     m.peak_memory_bytes = engine::memory_stats(config_.device_type).peak;
     m.peak_rss_bytes = peak_rss_bytes();
     m.parallel = devices > 1;
+    m.exposed_comm_seconds = exposed_comm_seconds_;
     if (m.parallel) {
       m.bubble_fraction = parallel::bubble_fraction(grid_.pp_size(), layout_.micro_batches());
       m.comm_bytes_tp = sum_over_world(static_cast<double>(comms_.tp->bytes_sent()));

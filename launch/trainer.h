@@ -60,7 +60,7 @@ class Trainer {
  private:
   class PipelineStage;
   double train_step(std::int64_t step);  // returns the global mean loss
-  void reduce_gradients();
+  void reduce_gradients();  // waits for the data-parallel and tied-embedding reductions
   double global_grad_norm();
   double validate();
   void save(std::int64_t steps_done);
@@ -92,6 +92,7 @@ class Trainer {
   std::unique_ptr<PipelineStage> pipeline_;
   std::mt19937_64 sampler_rng_;
   std::int64_t start_step_ = 0;
+  double exposed_comm_seconds_ = 0;  // last step's wait in reduce_gradients()
   MetricsLog metrics_;
 };
 

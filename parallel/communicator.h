@@ -63,6 +63,11 @@ class PendingOp {
   virtual ~PendingOp() = default;
   // Returns once the operation is complete (backend's meaning, see above).
   virtual void wait() = 0;
+  // Lets the operation advance without blocking. MPI libraries commonly move
+  // a non-blocking collective forward only inside MPI calls (no progress
+  // thread), so code that overlaps communication with computation calls this
+  // between pieces of work; backends that progress on their own ignore it.
+  virtual void progress() {}
 };
 using CommHandle = std::unique_ptr<PendingOp>;
 

@@ -43,6 +43,8 @@ void GradBuckets::layer_done(std::int64_t k) {
     if (!it->started && it->min_key >= k) {
       start(*it);
       ++started_early_;
+    } else if (it->pending) {
+      it->pending->progress();  // earlier buckets move on while this layer's backward ran
     }
   }
 }

@@ -177,6 +177,13 @@ class MpiPending final : public PendingOp {
     leases.clear();
   }
 
+  void progress() override {
+    if (done_) return;
+    int complete = 0;  // completed requests become MPI_REQUEST_NULL; wait() then finishes at once
+    check_mpi(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &complete, MPI_STATUSES_IGNORE),
+              "MPI_Testall", comm_name_);
+  }
+
   MPI_Request* new_request() {
     requests.push_back(MPI_REQUEST_NULL);
     return &requests.back();

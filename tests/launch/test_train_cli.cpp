@@ -4,6 +4,7 @@
 
 #include <sys/wait.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -127,4 +128,43 @@ TEST_F(TrainCli, JsonConfigAndFlagOverride) {
   const Outcome bad = run_train(dir_, "--config " + (dir_ / "bad.json") + " --train-data " + (dir_ / "train_*.bin"));
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("modle"), std::string::npos) << bad.output;
+}
+
+// A layout that cannot work is refused by every rank alike: one message,
+// every rank non-zero, nobody left waiting. Tried on several rank counts.
+TEST(TrainCliMpi, BadGridExitsNonZeroWithOneMessageOnEveryRankCount) {
+  TempDir dir("train_cli_grid");
+  write_corpus(dir);
+  struct Case {
+    int ranks;
+    std::string flags, message;
+  };
+  const Case cases[] = {
+      {1, "--tp 2", "does not divide world_size 1"},
+      {2, "--tp 2 --n-head 3 --n-embd 48", "n_head 3 is not divisible by tp 2"},
+      {4, "--pp 4", "2 layers cannot fill 4 pipeline stages"},
+      {4, "--tp 2 --dp 3", "tp * dp * pp = 6 but world_size is 4"},
+      {3, "--dp 3 --batch-tokens 32", "micro-batches must divide the batch"},
+  };
+  for (const Case& c : cases) {
+    const std::string log = dir / "grid.log";
+    const std::string command =
+        "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 timeout 60 " +
+        std::string(MPIEXEC) + " --oversubscribe -np " + std::to_string(c.ranks) + " " + TRAIN_BIN +
+        " --model gpt-micro --micro-batch 2 --seq-len 16 --steps 2 --device cpu --peak-tflops 1 --train-data " +
+        (dir / "train_*.bin") + " " + c.flags + " > " + log + " 2>&1";
+    const auto t0 = std::chrono::steady_clock::now();
+    const int status = std::system(command.c_str());
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::ifstream in(log);
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string out = text.str();
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 124)
+        << c.flags << " on " << c.ranks << " ranks:\n" << out;
+    std::size_t count = 0;
+    for (std::size_t at = out.find(c.message); at != std::string::npos; at = out.find(c.message, at + 1)) ++count;
+    EXPECT_EQ(count, 1u) << c.flags << " on " << c.ranks << " ranks: expected '" << c.message << "' once in:\n" << out;
+    EXPECT_LT(seconds, 30.0) << c.flags << " on " << c.ranks << " ranks took " << seconds << " s";
+  }
 }
