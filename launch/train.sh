@@ -4,10 +4,18 @@
 # shards, and trains a small GPT on it (the GPU if there is one, else the CPU),
 # printing one line per step, then a sample of generated text.
 #
-#   launch/train.sh                      # the demo
+#   launch/train.sh                          # the demo, one process
 #   launch/train.sh --steps 2000 --lr 1e-3   # any `train` flag overrides the demo's
+#   launch/train.sh 4                        # the demo under `mpirun -np 4` on the CPU (dp = 4)
+#   launch/train.sh 4 --tp 2 --pp 2          # ... on a tensor x pipeline grid
 set -euo pipefail
 source "$(dirname "$0")/setup_env.sh"
+
+RANKS=1
+if [[ ${1:-} =~ ^[0-9]+$ ]]; then
+  RANKS=$1
+  shift
+fi
 
 engine_install_dependencies
 engine_build train prepare
@@ -23,7 +31,14 @@ fi
 
 RUN_DIR=${RUN_DIR:-$ENGINE_ROOT/runs/demo}
 mkdir -p "$RUN_DIR"
-exec "$ENGINE_BUILD_DIR/launch/train" \
+launcher=()
+if [ "$RANKS" -gt 1 ]; then
+  # mpirun refuses root unless told; each rank gets its share of the cores.
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / RANKS > 0 ? $(nproc) / RANKS : 1 ))}
+  launcher=(mpirun --oversubscribe -np "$RANKS")
+fi
+exec "${launcher[@]}" "$ENGINE_BUILD_DIR/launch/train" \
   --config "$ENGINE_ROOT/examples/configs/demo.json" \
   --train-data "$DATA_DIR/fortunes_train_*.bin" \
   --val-data "$DATA_DIR/fortunes_val_*.bin" \

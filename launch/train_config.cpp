@@ -30,7 +30,7 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
   const char* kBatch = "Batch";
   app.add_option("--micro-batch", c.micro_batch, "Sequences per micro-batch (B)")->group(kBatch)->capture_default_str();
   app.add_option("--seq-len", c.seq_len, "Tokens per sequence (T); 0 = the model's max_seq_len")->group(kBatch)->capture_default_str();
-  app.add_option("--batch-tokens", c.batch_tokens, "Global batch in tokens; a multiple of B*T (0 = one micro-batch)")
+  app.add_option("--batch-tokens", c.batch_tokens, "Global batch in tokens, all ranks together: a multiple of B*T*dp (0 = one micro-batch per data-parallel rank)")
       ->group(kBatch)->capture_default_str();
   app.add_option("--steps", c.steps, "Optimizer steps to train")->group(kBatch)->capture_default_str();
 
