@@ -74,6 +74,17 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
       ->group(kPar)->capture_default_str();
   app.add_option("--bucket-mb", c.bucket_mb, "Data-parallel reduction bucket size in MiB")->group(kPar)->capture_default_str();
 
+  const char* kMemory = "Memory";
+  app.add_option("--recompute", c.recompute,
+                 "Activation recomputation (Korthikanti et al. 2023): none; selective (drop the attention "
+                 "probabilities, rerun the attention core in backward); full (keep only each block's input, "
+                 "rerun its forward in backward)")
+      ->group(kMemory)->capture_default_str()->check(CLI::IsMember({"none", "selective", "full"}));
+  app.add_option("--zero", c.zero,
+                 "ZeRO stage over the data-parallel axis: 0 (off) or 1 (optimizer state sharded, gradients "
+                 "reduce-scattered, parameters all-gathered); stages 2 and 3 are not implemented yet")
+      ->group(kMemory)->capture_default_str();
+
   const char* kRun = "Run";
   app.add_option("--seed", c.seed, "Seed for initialisation, shuffling and sampling")->group(kRun)->capture_default_str();
   app.add_option("--device", c.device, "auto, cpu or cuda")->group(kRun)->capture_default_str()
@@ -126,6 +137,8 @@ void TrainConfig::resolve(int cuda_devices, int world) {
                " = ", micro_tokens * dp, " (the micro-batches must divide the batch)");
   grad_accum = batch_tokens / (micro_tokens * dp);
   ENGINE_CHECK(bucket_mb > 0, "--bucket-mb must be > 0, got ", bucket_mb);
+  ENGINE_CHECK(zero == 0 || zero == 1, "--zero ", zero, ": stages 0 and 1 are implemented; ",
+               zero >= 2 && zero <= 3 ? "stages 2 and 3 are not implemented yet" : "expected 0, 1, 2 or 3");
   ENGINE_CHECK(steps >= 1, "--steps must be >= 1, got ", steps);
   ENGINE_CHECK(grad_clip >= 0, "--grad-clip must be >= 0 (0 = off), got ", grad_clip);
   ENGINE_CHECK(!train_data.empty(), "--train-data is required: a token shard file or glob (see `prepare`)");
@@ -153,6 +166,7 @@ void TrainConfig::resolve(int cuda_devices, int world) {
   device_type = device == "cuda" ? engine::DeviceType::kCuda : engine::DeviceType::kCpu;
   if (precision == "auto") precision = device_type == engine::DeviceType::kCuda ? "bf16" : "fp32";
   precision_mode = model::parse_precision(precision);
+  recompute_mode = model::parse_recompute(recompute);
   if (comm == "auto") comm = device_type == engine::DeviceType::kCuda && cuda_devices > 0 ? "nccl" : "mpi";
   ENGINE_CHECK(comm != "nccl" || device_type == engine::DeviceType::kCuda,
                "--comm nccl needs --device cuda (NCCL moves device memory); use --comm mpi on the CPU");
@@ -173,8 +187,14 @@ std::string TrainConfig::describe() const {
       << "layout     world " << world_size << " = tp " << tp << " x dp " << dp << " x pp " << pp << ", " << comm
       << " communicator" << (pp > 1 ? ", pipeline " + pipeline_schedule : std::string())
       << (dp > 1 ? std::string(", gradient reduction ") + (overlap_grad_reduce ? "overlapped" : "after backward") : std::string())
+      << (zero > 0 ? ", ZeRO stage " + std::to_string(zero) : std::string())
       << "\n"
-      << "device     " << device << ", precision " << model::precision_name(precision_mode) << ", seed " << seed;
+      << "device     " << device << ", precision " << model::precision_name(precision_mode) << ", seed " << seed
+      << "\n"
+      << "recompute  " << model::recompute_name(recompute_mode)
+      << (recompute_mode == model::Recompute::kSelective ? " (attention core rerun in backward)"
+          : recompute_mode == model::Recompute::kFull    ? " (each block's forward rerun in backward)"
+                                                         : "");
   if (!checkpoint_dir.empty())
     out << "\ncheckpoint " << checkpoint_dir << " every "
         << (checkpoint_interval ? std::to_string(checkpoint_interval) + " steps" : std::string("run (at the end)"))

@@ -9,6 +9,7 @@
 
 #include "model/gpt_config.h"
 #include "model/param_store.h"
+#include "model/recompute.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
 
@@ -56,6 +57,10 @@ struct TrainConfig {
   bool overlap_grad_reduce = true;  // start data-parallel reductions during the last backward
   double bucket_mb = 25;            // data-parallel reduction bucket size
 
+  // Memory.
+  std::string recompute = "none";  // none | selective | full (model/recompute.h)
+  int zero = 0;                     // ZeRO stage over the data-parallel axis (0 or 1 so far)
+
   // Run.
   std::uint64_t seed = 1337;
   std::string device = "auto";     // auto | cpu | cuda
@@ -74,6 +79,7 @@ struct TrainConfig {
   optim::AdamWConfig adamw;
   engine::DeviceType device_type = engine::DeviceType::kCpu;
   model::Precision precision_mode = model::Precision::kFp32;
+  model::Recompute recompute_mode = model::Recompute::kNone;
   std::int64_t grad_accum = 1;  // micro-batches per data-parallel rank and step
   int world_size = 1;
 

@@ -1,6 +1,7 @@
 #include "launch/trainer.h"
 
 #include <chrono>
+#include <limits>
 #include <cmath>
 #include <cstdlib>
 #include <ostream>
@@ -182,7 +183,8 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
 
   range_ = model::pipeline_stage_range(mc, grid_.pp_rank(), grid_.pp_size());
   tp_ = model::TensorParallel{grid_.tp_rank(), grid_.tp_size()};
-  registry_ = model::build_gpt_registry(mc, range_, tp_);
+  const bool zero = config.zero >= 1 && grid_.dp_size() > 1;
+  registry_ = model::build_gpt_registry(mc, range_, tp_, zero ? grid_.dp_size() : 1);
 
   train_data_ = std::make_unique<DataLoader>(config.train_data, static_cast<int>(config.seq_len),
                                              static_cast<int>(mc.vocab_size), config.shuffle, config.seed);
@@ -216,16 +218,13 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
                                       grid_.pp_rank(), layout_.micro_batches());
   const int slots = std::max(1, parallel::peak_in_flight(schedule_));
   const model::ActivationShape shape{config.micro_batch, config.seq_len, model::activation_dtype(config.precision_mode)};
-  stage_ = std::make_unique<model::GptStage>(mc, *store_, range_, shape, slots, tp_, comms_.tp.get());
+  stage_ = std::make_unique<model::GptStage>(mc, *store_, range_, shape, slots, tp_, comms_.tp.get(),
+                                                config.recompute_mode);
   engine::Arena plan = engine::Arena::planning(config.device_type);
   stage_->allocate(plan);
   activations_ = engine::Arena(config.device_type, plan.used());
   stage_->allocate(activations_);
 
-  std::vector<optim::ParamSegment> segments;
-  for (const model::DecaySegment& s : registry_.decay_segments()) segments.push_back({s.offset, s.count, s.decay});
-  adamw_ = std::make_unique<optim::AdamW>(optim::FlatParams{store_->master(), store_->grads(), store_->working()},
-                                          segments, config.adamw);
 
   // Gradient ranges: readiness keys for the data-parallel buckets, and the
   // ranges the global norm counts (split tensors on every tensor-parallel
@@ -238,6 +237,10 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
     std::int64_t key = mc.n_layer;  // the head's tensors are final before any block's backward
     if (p.name.rfind("h.", 0) == 0) key = std::stoll(p.name.substr(2));
     else if (range_.has_embedding && (p.name == "wte" || p.name == "wpe")) key = -1;
+    // Under ZeRO the tied embedding's two copies must be summed before the
+    // reduce-scatter (their chunks sit at different offsets on the first and
+    // last stage), so its bucket waits for finish().
+    if (zero && grid_.pp_size() > 1 && p.name == "wte") key = std::numeric_limits<std::int64_t>::min();
     ranges.push_back({p.offset, end - p.offset, key});
     const bool counted = (p.split.is_split() || tp_.rank == 0) && !(p.name == "wte" && !range_.has_embedding);
     if (!counted) continue;
@@ -249,9 +252,38 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
   if (grid_.dp_size() > 1) {
     const auto bucket_elements = static_cast<std::int64_t>(config.bucket_mb * 1024 * 1024 /
                                                            engine::dtype_size(store_->grads().dtype()));
-    grad_buckets_ = std::make_unique<parallel::GradBuckets>(*comms_.dp, store_->grads(), ranges,
-                                                            std::max<std::int64_t>(1, bucket_elements));
+    grad_buckets_ = std::make_unique<parallel::GradBuckets>(
+        *comms_.dp, store_->grads(), ranges, std::max<std::int64_t>(1, bucket_elements),
+        zero ? parallel::GradBuckets::Mode::kReduceScatter : parallel::GradBuckets::Mode::kAllReduce);
   }
+
+  // The optimizer: over everything, or under ZeRO over the chunks this rank
+  // owns, with its moments compact in a shard (Rajbhandari et al. 2020, P_os).
+  std::vector<optim::ParamSegment> segments;
+  std::int64_t state_elements = -1;
+  if (zero) {
+    owned_ = grad_buckets_->owned_chunks();
+    state_elements = grad_buckets_->shard_elements();
+    for (const model::DecaySegment& d : registry_.decay_segments())
+      for (const parallel::ShardChunk& c : owned_) {
+        const std::int64_t begin = std::max(d.offset, c.full_offset);
+        const std::int64_t end = std::min(d.offset + d.count, c.full_offset + c.count);
+        if (begin < end) segments.push_back({begin, end - begin, d.decay, begin, c.shard_offset + (begin - c.full_offset)});
+      }
+    // The norm counts each rank's own reduced chunks; every rank contributes.
+    std::vector<std::pair<std::int64_t, std::int64_t>> owned_norm;
+    for (const auto& [offset, count] : norm_ranges_)
+      for (const parallel::ShardChunk& c : owned_) {
+        const std::int64_t begin = std::max(offset, c.full_offset);
+        const std::int64_t end = std::min(offset + count, c.full_offset + c.count);
+        if (begin < end) owned_norm.push_back({begin, end - begin});
+      }
+    norm_ranges_ = owned_norm;
+  } else {
+    for (const model::DecaySegment& d : registry_.decay_segments()) segments.push_back({d.offset, d.count, d.decay});
+  }
+  adamw_ = std::make_unique<optim::AdamW>(optim::FlatParams{store_->master(), store_->grads(), store_->working()},
+                                          segments, config.adamw, state_elements);
   pipeline_ = std::make_unique<PipelineStage>(*this);
   sampler_rng_.seed(config.seed);
 
@@ -264,7 +296,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
                  ? " + working copy " + engine::format_bytes(store_->working().bytes())
                  : std::string())
          << ", grads " << engine::format_bytes(store_->grads().bytes()) << ", AdamW state "
-         << engine::format_bytes(2 * master_bytes) << ", activations " << engine::format_bytes(activations_.capacity())
+         << engine::format_bytes(adamw_->m().bytes() + adamw_->v().bytes()) << ", activations " << engine::format_bytes(activations_.capacity())
          << " (" << slots << " micro-batch slot" << (slots > 1 ? "s" : "") << ")\n"
          << "flops      " << model::flops_convention() << "\n";
   }
@@ -293,8 +325,15 @@ void Trainer::resume() {
   ENGINE_CHECK(state.step < config_.steps, "checkpoint '", dir, "' is at step ", state.step,
                ", nothing left to do for --steps ", config_.steps);
   store_->upload_master(master.data());
-  engine::ops::copy(adamw_->m(), host_f32(m.data(), static_cast<std::int64_t>(n)));
-  engine::ops::copy(adamw_->v(), host_f32(v.data(), static_cast<std::int64_t>(n)));
+  if (zero_sharded()) {
+    // Keep this rank's chunks of the whole moments.
+    for (auto [state, host] : {std::pair{adamw_->m(), m.data()}, std::pair{adamw_->v(), v.data()}})
+      for (const parallel::ShardChunk& c : owned_)
+        engine::ops::copy(state.flat_slice(c.shard_offset, c.count), host_f32(host + c.full_offset, c.count));
+  } else {
+    engine::ops::copy(adamw_->m(), host_f32(m.data(), static_cast<std::int64_t>(n)));
+    engine::ops::copy(adamw_->v(), host_f32(v.data(), static_cast<std::int64_t>(n)));
+  }
   adamw_->set_steps_taken(state.step);
   if (!state.sampler_rng.empty()) {
     std::istringstream in(state.sampler_rng);
@@ -307,9 +346,21 @@ void Trainer::resume() {
 void Trainer::save(std::int64_t steps_done) {
   const std::size_t n = static_cast<std::size_t>(registry_.total_numel());
   std::vector<float> master(n), m(n), v(n);
+  if (zero_sharded()) {
+    // Checkpoints hold whole tensors: gather the owned chunks of the master
+    // weights (in place) and of the moments (through a full-size buffer).
+    if (store_->master().data() != store_->working().data()) grad_buckets_->gather(store_->master());
+    engine::Buffer full(config_.device_type, store_->master().bytes());
+    const Tensor t = full.as_tensor(store_->master().shape(), store_->master().dtype());
+    for (auto [state, host] : {std::pair{adamw_->m(), m.data()}, std::pair{adamw_->v(), v.data()}}) {
+      grad_buckets_->gather(t, state);
+      engine::ops::copy(host_f32(host, static_cast<std::int64_t>(n)), t);
+    }
+  } else {
+    engine::ops::copy(host_f32(m.data(), static_cast<std::int64_t>(n)), adamw_->m());
+    engine::ops::copy(host_f32(v.data(), static_cast<std::int64_t>(n)), adamw_->v());
+  }
   store_->download_master(master.data());
-  engine::ops::copy(host_f32(m.data(), static_cast<std::int64_t>(n)), adamw_->m());
-  engine::ops::copy(host_f32(v.data(), static_cast<std::int64_t>(n)), adamw_->v());
   TrainingState state;
   state.step = steps_done;
   state.run = run_identity();
@@ -335,17 +386,24 @@ void Trainer::reduce_gradients() {
   // Whatever of the reductions backward did not hide is exposed here.
   engine::device_synchronize();
   const auto t0 = Clock::now();
-  if (grad_buckets_) grad_buckets_->finish();  // starts what backward did not, waits for all
-  if (embedding_comm_) embedding_comm_->all_reduce(store_->grad("wte"));
+  if (zero_sharded()) {
+    // ZeRO: the tied embedding's copies are summed before the reduce-scatter.
+    if (embedding_comm_) embedding_comm_->all_reduce(store_->grad("wte"));
+    grad_buckets_->finish();
+  } else {
+    if (grad_buckets_) grad_buckets_->finish();  // starts what backward did not, waits for all
+    if (embedding_comm_) embedding_comm_->all_reduce(store_->grad("wte"));
+  }
   engine::device_synchronize();
   exposed_comm_seconds_ = seconds_since(t0);
 }
 
 double Trainer::global_grad_norm() {
   // After the data-parallel reduction every dp replica holds the same
-  // gradients: count them once, on dp rank 0.
+  // gradients: count them once, on dp rank 0. Under ZeRO each rank holds
+  // different (its own) reduced chunks, and all count.
   double local = 0;
-  if (grid_.dp_rank() == 0)
+  if (grid_.dp_rank() == 0 || zero_sharded())
     for (const auto& [offset, count] : norm_ranges_)
       local += optim::grad_sum_of_squares(store_->grads().flat_slice(offset, count));
   return std::sqrt(sum_over_world(local));
@@ -438,6 +496,8 @@ RunSummary Trainer::run() {
     const double norm = global_grad_norm();
     const double lr = config_.lr_schedule.at(step);
     adamw_->step(lr, optim::clip_factor(norm, config_.grad_clip));
+    // ZeRO: every rank updated its own chunks; gather the whole working copy.
+    if (zero_sharded()) grad_buckets_->gather(store_->working());
     engine::device_synchronize();
     const double seconds = seconds_since(t0);
 

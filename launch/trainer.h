@@ -70,6 +70,7 @@ class Trainer {
   std::string sample_text();
   double sum_over_world(double local);
   bool is_logger() const { return grid_.world_rank() == 0; }
+  bool zero_sharded() const { return !owned_.empty(); }
 
   const TrainConfig& config_;
   std::ostream& out_;
@@ -86,6 +87,7 @@ class Trainer {
   std::unique_ptr<optim::AdamW> adamw_;
   std::unique_ptr<parallel::GradBuckets> grad_buckets_;
   std::vector<std::pair<std::int64_t, std::int64_t>> norm_ranges_;  // flat ranges counted once in the norm
+  std::vector<parallel::ShardChunk> owned_;  // ZeRO: the chunks whose optimizer state this rank holds
   std::unique_ptr<DataLoader> train_data_, val_data_;
   BatchLayout layout_{};
   std::vector<parallel::Action> schedule_;

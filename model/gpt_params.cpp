@@ -8,7 +8,8 @@ std::string block_param_name(std::int64_t layer, const char* suffix) {
   return "h." + std::to_string(layer) + "." + suffix;
 }
 
-ParamRegistry build_gpt_registry(const GptConfig& config, const StageRange& stage, TensorParallel tp) {
+ParamRegistry build_gpt_registry(const GptConfig& config, const StageRange& stage, TensorParallel tp,
+                                 std::int64_t align_multiple) {
   config.validate();
   const std::int64_t C = config.n_embd, L = config.n_layer;
   const double std = 0.02;
@@ -16,7 +17,7 @@ ParamRegistry build_gpt_registry(const GptConfig& config, const StageRange& stag
   const Split rows{0, 1, tp.rank, tp.size};       // column-parallel / vocabulary-parallel
   const Split qkv_rows{0, 3, tp.rank, tp.size};   // q|k|v blocks, each split by heads
   const Split columns{1, 1, tp.rank, tp.size};    // row-parallel
-  ParamRegistry reg;
+  ParamRegistry reg(ParamRegistry::kAlignElements * align_multiple);
   auto add_wte = [&] { reg.add("wte", engine::Shape{config.padded_vocab(), C}, Init::kNormal, std, true, rows); };
   if (stage.has_embedding) {
     add_wte();

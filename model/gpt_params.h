@@ -36,7 +36,10 @@ std::string block_param_name(std::int64_t layer, const char* suffix);  // ("h.3.
 // 1/sqrt(2 L) (Radford et al. 2019, section 2.3), zeros for biases, ones for
 // norm gains. The padded rows of wte are never looked up nor scored, so their
 // values do not matter.
-ParamRegistry build_gpt_registry(const GptConfig& config, const StageRange& stage, TensorParallel tp = {});
+// align_multiple: entries are padded to multiples of kAlignElements x this
+// (ZeRO passes the data-parallel size).
+ParamRegistry build_gpt_registry(const GptConfig& config, const StageRange& stage, TensorParallel tp = {},
+                                 std::int64_t align_multiple = 1);
 inline ParamRegistry build_gpt_registry(const GptConfig& config) {
   return build_gpt_registry(config, whole_model(config));
 }

@@ -12,8 +12,9 @@ using engine::Tensor;
 namespace ops = engine::ops;
 
 GptStage::GptStage(const GptConfig& config, const ParamStore& store, StageRange range, ActivationShape shape,
-                   int slots, TensorParallel tp, parallel::Communicator* tp_comm)
-    : config_(config), store_(store), range_(range), shape_(shape), tp_(tp), tp_comm_(tp_comm) {
+                   int slots, TensorParallel tp, parallel::Communicator* tp_comm, Recompute recompute)
+    : config_(config), store_(store), range_(range), shape_(shape), tp_(tp), tp_comm_(tp_comm),
+      recompute_(recompute) {
   ENGINE_CHECK(tp.size == 1 || (tp_comm != nullptr && tp_comm->size() == tp.size), "a stage split ", tp.size,
                " ways needs a tensor-parallel communicator of that size");
   ENGINE_CHECK(range.first_layer >= 0 && range.first_layer <= range.last_layer &&
@@ -43,8 +44,10 @@ void GptStage::allocate(engine::Arena& arena) {
     for (std::size_t i = 0; i <= blocks_.size(); ++i)
       residuals_[s].push_back(arena.allocate(Shape{B, T, C}, dt, "residual"));
     acts_[s].clear();
-    for (std::size_t i = 0; i < blocks_.size(); ++i)
-      acts_[s].push_back(allocate_block_activations(arena, config_, shape_, tp_));
+    if (recompute_ != Recompute::kFull)
+      for (std::size_t i = 0; i < blocks_.size(); ++i)
+        acts_[s].push_back(
+            allocate_block_activations(arena, config_, shape_, tp_, recompute_ != Recompute::kSelective));
     if (range_.has_embedding) tokens_[s] = arena.allocate(Shape{B, T}, engine::DType::kI32, "tokens");
     if (range_.has_head) {
       targets_[s] = arena.allocate(Shape{B, T}, engine::DType::kI32, "targets");
@@ -55,6 +58,15 @@ void GptStage::allocate(engine::Arena& arena) {
     }
   }
   scratch_ = allocate_block_scratch(arena, config_, shape_, tp_);
+  // What recomputation rebuilds lives once per stage, not per slot and block:
+  // only one block's backward runs at a time, and its recompute() refills it
+  // right before.
+  shared_acts_ = BlockActivations{};
+  if (!blocks_.empty()) {
+    if (recompute_ == Recompute::kFull) shared_acts_ = allocate_block_activations(arena, config_, shape_, tp_);
+    if (recompute_ == Recompute::kSelective)
+      shared_acts_.att_saved = allocate_attention_saved(arena, config_, shape_, tp_);
+  }
   dresidual_ = arena.allocate(Shape{B, T, C}, dt, "dresidual");
   if (range_.has_head) {
     lnf_ = arena.allocate(Shape{B, T, C}, dt, "lnf");
@@ -67,6 +79,21 @@ void GptStage::allocate(engine::Arena& arena) {
       ce_sums_ = arena.allocate(Shape{2, B * T}, st, "ce_sums");
     }
   }
+}
+
+BlockActivations GptStage::block_activations(int slot, std::size_t i) const {
+  switch (recompute_) {
+    case Recompute::kNone:
+      return acts_[slot][i];
+    case Recompute::kSelective: {
+      BlockActivations a = acts_[slot][i];
+      a.att_saved = shared_acts_.att_saved;
+      return a;
+    }
+    case Recompute::kFull:
+      return shared_acts_;
+  }
+  return acts_[slot][i];
 }
 
 namespace {
@@ -87,7 +114,10 @@ void GptStage::forward(int slot, const std::int32_t* tokens, const std::int32_t*
                            vocab_start());
     tp_all_reduce(res[0]);
   }
-  for (std::size_t i = 0; i < blocks_.size(); ++i) blocks_[i].forward(res[i + 1], res[i], acts_[slot][i], scratch_);
+  for (std::size_t i = 0; i < blocks_.size(); ++i) {
+    BlockActivations a = block_activations(slot, i);
+    blocks_[i].forward(res[i + 1], res[i], a, scratch_);
+  }
   if (range_.has_head) {
     if (targets != nullptr) ops::copy(targets_[slot], host_tokens(targets, B, T));
     head_forward(slot, grad_scale, targets != nullptr);
@@ -133,7 +163,11 @@ void GptStage::backward(int slot) {
   ops::copy(dresidual_, range_.has_head ? head_dres_[slot] : output_grads_[slot]);
   const std::vector<Tensor>& res = residuals_[slot];
   for (std::size_t i = blocks_.size(); i-- > 0;) {
-    blocks_[i].backward(dresidual_, res[i], acts_[slot][i], scratch_);
+    const BlockActivations a = block_activations(slot, i);
+    // Rebuild what the recomputation mode dropped since this slot's forward
+    // (other slots' forwards may have overwritten the shared tensors since).
+    blocks_[i].recompute(res[i], a, scratch_, recompute_);
+    blocks_[i].backward(dresidual_, res[i], a, scratch_);
     if (backward_hook_) backward_hook_(range_.first_layer + static_cast<std::int64_t>(i));
   }
   if (range_.has_embedding) {

@@ -5,6 +5,16 @@
 //
 // Activations are kept per micro-batch "slot" so a pipeline schedule can have
 // several micro-batches in flight (1F1B holds at most pp - stage of them).
+// The recomputation mode (model/recompute.h) decides how much of each block's
+// activations a slot keeps:
+//   none       every block's BlockActivations, per slot;
+//   selective  the same without att_saved: one att_saved for the whole stage,
+//              written by every forward and refilled by each block's
+//              recompute() before its backward;
+//   full       no BlockActivations per slot: the residual stream (the input
+//              of every block, which the slot keeps anyway) is enough, and one
+//              BlockActivations set for the whole stage is written by forward
+//              and by each block's recompute() before its backward.
 //
 // The last stage runs the head's backward inside forward (the fused classifier
 // of llm.c): it turns logits into their gradient in place and keeps only the
@@ -26,6 +36,7 @@
 #include "model/gpt_config.h"
 #include "model/param_store.h"
 #include "model/partition.h"
+#include "model/recompute.h"
 #include "model/transformer_block.h"
 #include "parallel/communicator.h"
 
@@ -35,7 +46,8 @@ class GptStage {
  public:
   // tp_comm: the tensor-parallel group, or nullptr without tensor parallelism.
   GptStage(const GptConfig& config, const ParamStore& store, StageRange range, ActivationShape shape, int slots,
-           TensorParallel tp = {}, parallel::Communicator* tp_comm = nullptr);
+           TensorParallel tp = {}, parallel::Communicator* tp_comm = nullptr,
+           Recompute recompute = Recompute::kNone);
 
   // Called during backward after each block's parameter gradients are final
   // for this micro-batch (with the block's global layer index), and with -1
@@ -72,8 +84,12 @@ class GptStage {
   const StageRange& range() const { return range_; }
   const ActivationShape& shape() const { return shape_; }
   int slots() const { return static_cast<int>(residuals_.size()); }
+  Recompute recompute() const { return recompute_; }
 
  private:
+  // The activations block i works in for the micro-batch in `slot`: the
+  // slot's own, the shared set, or a mix of the two (see the class comment).
+  BlockActivations block_activations(int slot, std::size_t i) const;
   void head_forward(int slot, double grad_scale, bool with_loss);
   void cross_entropy(int slot, double grad_scale);
   void tp_all_reduce(const engine::Tensor& t, parallel::ReduceOp op = parallel::ReduceOp::kSum) const;
@@ -85,18 +101,20 @@ class GptStage {
   ActivationShape shape_;
   TensorParallel tp_;
   parallel::Communicator* tp_comm_;
+  Recompute recompute_;
   std::vector<TransformerBlock> blocks_;
   std::function<void(std::int64_t)> backward_hook_;
 
   // Per slot
   std::vector<std::vector<engine::Tensor>> residuals_;  // [slot][0..n_blocks] (B,T,C)
-  std::vector<std::vector<BlockActivations>> acts_;    // [slot][block]
+  std::vector<std::vector<BlockActivations>> acts_;    // [slot][block]; empty under full recomputation
   std::vector<engine::Tensor> tokens_, targets_;        // (B,T) i32 on the device
   std::vector<engine::Tensor> losses_;                  // (B*T)
   std::vector<engine::Tensor> head_dres_;               // (B,T,C) gradient of the last residual (last stage)
   std::vector<engine::Tensor> output_grads_;            // (B,T,C) (non-last stages)
   // Shared by all slots
   BlockScratch scratch_;
+  BlockActivations shared_acts_;  // full: every tensor; selective: att_saved only; none: nothing
   engine::Tensor dresidual_;                         // (B,T,C)
   engine::Tensor lnf_, lnf_mean_, lnf_rstd_, d_lnf_;  // head temporaries
   engine::Tensor logits_;                            // (B*T, Vp/tp)

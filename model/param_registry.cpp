@@ -7,6 +7,10 @@
 
 namespace model {
 
+ParamRegistry::ParamRegistry(std::int64_t align_elements) : align_(align_elements) {
+  ENGINE_CHECK(align_elements >= 1, "parameter alignment must be >= 1 element, got ", align_elements);
+}
+
 const ParamInfo& ParamRegistry::add(const std::string& name, engine::Shape global_shape, Init init,
                                     double init_std, bool weight_decay, Split split) {
   ENGINE_CHECK(!contains(name), "parameter '", name, "' registered twice");
@@ -32,7 +36,7 @@ const ParamInfo& ParamRegistry::add(const std::string& name, engine::Shape globa
   info.init = init;
   info.init_std = init_std;
   info.weight_decay = weight_decay;
-  total_ += (info.numel() + kAlignElements - 1) / kAlignElements * kAlignElements;
+  total_ += (info.numel() + align_ - 1) / align_ * align_;
   entries_.push_back(info);
   return entries_.back();
 }

@@ -65,8 +65,12 @@ struct DecaySegment {
 class ParamRegistry {
  public:
   // Each entry starts on a multiple of this many elements: 256-byte aligned in
-  // fp32, which vector units, cuBLASLt and ZeRO's bucket boundaries like.
+  // fp32, which vector units and cuBLASLt like. ZeRO multiplies it by the
+  // data-parallel size so that every entry (with its padding) splits into
+  // equal per-rank chunks.
   static constexpr std::int64_t kAlignElements = 64;
+  explicit ParamRegistry(std::int64_t align_elements = kAlignElements);
+  std::int64_t align_elements() const { return align_; }
 
   // Registers a tensor, split as `split` says (default: held whole).
   const ParamInfo& add(const std::string& name, engine::Shape global_shape, Init init, double init_std,
@@ -91,6 +95,7 @@ class ParamRegistry {
  private:
   std::vector<ParamInfo> entries_;
   std::int64_t total_ = 0;
+  std::int64_t align_ = kAlignElements;
 };
 
 }  // namespace model

@@ -24,8 +24,14 @@ BlockParams block_views(const ParamStore& store, std::int64_t layer, bool grads)
 BlockParams block_weights(const ParamStore& store, std::int64_t layer) { return block_views(store, layer, false); }
 BlockParams block_grads(const ParamStore& store, std::int64_t layer) { return block_views(store, layer, true); }
 
+Tensor allocate_attention_saved(engine::Arena& arena, const GptConfig& config, ActivationShape s,
+                                TensorParallel tp) {
+  return arena.allocate(ops::attention_saved_shape(arena.device(), s.batch, config.n_head / tp.size, s.seq),
+                        ops::attention_saved_dtype(arena.device(), s.dtype), "att_saved");
+}
+
 BlockActivations allocate_block_activations(engine::Arena& arena, const GptConfig& config, ActivationShape s,
-                                            TensorParallel tp) {
+                                            TensorParallel tp, bool with_attention_saved) {
   const std::int64_t B = s.batch, T = s.seq, C = config.n_embd, N = B * T, Cl = C / tp.size;
   const engine::DType dt = s.dtype, st = s.stat_dtype();
   BlockActivations a;
@@ -34,8 +40,7 @@ BlockActivations allocate_block_activations(engine::Arena& arena, const GptConfi
   a.ln1_rstd = arena.allocate(Shape{N}, st, "ln1_rstd");
   a.qkv = arena.allocate(Shape{B, T, 3 * Cl}, dt, "qkv");
   a.atty = arena.allocate(Shape{B, T, Cl}, dt, "atty");
-  a.att_saved = arena.allocate(ops::attention_saved_shape(arena.device(), B, config.n_head / tp.size, T),
-                               ops::attention_saved_dtype(arena.device(), dt), "att_saved");
+  if (with_attention_saved) a.att_saved = allocate_attention_saved(arena, config, s, tp);
   a.residual2 = arena.allocate(Shape{B, T, C}, dt, "residual2");
   a.ln2 = arena.allocate(Shape{B, T, C}, dt, "ln2");
   a.ln2_mean = arena.allocate(Shape{N}, st, "ln2_mean");
@@ -61,8 +66,7 @@ void TransformerBlock::tp_all_reduce(const Tensor& t) const {
   if (tp_comm_ != nullptr && tp_.size > 1) tp_comm_->all_reduce(t);
 }
 
-void TransformerBlock::forward(const Tensor& y, const Tensor& x, BlockActivations& a,
-                               const BlockScratch& scratch) const {
+void TransformerBlock::forward_saved(const Tensor& x, const BlockActivations& a, const BlockScratch& scratch) const {
   const int n_head = static_cast<int>(config_.n_head / tp_.size);
   const bool adds_bias = tp_.rank == 0;  // row-parallel biases enter the all-reduced sum once
   // Attention half: r = x + proj(attention(qkv(ln_1(x))))
@@ -72,12 +76,52 @@ void TransformerBlock::forward(const Tensor& y, const Tensor& x, BlockActivation
   ops::matmul_forward(scratch.branch, a.atty, w_.proj_w, adds_bias ? w_.proj_b : Tensor{});  // (B,T,C)
   tp_all_reduce(scratch.branch);                                                     // g
   ops::add(a.residual2, x, scratch.branch);                                          // (B,T,C)
-  // MLP half: y = r + mlp.proj(gelu(mlp.fc(ln_2(r))))
+  // MLP half up to its output projection: gelu(mlp.fc(ln_2(r)))
   ops::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w_.ln2_w, w_.ln2_b);
   ops::matmul_forward(a.fc_gelu, a.ln2, w_.fc_w, w_.fc_b, a.fc_pre);                // (B,T,4C/tp), GELU fused
+}
+
+void TransformerBlock::forward(const Tensor& y, const Tensor& x, BlockActivations& a,
+                               const BlockScratch& scratch) const {
+  forward_saved(x, a, scratch);
+  // y = r + mlp.proj(gelu(...))
+  const bool adds_bias = tp_.rank == 0;
   ops::matmul_forward(scratch.branch, a.fc_gelu, w_.fcproj_w, adds_bias ? w_.fcproj_b : Tensor{});  // (B,T,C)
   tp_all_reduce(scratch.branch);                                                     // g
   ops::add(y, a.residual2, scratch.branch);
+}
+
+void TransformerBlock::recompute(const Tensor& x, const BlockActivations& a, const BlockScratch& scratch,
+                                 Recompute mode) const {
+  switch (mode) {
+    case Recompute::kNone:
+      return;
+    case Recompute::kSelective:
+      // Korthikanti et al. 2023, section 5: only the attention core (QK^T,
+      // softmax, softmax-weighted V) is rerun; its input qkv was kept. The op
+      // always writes its output too, so it goes back into the kept atty:
+      // the same op on the same qkv reproduces the very values forward wrote
+      // there, so this costs no scratch, and attention_backward reads an
+      // output and saved state from one call (CUDA's FlashAttention backward
+      // uses both). Keeping atty at all, rather than taking this recomputed
+      // copy for the projection's backward too, follows the paper's
+      // accounting, which keeps the attention output (the projection's input)
+      // as a stored activation.
+      // On the CPU att_saved is the (B,H,T,T) probabilities; on CUDA it is
+      // only FlashAttention's (B,H,T) log-sum-exp, so there this buys little
+      // memory for an extra attention forward (model/recompute.h).
+      ops::attention_forward(a.atty, a.att_saved, a.qkv, static_cast<int>(config_.n_head / tp_.size));
+      return;
+    case Recompute::kFull:
+      // Full recomputation (section 5's baseline, which stores only each
+      // layer's input): rerun the forward from the kept input x. It stops
+      // before the MLP's output projection: backward reads nothing that
+      // projection makes, so its matmul and its all-reduce are skipped here
+      // (on every tensor-parallel rank alike). The attention projection's
+      // all-reduce runs again, since residual2 depends on it.
+      forward_saved(x, a, scratch);
+      return;
+  }
 }
 
 void TransformerBlock::backward(const Tensor& dres, const Tensor& x, const BlockActivations& a,

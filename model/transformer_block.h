@@ -5,7 +5,10 @@
 //
 // forward() saves what backward() needs in a BlockActivations slot (one per
 // micro-batch in flight); backward() turns the gradient of y into the gradient
-// of x in place, accumulating parameter gradients.
+// of x in place, accumulating parameter gradients. Under activation
+// recomputation (model/recompute.h) some of those activations are not kept
+// from forward to backward: recompute() rebuilds them from the block's input
+// just before backward().
 //
 // Under tensor parallelism (Shoeybi et al. 2019, section 3) the block holds
 // H/tp heads and 4C/tp MLP columns. Megatron's conjugate operators f and g
@@ -21,6 +24,7 @@
 #include "model/gpt_config.h"
 #include "model/param_store.h"
 #include "model/partition.h"
+#include "model/recompute.h"
 #include "parallel/communicator.h"
 
 namespace model {
@@ -71,8 +75,13 @@ struct ActivationShape {
   }
 };
 
+// with_attention_saved = false leaves att_saved empty: selective
+// recomputation keeps one shared att_saved per stage instead of one per block
+// and micro-batch (allocate_attention_saved).
 BlockActivations allocate_block_activations(engine::Arena& arena, const GptConfig& config, ActivationShape s,
-                                            TensorParallel tp);
+                                            TensorParallel tp, bool with_attention_saved = true);
+engine::Tensor allocate_attention_saved(engine::Arena& arena, const GptConfig& config, ActivationShape s,
+                                        TensorParallel tp);
 BlockScratch allocate_block_scratch(engine::Arena& arena, const GptConfig& config, ActivationShape s,
                                     TensorParallel tp);
 
@@ -86,12 +95,24 @@ class TransformerBlock {
   // x (B,T,C) -> y (B,T,C); y must not alias x.
   void forward(const engine::Tensor& y, const engine::Tensor& x, BlockActivations& act,
                const BlockScratch& scratch) const;
+  // Rebuilds in `act` what `mode` did not keep since forward, from x (the
+  // block's input that forward saw) and what was kept; a no-op for kNone.
+  //  kSelective: reruns the attention core from act.qkv into act.att_saved
+  //              (and act.atty, rewritten with the values it already holds).
+  //  kFull:      reruns the forward up to the last activation backward reads,
+  //              including the attention projection's all-reduce (every
+  //              tensor-parallel rank makes the same calls, so the collectives
+  //              stay matched). Uses scratch.branch.
+  void recompute(const engine::Tensor& x, const BlockActivations& act, const BlockScratch& scratch,
+                 Recompute mode) const;
   // dresidual (B,T,C): gradient of y on entry, gradient of x on exit.
   // x is the block's input that forward saw.
   void backward(const engine::Tensor& dresidual, const engine::Tensor& x, const BlockActivations& act,
                 const BlockScratch& scratch) const;
 
  private:
+  // Everything forward computes that backward reads: act from ln1 to fc_gelu.
+  void forward_saved(const engine::Tensor& x, const BlockActivations& act, const BlockScratch& scratch) const;
   void tp_all_reduce(const engine::Tensor& t) const;
 
   const GptConfig& config_;

@@ -11,20 +11,29 @@ void AdamWConfig::validate() const {
   ENGINE_CHECK(weight_decay >= 0, "weight decay must be >= 0, got ", weight_decay);
 }
 
-AdamW::AdamW(FlatParams params, std::vector<ParamSegment> segments, AdamWConfig config)
+AdamW::AdamW(FlatParams params, std::vector<ParamSegment> segments, AdamWConfig config, std::int64_t state_elements)
     : params_(params), config_(config), segments_(std::move(segments)) {
   config_.validate();
   const engine::Tensor& master = params_.master;
-  ENGINE_CHECK(params_.grads.numel() == master.numel(), "AdamW: gradients have ", params_.grads.numel(),
-               " elements, parameters ", master.numel());
-  for (const ParamSegment& s : segments_)
-    ENGINE_CHECK(s.offset >= 0 && s.count >= 0 && s.offset + s.count <= master.numel(), "AdamW: segment [",
-                 s.offset, ", ", s.offset + s.count, ") is outside the ", master.numel(), " parameters");
+  if (state_elements < 0) state_elements = master.numel();
+  auto inside = [](std::int64_t offset, std::int64_t count, std::int64_t size) {
+    return offset >= 0 && count >= 0 && offset + count <= size;
+  };
+  for (ParamSegment& s : segments_) {
+    if (s.master_offset < 0) s.master_offset = s.offset;
+    if (s.state_offset < 0) s.state_offset = s.offset;
+    ENGINE_CHECK(inside(s.offset, s.count, params_.grads.numel()) && inside(s.master_offset, s.count, master.numel()) &&
+                     inside(s.state_offset, s.count, state_elements),
+                 "AdamW: segment of ", s.count, " elements at ", s.offset, " (master ", s.master_offset, ", state ",
+                 s.state_offset, ") is outside the buffers (", params_.grads.numel(), " gradients, ", master.numel(),
+                 " master, ", state_elements, " state)");
+  }
   if (params_.working.data() == master.data()) params_.working = engine::Tensor{};
-  m_buffer_ = engine::Buffer(master.device(), master.bytes());
-  v_buffer_ = engine::Buffer(master.device(), master.bytes());
-  m_ = m_buffer_.as_tensor(master.shape(), master.dtype());
-  v_ = v_buffer_.as_tensor(master.shape(), master.dtype());
+  const engine::Shape state_shape{state_elements};
+  m_buffer_ = engine::Buffer(master.device(), state_elements * engine::dtype_size(master.dtype()));
+  v_buffer_ = engine::Buffer(master.device(), state_elements * engine::dtype_size(master.dtype()));
+  m_ = m_buffer_.as_tensor(state_shape, master.dtype());
+  v_ = v_buffer_.as_tensor(state_shape, master.dtype());
   engine::ops::fill(m_, 0.0);
   engine::ops::fill(v_, 0.0);
 }
@@ -42,9 +51,9 @@ void AdamW::step(double lr, double grad_scale) {
     h.step = steps_;
     const engine::Tensor working =
         params_.working.empty() ? engine::Tensor{} : params_.working.flat_slice(s.offset, s.count);
-    engine::ops::adamw_update(params_.master.flat_slice(s.offset, s.count),
-                              params_.grads.flat_slice(s.offset, s.count), m_.flat_slice(s.offset, s.count),
-                              v_.flat_slice(s.offset, s.count), h, working);
+    engine::ops::adamw_update(params_.master.flat_slice(s.master_offset, s.count),
+                              params_.grads.flat_slice(s.offset, s.count), m_.flat_slice(s.state_offset, s.count),
+                              v_.flat_slice(s.state_offset, s.count), h, working);
   }
 }
 

@@ -24,11 +24,17 @@ struct AdamWConfig {
   void validate() const;
 };
 
-// A contiguous range of the flat layout and whether it takes weight decay.
+// A contiguous range of parameters and whether it takes weight decay.
+// Without ZeRO the master weights, gradients, working copy and moments share
+// one layout. Under ZeRO a rank updates only the chunks it owns: their moments
+// (and, in mixed precision, their master weights) live compactly in the
+// rank's shard, at other offsets than in the full gradient/working layout.
 struct ParamSegment {
-  std::int64_t offset;
+  std::int64_t offset;              // into grads and working (the full flat layout)
   std::int64_t count;
   bool decay;
+  std::int64_t master_offset = -1;  // into master; -1 = offset
+  std::int64_t state_offset = -1;   // into m and v; -1 = offset
 };
 
 // The flat buffers an optimizer updates. `working` may alias `master` (then
@@ -41,7 +47,8 @@ struct FlatParams {
 
 class AdamW {
  public:
-  AdamW(FlatParams params, std::vector<ParamSegment> segments, AdamWConfig config);
+  // state_elements: size of m and v (-1: the master buffer's size).
+  AdamW(FlatParams params, std::vector<ParamSegment> segments, AdamWConfig config, std::int64_t state_elements = -1);
 
   // One update with learning rate `lr`; gradients are multiplied by
   // grad_scale first (clipping). Increments the step count.

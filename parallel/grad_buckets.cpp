@@ -7,8 +7,8 @@
 namespace parallel {
 
 GradBuckets::GradBuckets(Communicator& comm, const engine::Tensor& flat_grads, const std::vector<GradRange>& ranges,
-                         std::int64_t bucket_elements)
-    : comm_(comm), grads_(flat_grads) {
+                         std::int64_t bucket_elements, Mode mode)
+    : comm_(comm), grads_(flat_grads), mode_(mode) {
   ENGINE_CHECK(bucket_elements >= 1, "gradient buckets need a positive size, got ", bucket_elements);
   for (const GradRange& r : ranges) {
     ENGINE_CHECK(r.offset >= 0 && r.count >= 0 && r.offset + r.count <= flat_grads.numel(), "gradient range [",
@@ -22,11 +22,48 @@ GradBuckets::GradBuckets(Communicator& comm, const engine::Tensor& flat_grads, c
       buckets_.push_back(Bucket{r.offset, r.count, r.key, nullptr, false});
     }
   }
+  if (mode_ == Mode::kReduceScatter) {
+    const int n = comm_.size();
+    for (const Bucket& b : buckets_) {
+      ENGINE_CHECK(b.count % n == 0, "ZeRO bucket [", b.offset, ", ", b.offset + b.count, ") of ", b.count,
+                   " elements does not split into ", n, " equal chunks (the registry must pad every tensor to a "
+                   "multiple of the data-parallel size)");
+      const std::int64_t chunk = b.count / n;
+      owned_.push_back({b.offset + comm_.rank() * chunk, shard_elements_, chunk});
+      shard_elements_ += chunk;
+    }
+  }
 }
 
 void GradBuckets::start(Bucket& b) {
   b.started = true;
-  if (b.count > 0) b.pending = comm_.all_reduce_async(grads_.flat_slice(b.offset, b.count));
+  if (b.count == 0) return;
+  const engine::Tensor bucket = grads_.flat_slice(b.offset, b.count);
+  if (mode_ == Mode::kAllReduce) {
+    b.pending = comm_.all_reduce_async(bucket);
+  } else {
+    const std::int64_t chunk = b.count / comm_.size();
+    b.pending = comm_.reduce_scatter_async(bucket, bucket.flat_slice(comm_.rank() * chunk, chunk));
+  }
+}
+
+void GradBuckets::gather(const engine::Tensor& full, const engine::Tensor& shard) {
+  ENGINE_CHECK(mode_ == Mode::kReduceScatter, "GradBuckets::gather is for ZeRO (reduce-scatter) buckets");
+  ENGINE_CHECK(full.numel() == grads_.numel(), "gather: the full buffer has ", full.numel(),
+               " elements, the gradient layout ", grads_.numel());
+  ENGINE_CHECK(shard.empty() || shard.numel() == shard_elements_, "gather: the shard has ", shard.numel(),
+               " elements, this rank owns ", shard_elements_);
+  std::vector<CommHandle> pending;
+  for (std::size_t i = 0; i < buckets_.size(); ++i) {
+    const Bucket& b = buckets_[i];
+    const ShardChunk& c = owned_[i];
+    if (b.count == 0) continue;
+    const engine::Tensor out = full.flat_slice(b.offset, b.count);
+    const engine::Tensor in = shard.empty() ? full.flat_slice(c.full_offset, c.count)
+                                            : shard.flat_slice(c.shard_offset, c.count);
+    pending.push_back(comm_.all_gather_async(in, out));
+  }
+  for (CommHandle& h : pending) h->wait();
 }
 
 void GradBuckets::start_step() {

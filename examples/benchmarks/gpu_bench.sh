@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# The engine against PyTorch on one GPU, in one run: train_step_bench (CUDA,
+# bf16) and then examples/benchmarks/pytorch_reference.py (bf16 autocast,
+# flash attention, torch.compile, fused AdamW) at the same shapes, one process
+# after the other so each has the whole GPU, then a side-by-side summary with
+# the GPU name, date and commit, ready to copy into RESULTS.md.
+#
+#   examples/benchmarks/gpu_bench.sh
+#   MB_124M=32 STEPS=30 examples/benchmarks/gpu_bench.sh
+#
+# Environment (all optional):
+#   ENGINE_BUILD_DIR  engine build folder (default: ./build at the repo root);
+#                     built here (target train_step_bench) if the binary is missing
+#   STEPS             timed steps of each run (default 20)
+#   WARMUP_STEPS      PyTorch's untimed steps, compilation included (default 3;
+#                     the engine always does one)
+#   SEQ_LEN           tokens per sequence (default 1024, the presets' maximum)
+#   MB_124M, MB_1558M micro-batches (defaults 16 and 4, reasoning below)
+#   PEAK_TFLOPS       peak dense bf16 TFLOP/s for MFU (default: by GPU name,
+#                     H100/H200 989, as engine/device.cpp)
+#   PYTHON            interpreter that has torch (default python3)
+#   PYTORCH_ARGS      extra flags for pytorch_reference.py (e.g. --no-compile)
+#   ENGINE_PROFILE    true/false: the engine's per-op breakdown of one extra,
+#                     untimed step (default true)
+#   RUN_ENGINE, RUN_PYTORCH  set to 0 to skip one side
+#   LOG_DIR           where the full outputs go (default: a new temporary folder)
+#
+# Micro-batches, chosen to fit an 80 GB H100 in both implementations with room
+# to spare (PyTorch's caching allocator and torch.compile's workspaces are the
+# least predictable part), at T = 1024, without activation recomputation:
+#  - gpt2-124m, B=16: parameters, gradients and AdamW state are ~2 GB. Stored
+#    activations are ~32-34 bytes x C per token per layer in bf16 (the engine
+#    keeps 16 values of width C, transformer_block.cpp; Korthikanti et al. 2022
+#    give 34 for PyTorch, less the s^2 term with flash attention): ~5 GB for
+#    16K tokens. The logits dominate the rest: 16K x 50304 in bf16 is 1.6 GB,
+#    and PyTorch also holds fp32 copies for the loss and its gradient (~7 GB).
+#    Total ~15 GB; B=16 is the batch llm.c uses for this model.
+#  - gpt2-1558m, B=4: 1.56 B parameters make fp32 master weights, gradients and
+#    AdamW m, v ~25 GB, plus a bf16 working copy (~3 GB). Activations at
+#    ~34 x 1600 bytes x 48 layers = 2.6 MB per token are ~11 GB for 4K tokens;
+#    logits ~2 GB. Total ~40-45 GB, well under 80 GB. B=8 (~55 GB) probably fits
+#    too; try MB_1558M=8 once B=4 has run.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+export ENGINE_BUILD_DIR=${ENGINE_BUILD_DIR:-$ROOT/build}
+BENCH=$ENGINE_BUILD_DIR/examples/train_step_bench
+REFERENCE=$ROOT/examples/benchmarks/pytorch_reference.py
+STEPS=${STEPS:-20}
+WARMUP_STEPS=${WARMUP_STEPS:-3}
+SEQ_LEN=${SEQ_LEN:-1024}
+MB_124M=${MB_124M:-16}
+MB_1558M=${MB_1558M:-4}
+PEAK_TFLOPS=${PEAK_TFLOPS:-}
+PYTHON=${PYTHON:-python3}
+PYTORCH_ARGS=${PYTORCH_ARGS:-}
+ENGINE_PROFILE=${ENGINE_PROFILE:-true}
+RUN_ENGINE=${RUN_ENGINE:-1}
+RUN_PYTORCH=${RUN_PYTORCH:-1}
+LOG_DIR=${LOG_DIR:-}
+CASES=("gpt2-124m $MB_124M" "gpt2-1558m $MB_1558M")
+
+# Both programs use the first visible device (cuda_set_device(0), "cuda:0");
+# pinning CUDA_VISIBLE_DEVICES makes that the same physical GPU for both.
+export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
+gpu_index=${CUDA_VISIBLE_DEVICES%%,*}
+
+# ---- checks, before anything long runs ---------------------------------------
+command -v nvidia-smi >/dev/null || { echo "gpu_bench: nvidia-smi not found: is this a GPU machine?" >&2; exit 1; }
+gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader -i "$gpu_index")
+gpu_info=$(nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader -i "$gpu_index")
+
+if [ "$RUN_PYTORCH" != 0 ]; then
+  if ! torch_info=$("$PYTHON" -c 'import torch
+assert torch.cuda.is_available(), "torch.cuda.is_available() is False"
+print(f"torch {torch.__version__} (CUDA {torch.version.cuda}) on {torch.cuda.get_device_name(0)}")' 2>&1); then
+    echo "gpu_bench: '$PYTHON' cannot import torch with a usable GPU, so the PyTorch reference cannot run:" >&2
+    echo "  ${torch_info##*$'\n'}" >&2
+    echo "  (set PYTHON to an interpreter that has torch, or RUN_PYTORCH=0 to time only the engine)" >&2
+    exit 1
+  fi
+fi
+
+if [ "$RUN_ENGINE" != 0 ]; then
+  if [ ! -x "$BENCH" ]; then
+    echo "gpu_bench: $BENCH not found; building it (CUDA is used when nvcc is found)"
+    # shellcheck disable=SC1091  # sourced at run time from the repo root
+    source "$ROOT/launch/setup_env.sh"
+    engine_build train_step_bench || {
+      echo "gpu_bench: the engine did not build in $ENGINE_BUILD_DIR (it needs CMake, Ninja, nvcc, CLI11," \
+           "nlohmann-json and OpenBLAS: launch/setup_env.sh lists the packages)" >&2
+      exit 1
+    }
+  fi
+  # A build configured where nvcc was not found runs on the CPU only; say so
+  # now rather than after the PyTorch runs.
+  # (ldd's output is captured first: under pipefail, grep -q closing the pipe
+  # early could fail the pipeline with SIGPIPE.)
+  libs=$(ldd "$BENCH" 2>/dev/null || true)
+  if [ -n "$libs" ] && ! grep -qE "libcudart|libcublas" <<<"$libs"; then
+    echo "gpu_bench: $BENCH is not linked with CUDA (configured without nvcc?); reconfigure" \
+         "$ENGINE_BUILD_DIR on a machine with nvcc (rm -rf it, or set ENGINE_BUILD_DIR to a new folder)" >&2
+    exit 1
+  fi
+fi
+
+# Peak as engine/device.cpp's table (first substring match wins).
+if [ -z "$PEAK_TFLOPS" ]; then
+  case "$gpu_name" in
+    *H200* | *H100*) PEAK_TFLOPS=989 ;;  # GH200 too
+    *A100*) PEAK_TFLOPS=312 ;;
+    *A10G*) PEAK_TFLOPS=125 ;;
+    *L40S*) PEAK_TFLOPS=362 ;;
+    *L4*) PEAK_TFLOPS=121 ;;
+    *B200*) PEAK_TFLOPS=2250 ;;
+    *) PEAK_TFLOPS=0 ;;
+  esac
+fi
+peak_args=()
+[ "$PEAK_TFLOPS" != 0 ] && peak_args=(--peak-tflops "$PEAK_TFLOPS")
+
+LOG_DIR=${LOG_DIR:-$(mktemp -d -t gpu_bench.XXXXXX)}
+mkdir -p "$LOG_DIR"
+
+echo "==== gpu_bench: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+echo "GPU:     $gpu_info (CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES)"
+echo "commit:  $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet HEAD 2>/dev/null || echo ' (+ uncommitted changes)')"
+echo "engine:  $BENCH"
+[ "$RUN_PYTORCH" != 0 ] && echo "pytorch: $torch_info"
+echo "shapes:  T=$SEQ_LEN; gpt2-124m B=$MB_124M, gpt2-1558m B=$MB_1558M; $STEPS timed steps; peak $PEAK_TFLOPS TFLOP/s; logs in $LOG_DIR"
+echo "MFU:     model FLOPs/step = 72*B*s*l*h^2*(1 + s/(6h) + Vp/(12lh)) (model/flops.h) / (median step time x peak)"
+
+failed=0
+summary=()
+
+# ---- engine --------------------------------------------------------------------
+if [ "$RUN_ENGINE" != 0 ]; then
+  for c in "${CASES[@]}"; do
+    read -r model mb <<<"$c"
+    log=$LOG_DIR/engine_$model.log
+    echo
+    echo "---- engine $model B=$mb T=$SEQ_LEN"
+    if "$BENCH" --device cuda --model "$model" --seq-len "$SEQ_LEN" --micro-batch "$mb" --steps "$STEPS" \
+      --profile "$ENGINE_PROFILE" 2>&1 | tee "$log"; then
+      # The result line: "... | step   12.3 ms (median of 20) | 123456 tok/s | 123456.78 GFLOP/s | ..."
+      line=$(grep -E 'GFLOP/s' "$log" | head -1 || true)
+      ms=$(sed -nE 's/.*\| step +([0-9.]+) ms.*/\1/p' <<<"$line")
+      toks=$(sed -nE 's/.*\| +([0-9.]+) tok\/s.*/\1/p' <<<"$line")
+      gflops=$(sed -nE 's/.*\| +([0-9.]+) GFLOP\/s.*/\1/p' <<<"$line")
+      if [ -n "$ms" ] && [ -n "$gflops" ]; then
+        summary+=("$(awk -v m="$model" -v b="$mb" -v ms="$ms" -v t="$toks" -v g="$gflops" -v p="$PEAK_TFLOPS" \
+          'BEGIN { printf "engine   %-10s B=%-3s %9.1f ms %10.0f tok/s %7.1f TFLOP/s  MFU %s", m, b, ms, t, g / 1000,
+                   (p > 0) ? sprintf("%5.1f%%", 100 * g / 1000 / p) : "  n/a" }')")
+      else
+        summary+=("engine   $model B=$mb: no result line found in $log")
+      fi
+    else
+      failed=1
+      summary+=("engine   $model B=$mb: FAILED (see $log)")
+    fi
+  done
+fi
+
+# ---- PyTorch reference --------------------------------------------------------
+if [ "$RUN_PYTORCH" != 0 ]; then
+  for c in "${CASES[@]}"; do
+    read -r model mb <<<"$c"
+    log=$LOG_DIR/pytorch_$model.log
+    echo
+    echo "---- pytorch $model B=$mb T=$SEQ_LEN"
+    # shellcheck disable=SC2086  # PYTORCH_ARGS is a list of flags
+    if "$PYTHON" "$REFERENCE" --model "$model" --micro-batch "$mb" --seq-len "$SEQ_LEN" --steps "$STEPS" \
+      --warmup-steps "$WARMUP_STEPS" ${peak_args[@]+"${peak_args[@]}"} $PYTORCH_ARGS 2>&1 | tee "$log"; then
+      line=$(grep -E '^RESULT ' "$log" | tail -1 || true)
+      field() { sed -nE "s/.* $1=([^ ]+).*/\1/p" <<<"$line"; }
+      if [ -n "$line" ]; then
+        summary+=("$(awk -v m="$model" -v b="$mb" -v ms="$(field step_ms)" -v t="$(field tok_s)" \
+          -v tf="$(field tflops)" -v u="$(field mfu)" -v mem="$(field max_alloc_gib)" \
+          'BEGIN { printf "pytorch  %-10s B=%-3s %9.1f ms %10.0f tok/s %7.1f TFLOP/s  MFU %s  (max allocated %s GiB)",
+                   m, b, ms, t, tf, (u == "nan") ? "  n/a" : sprintf("%5.1f%%", 100 * u), mem }')")
+      else
+        summary+=("pytorch  $model B=$mb: no RESULT line found in $log")
+      fi
+    else
+      failed=1
+      summary+=("pytorch  $model B=$mb: FAILED (see $log)")
+    fi
+  done
+fi
+
+echo
+echo "==== summary: $gpu_name, $(date -u '+%Y-%m-%d'), commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown), T=$SEQ_LEN, median of $STEPS steps"
+printf '%s\n' "${summary[@]}"
+exit "$failed"
