@@ -287,17 +287,24 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
   pipeline_ = std::make_unique<PipelineStage>(*this);
   sampler_rng_.seed(config.seed);
 
+  // Bytes each rank holds, as laid out for this layout before step 1; the
+  // largest over all ranks is what must fit on one device.
+  const bool separate_working = store_->working().data() != store_->master().data();
+  double held[4] = {static_cast<double>(store_->master().bytes() + (separate_working ? store_->working().bytes() : 0)),
+                    static_cast<double>(store_->grads().bytes()),
+                    static_cast<double>(adamw_->m().bytes() + adamw_->v().bytes()),
+                    static_cast<double>(activations_.capacity())};
+  host_world_->all_reduce(Tensor(held, engine::Shape{4}, engine::DType::kF64, engine::DeviceType::kCpu),
+                          parallel::ReduceOp::kMax);
   if (is_logger()) {
-    const std::size_t master_bytes = store_->master().bytes();
+    auto bytes = [](double b) { return engine::format_bytes(static_cast<std::size_t>(b)); };
     out_ << config.describe() << "\n"
          << "rank 0     " << grid_.describe() << ", layers [" << range_.first_layer << ", " << range_.last_layer << ")\n"
-         << "memory     rank 0: params " << engine::format_bytes(master_bytes)
-         << (store_->working().data() != store_->master().data()
-                 ? " + working copy " + engine::format_bytes(store_->working().bytes())
-                 : std::string())
-         << ", grads " << engine::format_bytes(store_->grads().bytes()) << ", AdamW state "
-         << engine::format_bytes(adamw_->m().bytes() + adamw_->v().bytes()) << ", activations " << engine::format_bytes(activations_.capacity())
-         << " (" << slots << " micro-batch slot" << (slots > 1 ? "s" : "") << ")\n"
+         << "memory     per rank (largest over ranks): parameters " << bytes(held[0])
+         << (separate_working ? " (fp32 master + working copy)" : "") << ", gradients " << bytes(held[1])
+         << ", optimizer state " << bytes(held[2]) << (zero_sharded() ? " (ZeRO-1 shard)" : "") << ", activations "
+         << bytes(held[3]) << " (" << slots << " micro-batch slot" << (slots > 1 ? "s" : "") << ", recompute "
+         << model::recompute_name(config.recompute_mode) << ")\n"
          << "flops      " << model::flops_convention() << "\n";
   }
   if (!config.resume.empty()) resume();
