@@ -13,23 +13,8 @@
 #include "parallel/mpi_communicator.h"
 #include "parallel/process_grid.h"
 #include "tests/parallel/communicator_suite.h"
+#include "tests/support/rank_failure_printer.h"
 
-namespace {
-
-class RankFailurePrinter final : public ::testing::EmptyTestEventListener {
- public:
-  explicit RankFailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& result) override {
-    if (result.failed())
-      std::fprintf(stderr, "[rank %d] %s:%d: failure\n%s\n", rank_, result.file_name() ? result.file_name() : "?",
-                   result.line_number(), result.summary());
-  }
-
- private:
-  int rank_;
-};
-
-}  // namespace
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
@@ -61,7 +46,7 @@ int main(int argc, char** argv) {
     if (world_rank != 0) {
       ::testing::TestEventListeners& listeners = ::testing::UnitTest::GetInstance()->listeners();
       delete listeners.Release(listeners.default_result_printer());
-      listeners.Append(new RankFailurePrinter(world_rank));
+      listeners.Append(new test_support::RankFailurePrinter(world_rank));
     }
     if (world_rank == 0) std::printf("MPI test world: %s\n", grid.describe().c_str());
     failed = RUN_ALL_TESTS() != 0 ? 1 : 0;

@@ -7,22 +7,8 @@
 
 #include <cstdio>
 
-namespace {
+#include "tests/support/rank_failure_printer.h"
 
-class RankFailurePrinter final : public ::testing::EmptyTestEventListener {
- public:
-  explicit RankFailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& result) override {
-    if (result.failed())
-      std::fprintf(stderr, "[rank %d] %s:%d: failure\n%s\n", rank_, result.file_name() ? result.file_name() : "?",
-                   result.line_number(), result.summary());
-  }
-
- private:
-  int rank_;
-};
-
-}  // namespace
 
 int main(int argc, char** argv) {
   int provided = 0;
@@ -33,7 +19,7 @@ int main(int argc, char** argv) {
   if (rank != 0) {
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new RankFailurePrinter(rank));
+    listeners.Append(new test_support::RankFailurePrinter(rank));
   }
   int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
   MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
