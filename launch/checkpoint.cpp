@@ -171,6 +171,34 @@ void write_shard(const std::string& dir, const ParamRegistry& registry, const Ho
   index.commit();
 }
 
+std::string extra_name(int rank, const std::string& tag, const char* extension) {
+  char name[32];
+  std::snprintf(name, sizeof name, "rank_%05d_", rank);
+  return name + tag + "." + extension;
+}
+
+// rank_NNNNN.json exactly (not a RankExtra's rank_NNNNN_<tag>.json).
+bool is_shard_index(const std::string& file) {
+  if (file.size() != 15 || file.rfind("rank_", 0) != 0 || file.substr(10) != ".json") return false;
+  return std::all_of(file.begin() + 5, file.begin() + 10, [](char c) { return c >= '0' && c <= '9'; });
+}
+
+void write_rank_extra(const std::string& dir, const RankExtra& extra, int rank) {
+  const std::string data_name = extra_name(rank, extra.tag, "bin");
+  AtomicFile data((fs::path(dir) / data_name).string());
+  nlohmann::json arrays = nlohmann::json::array();
+  for (const RankArray& a : extra.arrays) {
+    arrays.push_back({{"name", a.name}, {"count", a.count}, {"dtype", "f32"}, {"byte_offset", data.bytes_written()}});
+    if (a.count > 0) data.write(a.data, static_cast<std::size_t>(a.count) * sizeof(float));
+  }
+  data.commit();
+  AtomicFile index((fs::path(dir) / extra_name(rank, extra.tag, "json")).string());
+  index.write(nlohmann::json{{"rank", rank}, {"tag", extra.tag}, {"file", data_name}, {"meta", extra.meta},
+                             {"arrays", arrays}}
+                  .dump(1));
+  index.commit();
+}
+
 // True on every rank when `ok` is true on every rank.
 bool all_ranks_ok(parallel::Communicator& world, bool ok) {
   std::int32_t failed = ok ? 0 : 1;
@@ -183,7 +211,7 @@ bool all_ranks_ok(parallel::Communicator& world, bool ok) {
 
 std::string save_checkpoint(const std::string& checkpoint_dir, const TrainingState& state, const GptConfig& config,
                             const ParamRegistry& registry, const HostState& host, const ShardRole& role,
-                            parallel::Communicator& world) {
+                            parallel::Communicator& world, const RankExtra* extra) {
   const std::string name = step_dir_name(state.step);
   const std::string final_dir = (fs::path(checkpoint_dir) / name).string();
   const std::string temp_dir = final_dir + ".tmp";
@@ -202,6 +230,7 @@ std::string save_checkpoint(const std::string& checkpoint_dir, const TrainingSta
   try {
     if (role.writes_shard) write_shard(temp_dir, registry, host, role.rank);
     if (role.writes_llmc) write_llmc_model((fs::path(temp_dir) / "model.bin").string(), config, registry, host.master);
+    if (extra) write_rank_extra(temp_dir, *extra, role.rank);
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -217,14 +246,22 @@ std::string save_checkpoint(const std::string& checkpoint_dir, const TrainingSta
   if (world.rank() == 0) {
     try {
       nlohmann::json shards = nlohmann::json::array();
+      nlohmann::json extras = nlohmann::json::array();
+      const std::string extra_suffix = extra ? "_" + extra->tag + ".json" : std::string();
       for (const auto& entry : fs::directory_iterator(temp_dir)) {
         const std::string file = entry.path().filename().string();
-        if (file.rfind("rank_", 0) == 0 && entry.path().extension() == ".json") shards.push_back(file);
+        if (is_shard_index(file)) shards.push_back(file);
+        else if (extra && file.rfind("rank_", 0) == 0 && file.size() > extra_suffix.size() &&
+                 file.compare(file.size() - extra_suffix.size(), extra_suffix.size(), extra_suffix) == 0)
+          extras.push_back(file);
       }
       std::sort(shards.begin(), shards.end());
-      const nlohmann::json index = {{"format", kStateFormat}, {"version", kStateVersion}, {"step", state.step},
-                                    {"run", state.run},       {"layout", state.layout}, {"sampler_rng", state.sampler_rng},
-                                    {"shards", shards}};
+      std::sort(extras.begin(), extras.end());
+      nlohmann::json index = {{"format", kStateFormat}, {"version", kStateVersion}, {"step", state.step},
+                              {"run", state.run},       {"layout", state.layout}, {"sampler_rng", state.sampler_rng},
+                              {"shards", shards}};
+      if (!state.optimizer.is_null()) index["optimizer"] = state.optimizer;
+      if (extra) index["rank_extras"] = {{extra->tag, extras}};
       AtomicFile state_file((fs::path(temp_dir) / "state.json").string());
       state_file.write(index.dump(1));
       state_file.commit();
@@ -317,7 +354,43 @@ TrainingState load_checkpoint(const std::string& step_dir, const nlohmann::json&
   state.step = index.at("step").get<std::int64_t>();
   state.sampler_rng = index.value("sampler_rng", "");
   state.run = found_run;
+  state.layout = index.value("layout", nlohmann::json());
+  state.optimizer = index.value("optimizer", nlohmann::json());
   return state;
+}
+
+const std::vector<float>* LoadedRankExtra::find(const std::string& name) const {
+  for (const auto& [n, values] : arrays)
+    if (n == name) return &values;
+  return nullptr;
+}
+
+std::optional<LoadedRankExtra> load_rank_extra(const std::string& step_dir, const std::string& tag, int rank) {
+  std::ifstream state_in((fs::path(step_dir) / "state.json").string());
+  ENGINE_CHECK(state_in.good(), "checkpoint '", step_dir, "' has no state.json (incomplete or not a checkpoint)");
+  const nlohmann::json state = nlohmann::json::parse(state_in);
+  const std::string wanted = extra_name(rank, tag, "json");
+  bool listed = false;
+  if (state.contains("rank_extras") && state.at("rank_extras").contains(tag))
+    for (const nlohmann::json& f : state.at("rank_extras").at(tag)) listed = listed || f == wanted;
+  if (!listed) return std::nullopt;
+  const std::string index_path = (fs::path(step_dir) / wanted).string();
+  std::ifstream in(index_path);
+  ENGINE_CHECK(in.good(), "checkpoint '", step_dir, "' lists '", wanted, "', which is missing");
+  const nlohmann::json index = nlohmann::json::parse(in);
+  ENGINE_CHECK(index.at("rank").get<int>() == rank && index.at("tag") == tag, "'", index_path,
+               "' is not rank ", rank, "'s ", tag, " state");
+  LoadedRankExtra out;
+  out.meta = index.at("meta");
+  const std::string path = (fs::path(step_dir) / index.at("file").get<std::string>()).string();
+  File f = open_for_reading(path, "checkpoint data");
+  for (const nlohmann::json& a : index.at("arrays")) {
+    std::vector<float> values(a.at("count").get<std::size_t>());
+    ENGINE_CHECK(std::fseek(f.get(), a.at("byte_offset").get<long>(), SEEK_SET) == 0, "seek in '", path, "' failed");
+    if (!values.empty()) read_exact(f.get(), values.data(), values.size() * sizeof(float), path, "checkpoint data");
+    out.arrays.emplace_back(a.at("name").get<std::string>(), std::move(values));
+  }
+  return out;
 }
 
 }  // namespace launch

@@ -13,6 +13,10 @@
 //   <dir>/step_00000100/rank_00003.bin   the raw fp32 slices of that rank
 //   <dir>/step_00000100/model.bin        the whole model in llm.c's format, when
 //                                        one rank holds it (no tp, no pp)
+//   <dir>/step_00000100/rank_00003_onebit.json/.bin
+//                                        optional per-rank state that differs on
+//                                        every rank (RankExtra below: 1-bit Adam's
+//                                        error buffers), written by EVERY rank
 //   <dir>/latest                         the name of the newest complete step dir
 // Only data-parallel rank 0 of each (tp, pp) position writes (the others hold
 // the same values). Everything is written under a temporary directory that is
@@ -26,7 +30,10 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "model/gpt_config.h"
 #include "model/param_registry.h"
@@ -62,6 +69,30 @@ struct TrainingState {
   std::string sampler_rng;        // text state of the sampler's std::mt19937_64
   nlohmann::json run;             // what must match on resume (model, batch, seed, data)
   nlohmann::json layout;          // tp, pp, dp of the writing run (information)
+  nlohmann::json optimizer;       // optimizer name and settings (null: AdamW, or a checkpoint from before)
+};
+
+// A rank's own state that differs across data-parallel ranks, so the shards
+// (written by dp rank 0 only) cannot hold it: 1-bit Adam's compression error
+// buffers. Every rank writes rank_NNNNN_<tag>.bin (the raw f32 arrays) and
+// rank_NNNNN_<tag>.json ({"rank", "meta", "arrays": [{name, count,
+// byte_offset}]}); state.json lists them under "rank_extras": {tag: [...]}.
+// Such state is only meaningful in the layout that wrote it: `meta` records
+// that layout and the reader compares it with its own.
+struct RankArray {
+  std::string name;
+  const float* data;
+  std::int64_t count;
+};
+struct RankExtra {
+  std::string tag;  // "onebit"
+  nlohmann::json meta;
+  std::vector<RankArray> arrays;
+};
+struct LoadedRankExtra {
+  nlohmann::json meta;
+  std::vector<std::pair<std::string, std::vector<float>>> arrays;  // in the order written
+  const std::vector<float>* find(const std::string& name) const;   // null when absent
 };
 
 // What this rank contributes to a checkpoint.
@@ -73,9 +104,11 @@ struct ShardRole {
 
 // Collective over `world`: writes <checkpoint_dir>/step_NNNNNNNN and points
 // `latest` at it. Returns the step directory's path.
+// `extra`, when given, is this rank's RankExtra (then every rank must pass one).
 std::string save_checkpoint(const std::string& checkpoint_dir, const TrainingState& state,
                             const model::GptConfig& config, const model::ParamRegistry& registry,
-                            const HostState& host, const ShardRole& role, parallel::Communicator& world);
+                            const HostState& host, const ShardRole& role, parallel::Communicator& world,
+                            const RankExtra* extra = nullptr);
 
 // "latest" -> the directory `latest` names inside checkpoint_dir; a path is
 // returned as is. Throws when there is nothing to resume from.
@@ -86,5 +119,9 @@ std::string resolve_checkpoint(const std::string& resume, const std::string& che
 // difference, or if any tensor is missing or has another shape.
 TrainingState load_checkpoint(const std::string& step_dir, const nlohmann::json& expected_run,
                               const model::ParamRegistry& registry, const HostState& host);
+
+// World rank `rank`'s RankExtra `tag` from a step directory; nullopt when the
+// checkpoint has none for that rank (written without one, or by fewer ranks).
+std::optional<LoadedRankExtra> load_rank_extra(const std::string& step_dir, const std::string& tag, int rank);
 
 }  // namespace launch

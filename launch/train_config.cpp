@@ -46,6 +46,15 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--beta2", c.beta2, "AdamW beta2")->group(kOpt)->capture_default_str();
   app.add_option("--adam-eps", c.adam_eps, "AdamW epsilon")->group(kOpt)->capture_default_str();
   app.add_option("--grad-clip", c.grad_clip, "Global gradient-norm clip (0 = no clipping)")->group(kOpt)->capture_default_str();
+  app.add_option("--optimizer", c.optimizer,
+                 "adamw, or onebit-adam (Tang et al. 2021): AdamW for --freeze-step steps, then the variance is "
+                 "frozen and the momentum is averaged over data-parallel ranks with a 1-bit compressed "
+                 "all-reduce instead of reducing gradients")
+      ->group(kOpt)->capture_default_str()->check(CLI::IsMember({"adamw", "onebit-adam"}));
+  app.add_option("--freeze-step", c.freeze_step,
+                 "onebit-adam: AdamW (warm-up) steps before compression starts, >= 1 (the paper freezes after "
+                 "roughly 10-20% of training, once the variance has settled)")
+      ->group(kOpt)->capture_default_str();
 
   const char* kData = "Data";
   app.add_option("--train-data", c.train_data, "Training token shards: a file or a glob (llm.c format)")->group(kData);
@@ -84,6 +93,10 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
                  "ZeRO stage over the data-parallel axis: 0 (off) or 1 (optimizer state sharded, gradients "
                  "reduce-scattered, parameters all-gathered); stages 2 and 3 are not implemented yet")
       ->group(kMemory)->capture_default_str();
+  app.add_flag("--sequence-parallel", c.sequence_parallel,
+               "With --tp > 1: layer norms and residual adds work on 1/tp of the tokens, the all-reduces become "
+               "all-gather + reduce-scatter (Korthikanti et al. 2023)")
+      ->group(kMemory);
 
   const char* kRun = "Run";
   app.add_option("--seed", c.seed, "Seed for initialisation, shuffling and sampling")->group(kRun)->capture_default_str();
@@ -137,6 +150,10 @@ void TrainConfig::resolve(int cuda_devices, int world) {
                " = ", micro_tokens * dp, " (the micro-batches must divide the batch)");
   grad_accum = batch_tokens / (micro_tokens * dp);
   ENGINE_CHECK(bucket_mb > 0, "--bucket-mb must be > 0, got ", bucket_mb);
+  ENGINE_CHECK(!sequence_parallel || tp > 1, "--sequence-parallel splits tokens over the tensor-parallel group and "
+               "needs --tp > 1 (got tp ", tp, ")");
+  ENGINE_CHECK(!sequence_parallel || (micro_batch * seq_len) % tp == 0, "--sequence-parallel: the micro-batch's ",
+               micro_batch, " x ", seq_len, " tokens do not split evenly over tp ", tp);
   ENGINE_CHECK(zero == 0 || zero == 1, "--zero ", zero, ": stages 0 and 1 are implemented; ",
                zero >= 2 && zero <= 3 ? "stages 2 and 3 are not implemented yet" : "expected 0, 1, 2 or 3");
   ENGINE_CHECK(steps >= 1, "--steps must be >= 1, got ", steps);
@@ -159,6 +176,16 @@ void TrainConfig::resolve(int cuda_devices, int world) {
   lr_schedule.validate();
   adamw = optim::AdamWConfig{beta1, beta2, adam_eps, weight_decay};
   adamw.validate();
+  ENGINE_CHECK(optimizer == "adamw" || optimizer == "onebit-adam", "--optimizer '", optimizer,
+               "': expected adamw or onebit-adam");
+  onebit = optimizer == "onebit-adam";
+  ENGINE_CHECK(onebit || freeze_step == 0, "--freeze-step ", freeze_step,
+               " only applies to --optimizer onebit-adam (this run uses ", optimizer, ")");
+  if (onebit) {
+    onebit_adam.adam = adamw;
+    onebit_adam.freeze_step = freeze_step;
+    onebit_adam.validate();
+  }
 
   if (device == "auto") device = cuda_devices > 0 ? "cuda" : "cpu";
   ENGINE_CHECK(device != "cuda" || cuda_devices > 0,
@@ -179,7 +206,10 @@ std::string TrainConfig::describe() const {
   out << "model      " << preset << ": " << model.describe() << ", " << model.num_parameters() << " parameters\n"
       << "batch      " << micro_batch << " x " << seq_len << " tokens per micro-batch, " << grad_accum
       << " micro-batches per data-parallel rank, " << batch_tokens << " tokens per step, " << steps << " steps\n"
-      << "optimizer  AdamW beta=(" << beta1 << ", " << beta2 << ") eps=" << adam_eps << " wd=" << weight_decay
+      << "optimizer  " << (onebit ? "1-bit Adam (AdamW for " + std::to_string(freeze_step) +
+                                        " steps, then frozen variance and 1-bit compressed momentum over dp) "
+                                  : std::string("AdamW "))
+      << "beta=(" << beta1 << ", " << beta2 << ") eps=" << adam_eps << " wd=" << weight_decay
       << ", clip " << (grad_clip > 0 ? std::to_string(grad_clip) : std::string("off")) << ", lr "
       << lr_schedule.describe() << "\n"
       << "data       train " << train_data << (val_data.empty() ? "" : ", val " + val_data)
@@ -188,6 +218,7 @@ std::string TrainConfig::describe() const {
       << " communicator" << (pp > 1 ? ", pipeline " + pipeline_schedule : std::string())
       << (dp > 1 ? std::string(", gradient reduction ") + (overlap_grad_reduce ? "overlapped" : "after backward") : std::string())
       << (zero > 0 ? ", ZeRO stage " + std::to_string(zero) : std::string())
+      << (sequence_parallel ? ", sequence parallel" : "")
       << "\n"
       << "device     " << device << ", precision " << model::precision_name(precision_mode) << ", seed " << seed
       << "\n"

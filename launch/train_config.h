@@ -12,6 +12,7 @@
 #include "model/recompute.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
+#include "optim/onebit_adam.h"
 
 namespace launch {
 
@@ -35,6 +36,8 @@ struct TrainConfig {
   std::string schedule = "cosine";
   double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, adam_eps = 1e-8;
   double grad_clip = 1.0;  // 0 = no clipping
+  std::string optimizer = "adamw";  // adamw | onebit-adam (optim/onebit_adam.h)
+  std::int64_t freeze_step = 0;     // onebit-adam: AdamW warm-up steps before compression (>= 1)
 
   // Data.
   std::string train_data;  // shard file or glob
@@ -60,6 +63,7 @@ struct TrainConfig {
   // Memory.
   std::string recompute = "none";  // none | selective | full (model/recompute.h)
   int zero = 0;                     // ZeRO stage over the data-parallel axis (0 or 1 so far)
+  bool sequence_parallel = false;   // split layer norms and residuals over the tokens (needs tp > 1)
 
   // Run.
   std::uint64_t seed = 1337;
@@ -77,6 +81,8 @@ struct TrainConfig {
   model::GptConfig model;
   optim::LrSchedule lr_schedule;
   optim::AdamWConfig adamw;
+  bool onebit = false;              // optimizer == "onebit-adam"
+  optim::OneBitAdamConfig onebit_adam;
   engine::DeviceType device_type = engine::DeviceType::kCpu;
   model::Precision precision_mode = model::Precision::kFp32;
   model::Recompute recompute_mode = model::Recompute::kNone;

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <ostream>
 #include <sstream>
+#include <tuple>
 
 #include "engine/device.h"
 #include "engine/ops.h"
@@ -93,7 +94,8 @@ class Trainer::PipelineStage : public parallel::Stage {
 
   void backward(int micro) override {
     const bool last = micro == t_.layout_.micro_batches() - 1;
-    reporting_ = last && t_.grad_buckets_ && t_.config_.overlap_grad_reduce;
+    // 1-bit Adam's compression stage reduces no gradients over dp.
+    reporting_ = last && t_.grad_buckets_ && t_.config_.overlap_grad_reduce && !t_.compressing();
     t_.stage_->backward(slot(micro));
     reporting_ = false;
   }
@@ -182,7 +184,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
   }
 
   range_ = model::pipeline_stage_range(mc, grid_.pp_rank(), grid_.pp_size());
-  tp_ = model::TensorParallel{grid_.tp_rank(), grid_.tp_size()};
+  tp_ = model::TensorParallel{grid_.tp_rank(), grid_.tp_size(), config.sequence_parallel};
   const bool zero = config.zero >= 1 && grid_.dp_size() > 1;
   registry_ = model::build_gpt_registry(mc, range_, tp_, zero ? grid_.dp_size() : 1);
 
@@ -249,6 +251,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
     else
       norm_ranges_.push_back({p.offset, end - p.offset});
   }
+  local_norm_ranges_ = norm_ranges_;
   if (grid_.dp_size() > 1) {
     const auto bucket_elements = static_cast<std::int64_t>(config.bucket_mb * 1024 * 1024 /
                                                            engine::dtype_size(store_->grads().dtype()));
@@ -282,8 +285,22 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
   } else {
     for (const model::DecaySegment& d : registry_.decay_segments()) segments.push_back({d.offset, d.count, d.decay});
   }
-  adamw_ = std::make_unique<optim::AdamW>(optim::FlatParams{store_->master(), store_->grads(), store_->working()},
-                                          segments, config.adamw, state_elements);
+  const optim::FlatParams flat{store_->master(), store_->grads(), store_->working()};
+  if (config.onebit) {
+    // 1-bit Adam: the same segments and variance layout; the momentum is
+    // whole even under ZeRO (optim/onebit_adam.h, "Composition").
+    std::vector<std::pair<std::int64_t, std::int64_t>> padding;  // between (and after) the tensors
+    std::int64_t at = 0;
+    for (const model::ParamInfo& p : registry_.entries()) {
+      if (p.offset > at) padding.push_back({at, p.offset - at});
+      at = p.offset + p.numel();
+    }
+    if (registry_.total_numel() > at) padding.push_back({at, registry_.total_numel() - at});
+    onebit_ = std::make_unique<optim::OneBitAdam>(flat, segments, config.onebit_adam, *comms_.dp,
+                                                  compression_groups(), state_elements, padding);
+  } else {
+    adamw_ = std::make_unique<optim::AdamW>(flat, segments, config.adamw, state_elements);
+  }
   pipeline_ = std::make_unique<PipelineStage>(*this);
   sampler_rng_.seed(config.seed);
 
@@ -292,7 +309,8 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
   const bool separate_working = store_->working().data() != store_->master().data();
   double held[4] = {static_cast<double>(store_->master().bytes() + (separate_working ? store_->working().bytes() : 0)),
                     static_cast<double>(store_->grads().bytes()),
-                    static_cast<double>(adamw_->m().bytes() + adamw_->v().bytes()),
+                    static_cast<double>(optimizer_m().bytes() + optimizer_v().bytes() +
+                                        (onebit_ ? onebit_->extra_state_bytes() : 0)),
                     static_cast<double>(activations_.capacity())};
   host_world_->all_reduce(Tensor(held, engine::Shape{4}, engine::DType::kF64, engine::DeviceType::kCpu),
                           parallel::ReduceOp::kMax);
@@ -302,7 +320,11 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
          << "rank 0     " << grid_.describe() << ", layers [" << range_.first_layer << ", " << range_.last_layer << ")\n"
          << "memory     per rank (largest over ranks): parameters " << bytes(held[0])
          << (separate_working ? " (fp32 master + working copy)" : "") << ", gradients " << bytes(held[1])
-         << ", optimizer state " << bytes(held[2]) << (zero_sharded() ? " (ZeRO-1 shard)" : "") << ", activations "
+         << ", optimizer state " << bytes(held[2])
+         << (onebit_ ? (zero_sharded() ? " (1-bit Adam: whole momentum and error buffers, ZeRO-1 variance shard)"
+                                       : " (1-bit Adam: momentum, variance, error buffers)")
+                     : (zero_sharded() ? " (ZeRO-1 shard)" : ""))
+         << ", activations "
          << bytes(held[3]) << " (" << slots << " micro-batch slot" << (slots > 1 ? "s" : "") << ", recompute "
          << model::recompute_name(config.recompute_mode) << ")\n"
          << "flops      " << model::flops_convention() << "\n";
@@ -332,16 +354,23 @@ void Trainer::resume() {
   ENGINE_CHECK(state.step < config_.steps, "checkpoint '", dir, "' is at step ", state.step,
                ", nothing left to do for --steps ", config_.steps);
   store_->upload_master(master.data());
-  if (zero_sharded()) {
-    // Keep this rank's chunks of the whole moments.
-    for (auto [state, host] : {std::pair{adamw_->m(), m.data()}, std::pair{adamw_->v(), v.data()}})
+  // Under ZeRO keep this rank's chunks of the sharded moments (1-bit Adam's
+  // momentum is whole).
+  for (auto [moment, host, sharded] : {std::tuple{optimizer_m(), m.data(), momentum_sharded()},
+                                       std::tuple{optimizer_v(), v.data(), zero_sharded()}}) {
+    if (sharded) {
       for (const parallel::ShardChunk& c : owned_)
-        engine::ops::copy(state.flat_slice(c.shard_offset, c.count), host_f32(host + c.full_offset, c.count));
-  } else {
-    engine::ops::copy(adamw_->m(), host_f32(m.data(), static_cast<std::int64_t>(n)));
-    engine::ops::copy(adamw_->v(), host_f32(v.data(), static_cast<std::int64_t>(n)));
+        engine::ops::copy(moment.flat_slice(c.shard_offset, c.count), host_f32(host + c.full_offset, c.count));
+    } else {
+      engine::ops::copy(moment, host_f32(host, static_cast<std::int64_t>(n)));
+    }
   }
-  adamw_->set_steps_taken(state.step);
+  if (adamw_) adamw_->set_steps_taken(state.step);
+  if (onebit_) {
+    onebit_->set_steps_taken(state.step);
+    onebit_m_partial_ = false;
+    resume_onebit(dir, state);
+  }
   if (!state.sampler_rng.empty()) {
     std::istringstream in(state.sampler_rng);
     in >> sampler_rng_;
@@ -359,13 +388,22 @@ void Trainer::save(std::int64_t steps_done) {
     if (store_->master().data() != store_->working().data()) grad_buckets_->gather(store_->master());
     engine::Buffer full(config_.device_type, store_->master().bytes());
     const Tensor t = full.as_tensor(store_->master().shape(), store_->master().dtype());
-    for (auto [state, host] : {std::pair{adamw_->m(), m.data()}, std::pair{adamw_->v(), v.data()}}) {
-      grad_buckets_->gather(t, state);
-      engine::ops::copy(host_f32(host, static_cast<std::int64_t>(n)), t);
+    if (onebit_m_partial_) {  // 1-bit Adam warm-up: its whole momentum's owned chunks are current
+      grad_buckets_->gather(onebit_->m());
+      onebit_m_partial_ = false;
+    }
+    for (auto [moment, host, sharded] : {std::tuple{optimizer_m(), m.data(), momentum_sharded()},
+                                         std::tuple{optimizer_v(), v.data(), true}}) {
+      if (sharded) {
+        grad_buckets_->gather(t, moment);
+        engine::ops::copy(host_f32(host, static_cast<std::int64_t>(n)), t);
+      } else {
+        engine::ops::copy(host_f32(host, static_cast<std::int64_t>(n)), moment);
+      }
     }
   } else {
-    engine::ops::copy(host_f32(m.data(), static_cast<std::int64_t>(n)), adamw_->m());
-    engine::ops::copy(host_f32(v.data(), static_cast<std::int64_t>(n)), adamw_->v());
+    engine::ops::copy(host_f32(m.data(), static_cast<std::int64_t>(n)), optimizer_m());
+    engine::ops::copy(host_f32(v.data(), static_cast<std::int64_t>(n)), optimizer_v());
   }
   store_->download_master(master.data());
   TrainingState state;
@@ -377,9 +415,139 @@ void Trainer::save(std::int64_t steps_done) {
   state.sampler_rng = rng.str();
   const ShardRole role{grid_.world_rank(), grid_.dp_rank() == 0,
                        grid_.world_rank() == 0 && grid_.tp_size() == 1 && grid_.pp_size() == 1};
+  // 1-bit Adam: the momentum and frozen variance are identical on every dp
+  // rank and go into the shards as adam_m/adam_v; once compression has run,
+  // each rank's error-feedback buffers are its own and every rank saves them.
+  RankExtra extra;
+  const bool with_extra = onebit_ && steps_done > config_.freeze_step;
+  if (onebit_) {
+    state.optimizer = {{"name", "onebit-adam"},
+                       {"freeze_step", config_.freeze_step},
+                       {"compressing", steps_done >= config_.freeze_step},
+                       {"layout", onebit_layout()}};
+  }
+  if (with_extra) {
+    extra.tag = "onebit";
+    nlohmann::json groups = nlohmann::json::array();
+    for (std::size_t i = 0; i < onebit_->groups().size(); ++i) {
+      const parallel::CompressedAllReduce& c = onebit_->compressor(i);
+      groups.push_back({{"name", onebit_->groups()[i].name},
+                        {"n", c.n()},
+                        {"server_offset", c.server_offset()},
+                        {"server_count", c.server_count()}});
+      const std::string prefix = "group_" + std::to_string(i) + ".";
+      extra.arrays.push_back({prefix + "worker_error", c.worker_error().data_as<float>(), c.n()});
+      extra.arrays.push_back({prefix + "server_error", c.server_error().data_as<float>(), c.server_count()});
+    }
+    extra.meta = {{"layout", onebit_layout()},
+                  {"step", steps_done},
+                  {"world_rank", grid_.world_rank()},
+                  {"dp_rank", grid_.dp_rank()},
+                  {"groups", groups}};
+  }
   const std::string dir = save_checkpoint(config_.checkpoint_dir, state, config_.model, registry_,
-                                          {master.data(), m.data(), v.data()}, role, *host_world_);
+                                          {master.data(), m.data(), v.data()}, role, *host_world_,
+                                          with_extra ? &extra : nullptr);
   if (is_logger()) out_ << "checkpoint " << dir << "\n";
+}
+
+// ---- 1-bit Adam -----------------------------------------------------------------------
+
+std::vector<optim::CompressionGroup> Trainer::compression_groups() const {
+  // One group when this rank holds the whole model. Otherwise tensors whose
+  // copies live outside this dp group must compress alone so that those
+  // copies stay bit-identical (optim/onebit_adam.h, "Composition"): the
+  // tensors replicated over tp, and the tied wte of the first/last stage.
+  const std::int64_t n = registry_.total_numel();
+  if (grid_.tp_size() == 1 && grid_.pp_size() == 1) return {{"all", {{0, n}}}};
+  optim::CompressionGroup split{"split", {}}, replicated{"replicated", {}}, wte{"wte", {}};
+  const auto& entries = registry_.entries();
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const model::ParamInfo& p = entries[i];
+    const std::int64_t begin = i == 0 ? 0 : p.offset;  // padding goes with the entry it follows
+    const std::int64_t end = i + 1 < entries.size() ? entries[i + 1].offset : n;
+    optim::CompressionGroup& g =
+        p.name == "wte" && grid_.pp_size() > 1 ? wte : p.split.is_split() ? split : replicated;
+    if (!g.ranges.empty() && g.ranges.back().first + g.ranges.back().second == begin)
+      g.ranges.back().second += end - begin;
+    else
+      g.ranges.push_back({begin, end - begin});
+  }
+  return {split, replicated, wte};
+}
+
+nlohmann::json Trainer::onebit_layout() const {
+  // What 1-bit Adam's per-rank error buffers depend on: the world and its
+  // cutting into tp x pp x dp (each rank's flat slice and dp group), and
+  // whether the optimizer state is sharded.
+  return {{"world", grid_.world_size()},
+          {"tp", grid_.tp_size()},
+          {"pp", grid_.pp_size()},
+          {"dp", grid_.dp_size()},
+          {"zero", zero_sharded() ? 1 : 0}};
+}
+
+void Trainer::resume_onebit(const std::string& dir, const TrainingState& state) {
+  const std::int64_t freeze = config_.freeze_step;
+  // Up to the freeze step the error buffers are still zero: any layout will do.
+  if (state.step <= freeze) return;
+  const nlohmann::json& written = state.optimizer;
+  const bool by_onebit = written.is_object() && written.value("name", "") == "onebit-adam";
+  ENGINE_CHECK(by_onebit, "checkpoint '", dir, "' is at step ", state.step, ", past --freeze-step ", freeze,
+               ", but was not written by 1-bit Adam (it has no frozen variance and no error buffers); resume with "
+               "--freeze-step >= ", state.step, " to keep warming up, or with --optimizer adamw");
+  const std::int64_t written_freeze = written.value("freeze_step", std::int64_t{-1});
+  ENGINE_CHECK(written_freeze == freeze, "checkpoint '", dir, "' froze 1-bit Adam's variance at step ",
+               written_freeze, ", this run says --freeze-step ", freeze, "; resume with --freeze-step ",
+               written_freeze);
+  const std::optional<LoadedRankExtra> extra = load_rank_extra(dir, "onebit", grid_.world_rank());
+  const nlohmann::json mine = onebit_layout();
+  const nlohmann::json theirs = extra ? extra->meta.at("layout") : written.value("layout", nlohmann::json());
+  ENGINE_CHECK(extra && theirs == mine, "checkpoint '", dir, "' is in 1-bit Adam's compression stage (step ",
+               state.step, " > freeze step ", freeze, "); its error-feedback buffers differ on every rank and only "
+               "fit the layout that wrote them, ", theirs.dump(), ", but this run is ", mine.dump(),
+               ". Resume under the same world size, tp, pp, dp and ZeRO stage (or, to change the layout, "
+               "continue with --optimizer adamw from it)");
+  const nlohmann::json& groups = extra->meta.at("groups");
+  ENGINE_CHECK(groups.size() == onebit_->groups().size(), "checkpoint '", dir, "': rank ", grid_.world_rank(),
+               " saved ", groups.size(), " compression groups, this run has ", onebit_->groups().size());
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    parallel::CompressedAllReduce& c = onebit_->compressor(i);
+    const std::string prefix = "group_" + std::to_string(i) + ".";
+    const std::vector<float>* worker = extra->find(prefix + "worker_error");
+    const std::vector<float>* server = extra->find(prefix + "server_error");
+    ENGINE_CHECK(worker && server && static_cast<std::int64_t>(worker->size()) == c.n() &&
+                     static_cast<std::int64_t>(server->size()) == c.server_count(),
+                 "checkpoint '", dir, "': rank ", grid_.world_rank(), "'s 1-bit Adam group '",
+                 onebit_->groups()[i].name, "' has error buffers of another size than this run's (", c.n(), ", ",
+                 c.server_count(), ")");
+    std::copy(worker->begin(), worker->end(), c.worker_error().data_as<float>());
+    std::copy(server->begin(), server->end(), c.server_error().data_as<float>());
+  }
+  if (is_logger()) out_ << "resumed    1-bit Adam compression stage with every rank's error buffers\n";
+}
+
+void Trainer::optimizer_step(double lr, double norm) {
+  const double clip = optim::clip_factor(norm, config_.grad_clip);
+  if (adamw_) {
+    adamw_->step(lr, clip);
+    return;
+  }
+  if (onebit_->compressing()) {
+    // Under ZeRO the warm-up kept only the owned chunks of the whole
+    // momentum current: gather it once before the first exchange.
+    if (onebit_m_partial_) {
+      grad_buckets_->gather(onebit_->m());
+      onebit_m_partial_ = false;
+    }
+    // dp * local gradient: each rank's estimate of the whole batch's
+    // gradient, so the mean of the local momenta is the momentum of the
+    // whole batch (see global_grad_norm).
+    onebit_->step(lr, clip * grid_.dp_size());
+  } else {
+    onebit_->step(lr, clip);
+    onebit_m_partial_ = zero_sharded();
+  }
 }
 
 // ---- one step ------------------------------------------------------------------------
@@ -393,7 +561,12 @@ void Trainer::reduce_gradients() {
   // Whatever of the reductions backward did not hide is exposed here.
   engine::device_synchronize();
   const auto t0 = Clock::now();
-  if (zero_sharded()) {
+  if (compressing()) {
+    // 1-bit Adam's compression stage: no data-parallel reduction (the
+    // momentum is exchanged instead); the tied embedding's two copies are
+    // still summed, on this replica's local gradients.
+    if (embedding_comm_) embedding_comm_->all_reduce(store_->grad("wte"));
+  } else if (zero_sharded()) {
     // ZeRO: the tied embedding's copies are summed before the reduce-scatter.
     if (embedding_comm_) embedding_comm_->all_reduce(store_->grad("wte"));
     grad_buckets_->finish();
@@ -406,6 +579,20 @@ void Trainer::reduce_gradients() {
 }
 
 double Trainer::global_grad_norm() {
+  if (compressing()) {
+    // 1-bit Adam's compression stage: nothing was reduced, each dp rank r
+    // holds its local gradient g_r (scaled by 1/global tokens, so the true
+    // gradient is sum_r g_r) and the optimizer uses dp * g_r, rank r's
+    // estimate of the whole batch's gradient (optimizer_step). Every rank
+    // must clip by the same factor, so the norm is the root of the MEAN over
+    // dp ranks of ||dp g_r||^2 = dp * sum_r ||g_r||^2: one scalar all-reduce.
+    // It exceeds the norm of the mean gradient by the gradient noise, so
+    // clipping engages somewhat earlier than under AdamW.
+    double local = 0;
+    for (const auto& [offset, count] : local_norm_ranges_)
+      local += optim::grad_sum_of_squares(store_->grads().flat_slice(offset, count));
+    return std::sqrt(sum_over_world(local) * grid_.dp_size());
+  }
   // After the data-parallel reduction every dp replica holds the same
   // gradients: count them once, on dp rank 0. Under ZeRO each rank holds
   // different (its own) reduced chunks, and all count.
@@ -424,6 +611,9 @@ double Trainer::train_step(std::int64_t step) {
   pipeline_->begin_step(step, grad_scale);
   parallel::run_schedule(schedule_, *pipeline_, *comms_.pp);
   reduce_gradients();
+  // After the data-parallel reduction has landed (it may still be writing
+  // these buffers until then); sums commute, so the order is free.
+  stage_->reduce_sequence_parallel_grads();
   // Every data-parallel replica's last stage holds part of the loss; count
   // each tensor-parallel group once.
   const bool contributes = range_.has_head && tp_.rank == 0;
@@ -502,7 +692,7 @@ RunSummary Trainer::run() {
                  "; stopping without saving (try a lower --lr or --grad-clip)");
     const double norm = global_grad_norm();
     const double lr = config_.lr_schedule.at(step);
-    adamw_->step(lr, optim::clip_factor(norm, config_.grad_clip));
+    optimizer_step(lr, norm);
     // ZeRO: every rank updated its own chunks; gather the whole working copy.
     if (zero_sharded()) grad_buckets_->gather(store_->working());
     engine::device_synchronize();

@@ -11,6 +11,13 @@
 // last stage) are summed; the global gradient norm is taken over every axis
 // counting replicated tensors once; AdamW updates; the step's figures are
 // reduced to rank 0 and logged.
+//
+// With --optimizer onebit-adam (optim/onebit_adam.h) the steps before
+// --freeze-step are exactly the above. From the freeze step on, the
+// data-parallel gradient reduction is skipped (only the tied embedding's
+// copies are still summed, on local gradients), the global norm is taken over
+// the local gradients (see global_grad_norm), and OneBitAdam averages the
+// momentum over dp with the 1-bit compressed all-reduce instead.
 #pragma once
 
 #include <mpi.h>
@@ -30,12 +37,15 @@
 #include "model/param_registry.h"
 #include "model/param_store.h"
 #include "optim/adamw.h"
+#include "optim/onebit_adam.h"
 #include "parallel/communicator.h"
 #include "parallel/grad_buckets.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/process_grid.h"
 
 namespace launch {
+
+struct TrainingState;  // launch/checkpoint.h
 
 struct RunSummary {
   std::vector<double> losses;  // training loss of each step this run took (the same on every rank)
@@ -54,7 +64,8 @@ class Trainer {
 
   const model::ParamRegistry& registry() const { return registry_; }
   const model::ParamStore& params() const { return *store_; }
-  const optim::AdamW& optimizer() const { return *adamw_; }
+  const optim::AdamW& optimizer() const { return *adamw_; }  // --optimizer adamw only
+  const optim::OneBitAdam* onebit_optimizer() const { return onebit_.get(); }  // null unless onebit-adam
   const parallel::ProcessGrid& grid() const { return grid_; }
 
  private:
@@ -62,6 +73,14 @@ class Trainer {
   double train_step(std::int64_t step);  // returns the global mean loss
   void reduce_gradients();  // waits for the data-parallel and tied-embedding reductions
   double global_grad_norm();
+  bool compressing() const { return onebit_ && onebit_->compressing(); }  // this step is a 1-bit Adam compression step
+  std::vector<optim::CompressionGroup> compression_groups() const;
+  void optimizer_step(double lr, double norm);
+  const engine::Tensor& optimizer_m() const { return adamw_ ? adamw_->m() : onebit_->m(); }
+  const engine::Tensor& optimizer_v() const { return adamw_ ? adamw_->v() : onebit_->v(); }
+  bool momentum_sharded() const { return zero_sharded() && !onebit_; }  // 1-bit Adam keeps m whole
+  nlohmann::json onebit_layout() const;  // what its per-rank state depends on
+  void resume_onebit(const std::string& dir, const TrainingState& state);
   double validate();
   void save(std::int64_t steps_done);
   void resume();
@@ -84,9 +103,14 @@ class Trainer {
   std::unique_ptr<model::ParamStore> store_;
   std::unique_ptr<model::GptStage> stage_;
   engine::Arena activations_;
-  std::unique_ptr<optim::AdamW> adamw_;
+  std::unique_ptr<optim::AdamW> adamw_;        // --optimizer adamw
+  std::unique_ptr<optim::OneBitAdam> onebit_;  // --optimizer onebit-adam
   std::unique_ptr<parallel::GradBuckets> grad_buckets_;
   std::vector<std::pair<std::int64_t, std::int64_t>> norm_ranges_;  // flat ranges counted once in the norm
+  // The same over the whole local buffer (under ZeRO norm_ranges_ keeps only
+  // the owned chunks): 1-bit Adam's compression stage norms local gradients.
+  std::vector<std::pair<std::int64_t, std::int64_t>> local_norm_ranges_;
+  bool onebit_m_partial_ = false;  // ZeRO warm-up: only the owned chunks of the whole momentum are current
   std::vector<parallel::ShardChunk> owned_;  // ZeRO: the chunks whose optimizer state this rank holds
   std::unique_ptr<DataLoader> train_data_, val_data_;
   BatchLayout layout_{};

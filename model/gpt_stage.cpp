@@ -17,6 +17,8 @@ GptStage::GptStage(const GptConfig& config, const ParamStore& store, StageRange 
       recompute_(recompute) {
   ENGINE_CHECK(tp.size == 1 || (tp_comm != nullptr && tp_comm->size() == tp.size), "a stage split ", tp.size,
                " ways needs a tensor-parallel communicator of that size");
+  ENGINE_CHECK(!tp.splits_tokens() || (shape.batch * shape.seq) % tp.size == 0, "sequence parallel: the ",
+               shape.batch, " x ", shape.seq, " tokens of a micro-batch do not split evenly over tp ", tp.size);
   ENGINE_CHECK(range.first_layer >= 0 && range.first_layer <= range.last_layer &&
                    range.last_layer <= config.n_layer,
                "stage layers [", range.first_layer, ", ", range.last_layer, ") are outside the model's ",
@@ -38,11 +40,14 @@ GptStage::GptStage(const GptConfig& config, const ParamStore& store, StageRange 
 
 void GptStage::allocate(engine::Arena& arena) {
   const std::int64_t B = shape_.batch, T = shape_.seq, C = config_.n_embd;
+  // The residual stream holds this rank's tokens under sequence parallelism.
+  const std::int64_t n = tp_.local_tokens(B * T);
+  const Shape stream = tp_.splits_tokens() ? Shape{n, C} : Shape{B, T, C};
   const engine::DType dt = shape_.dtype, st = shape_.stat_dtype();
   for (int s = 0; s < slots(); ++s) {
     residuals_[s].clear();
     for (std::size_t i = 0; i <= blocks_.size(); ++i)
-      residuals_[s].push_back(arena.allocate(Shape{B, T, C}, dt, "residual"));
+      residuals_[s].push_back(arena.allocate(stream, dt, "residual"));
     acts_[s].clear();
     if (recompute_ != Recompute::kFull)
       for (std::size_t i = 0; i < blocks_.size(); ++i)
@@ -52,9 +57,9 @@ void GptStage::allocate(engine::Arena& arena) {
     if (range_.has_head) {
       targets_[s] = arena.allocate(Shape{B, T}, engine::DType::kI32, "targets");
       losses_[s] = arena.allocate(Shape{B * T}, st, "losses");
-      head_dres_[s] = arena.allocate(Shape{B, T, C}, dt, "head_dres");
+      head_dres_[s] = arena.allocate(stream, dt, "head_dres");
     } else {
-      output_grads_[s] = arena.allocate(Shape{B, T, C}, dt, "output_grad");
+      output_grads_[s] = arena.allocate(stream, dt, "output_grad");
     }
   }
   scratch_ = allocate_block_scratch(arena, config_, shape_, tp_);
@@ -67,11 +72,11 @@ void GptStage::allocate(engine::Arena& arena) {
     if (recompute_ == Recompute::kSelective)
       shared_acts_.att_saved = allocate_attention_saved(arena, config_, shape_, tp_);
   }
-  dresidual_ = arena.allocate(Shape{B, T, C}, dt, "dresidual");
+  dresidual_ = arena.allocate(stream, dt, "dresidual");
   if (range_.has_head) {
     lnf_ = arena.allocate(Shape{B, T, C}, dt, "lnf");
-    lnf_mean_ = arena.allocate(Shape{B * T}, st, "lnf_mean");
-    lnf_rstd_ = arena.allocate(Shape{B * T}, st, "lnf_rstd");
+    lnf_mean_ = arena.allocate(Shape{n}, st, "lnf_mean");
+    lnf_rstd_ = arena.allocate(Shape{n}, st, "lnf_rstd");
     d_lnf_ = arena.allocate(Shape{B, T, C}, dt, "d_lnf");
     logits_ = arena.allocate(Shape{B * T, config_.padded_vocab() / tp_.size}, dt, "logits");
     if (tp_.size > 1) {
@@ -109,10 +114,15 @@ void GptStage::forward(int slot, const std::int32_t* tokens, const std::int32_t*
     ENGINE_CHECK(tokens != nullptr, "the first stage's forward needs tokens");
     ops::copy(tokens_[slot], host_tokens(tokens, B, T));
     // Each tensor-parallel rank adds the rows of the tokens it holds (and
-    // rank 0 the positions); the all-reduce completes the embedding.
-    ops::embedding_forward(res[0], tokens_[slot], store_.weight("wte"), tp_.rank == 0 ? store_.weight("wpe") : Tensor{},
-                           vocab_start());
-    tp_all_reduce(res[0]);
+    // rank 0 the positions); an all-reduce completes the embedding, or under
+    // sequence parallelism a reduce-scatter leaves each rank its tokens.
+    const Tensor partial = tp_.splits_tokens() ? scratch_.branch : res[0];  // (B,T,C)
+    ops::embedding_forward(partial, tokens_[slot], store_.weight("wte"),
+                           tp_.rank == 0 ? store_.weight("wpe") : Tensor{}, vocab_start());
+    if (tp_.splits_tokens())
+      tp_comm_->reduce_scatter(partial.view(Shape{partial.numel()}), res[0].view(Shape{res[0].numel()}));
+    else
+      tp_all_reduce(res[0]);
   }
   for (std::size_t i = 0; i < blocks_.size(); ++i) {
     BlockActivations a = block_activations(slot, i);
@@ -146,16 +156,31 @@ void GptStage::cross_entropy(int slot, double grad_scale) {
 void GptStage::head_forward(int slot, double grad_scale, bool with_loss) {
   const Tensor last = residuals_[slot].back();
   const Tensor wte = store_.weight("wte");
-  ops::layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, last, store_.weight("ln_f.weight"), store_.weight("ln_f.bias"));
+  if (tp_.splits_tokens()) {
+    // This rank's tokens are normalised, then gathered for the vocabulary-parallel head.
+    ops::layernorm_forward(scratch_.ln_chunk, lnf_mean_, lnf_rstd_, last, store_.weight("ln_f.weight"),
+                           store_.weight("ln_f.bias"));
+    tp_comm_->all_gather(scratch_.ln_chunk.view(Shape{scratch_.ln_chunk.numel()}), lnf_.view(Shape{lnf_.numel()}));
+  } else {
+    ops::layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, last, store_.weight("ln_f.weight"), store_.weight("ln_f.bias"));
+  }
   ops::matmul_forward(logits_, lnf_, wte, Tensor{});  // (B*T, Vp/tp), tied to the token embedding
   if (!with_loss) return;
   cross_entropy(slot, grad_scale);
   if (grad_scale == 0.0) return;
   // logits_ now holds dlogits; finish the head's backward while they exist.
   ops::matmul_backward(d_lnf_, store_.grad("wte"), Tensor{}, logits_, lnf_, wte);
-  tp_all_reduce(d_lnf_);  // each rank's vocabulary slice contributes to d lnf
+  // Each rank's vocabulary slice contributes to d lnf: sum them (for this
+  // rank's tokens only, under sequence parallelism).
+  Tensor d_lnf = d_lnf_;
+  if (tp_.splits_tokens()) {
+    tp_comm_->reduce_scatter(d_lnf_.view(Shape{d_lnf_.numel()}), scratch_.d_chunk.view(Shape{scratch_.d_chunk.numel()}));
+    d_lnf = scratch_.d_chunk;
+  } else {
+    tp_all_reduce(d_lnf_);
+  }
   ops::fill(head_dres_[slot], 0.0);  // layernorm_backward accumulates
-  ops::layernorm_backward(head_dres_[slot], store_.grad("ln_f.weight"), store_.grad("ln_f.bias"), d_lnf_, last,
+  ops::layernorm_backward(head_dres_[slot], store_.grad("ln_f.weight"), store_.grad("ln_f.bias"), d_lnf, last,
                           store_.weight("ln_f.weight"), lnf_mean_, lnf_rstd_);
 }
 
@@ -171,10 +196,27 @@ void GptStage::backward(int slot) {
     if (backward_hook_) backward_hook_(range_.first_layer + static_cast<std::int64_t>(i));
   }
   if (range_.has_embedding) {
-    // wpe is replicated: every tensor-parallel rank accumulates its full gradient.
-    ops::embedding_backward(store_.grad("wte"), store_.grad("wpe"), dresidual_, tokens_[slot], vocab_start());
+    // wpe is replicated: every tensor-parallel rank accumulates its full
+    // gradient, from every token (gathered under sequence parallelism).
+    Tensor dembed = dresidual_;
+    if (tp_.splits_tokens()) {
+      tp_comm_->all_gather(dresidual_.view(Shape{dresidual_.numel()}), scratch_.d_full.view(Shape{scratch_.d_full.numel()}));
+      dembed = scratch_.d_full;
+    }
+    ops::embedding_backward(store_.grad("wte"), store_.grad("wpe"), dembed, tokens_[slot], vocab_start());
     if (backward_hook_) backward_hook_(-1);
   }
+}
+
+void GptStage::reduce_sequence_parallel_grads() {
+  if (!tp_.splits_tokens()) return;
+  // Each rank's layer norms saw only its tokens: their gain and bias
+  // gradients are partial sums over the group (Korthikanti et al. 2023, 4.2.2).
+  for (std::int64_t l = range_.first_layer; l < range_.last_layer; ++l)
+    for (const char* suffix : {"ln_1.weight", "ln_1.bias", "ln_2.weight", "ln_2.bias"})
+      tp_comm_->all_reduce(store_.grad(block_param_name(l, suffix)));
+  if (range_.has_head)
+    for (const char* name : {"ln_f.weight", "ln_f.bias"}) tp_comm_->all_reduce(store_.grad(name));
 }
 
 double GptStage::loss_sum(int slot) const {

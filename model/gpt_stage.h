@@ -68,10 +68,15 @@ class GptStage {
   // output's gradient from output_grad(slot). Parameter gradients accumulate.
   void backward(int slot);
 
+  // Under sequence parallelism, sums the layer norms' partial gradients over
+  // the tensor-parallel group; call once per step after the last backward.
+  void reduce_sequence_parallel_grads();
+
   // Sum of the per-token losses of the last forward in `slot` (last stage).
   double loss_sum(int slot) const;
 
-  // Pipeline boundaries, (B,T,C) each.
+  // Pipeline boundaries, (B,T,C) each, or this rank's (B*T/tp, C) tokens
+  // under sequence parallelism.
   engine::Tensor input(int slot) const { return residuals_[slot].front(); }   // received by non-first stages
   engine::Tensor output(int slot) const { return residuals_[slot].back(); }   // sent by non-last stages
   engine::Tensor output_grad(int slot) const { return output_grads_[slot]; }  // received by non-last stages

@@ -23,9 +23,18 @@ StageRange whole_model(const GptConfig& config);
 StageRange pipeline_stage_range(const GptConfig& config, int stage, int stages);
 
 // The tensor-parallel group this process belongs to (size 1: no split).
+// With sequence parallelism (Korthikanti et al. 2023, section 4.2.2) the
+// position-wise parts of each block (layer norms, residual adds) work on
+// 1/size of the tokens: rank r holds tokens [r N/size, (r+1) N/size) of the
+// micro-batch's N = B*T positions, flattened (any split of the tokens works
+// for position-wise ops; a contiguous one needs no reordering around the
+// all-gather and reduce-scatter that replace the all-reduces).
 struct TensorParallel {
   int rank = 0;
   int size = 1;
+  bool sequence_parallel = false;
+  bool splits_tokens() const { return sequence_parallel && size > 1; }
+  std::int64_t local_tokens(std::int64_t tokens) const { return splits_tokens() ? tokens / size : tokens; }
 };
 
 // Checks that the model can be cut this way: heads, MLP width and padded

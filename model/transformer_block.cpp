@@ -32,16 +32,19 @@ Tensor allocate_attention_saved(engine::Arena& arena, const GptConfig& config, A
 
 BlockActivations allocate_block_activations(engine::Arena& arena, const GptConfig& config, ActivationShape s,
                                             TensorParallel tp, bool with_attention_saved) {
-  const std::int64_t B = s.batch, T = s.seq, C = config.n_embd, N = B * T, Cl = C / tp.size;
+  const std::int64_t B = s.batch, T = s.seq, C = config.n_embd, N = tp.local_tokens(B * T), Cl = C / tp.size;
   const engine::DType dt = s.dtype, st = s.stat_dtype();
   BlockActivations a;
+  // The layer norms' outputs are kept whole (they feed the weight gradients
+  // of the column-parallel matmuls); their statistics and the residual only
+  // for this rank's tokens under sequence parallelism.
   a.ln1 = arena.allocate(Shape{B, T, C}, dt, "ln1");
   a.ln1_mean = arena.allocate(Shape{N}, st, "ln1_mean");
   a.ln1_rstd = arena.allocate(Shape{N}, st, "ln1_rstd");
   a.qkv = arena.allocate(Shape{B, T, 3 * Cl}, dt, "qkv");
   a.atty = arena.allocate(Shape{B, T, Cl}, dt, "atty");
   if (with_attention_saved) a.att_saved = allocate_attention_saved(arena, config, s, tp);
-  a.residual2 = arena.allocate(Shape{B, T, C}, dt, "residual2");
+  a.residual2 = arena.allocate(tp.splits_tokens() ? Shape{N, C} : Shape{B, T, C}, dt, "residual2");
   a.ln2 = arena.allocate(Shape{B, T, C}, dt, "ln2");
   a.ln2_mean = arena.allocate(Shape{N}, st, "ln2_mean");
   a.ln2_rstd = arena.allocate(Shape{N}, st, "ln2_rstd");
@@ -55,6 +58,13 @@ BlockScratch allocate_block_scratch(engine::Arena& arena, const GptConfig& confi
   const std::int64_t B = s.batch, T = s.seq, C = config.n_embd, Cl = C / tp.size;
   BlockScratch b;
   b.branch = arena.allocate(Shape{B, T, C}, s.dtype, "branch");
+  if (tp.splits_tokens()) {
+    const std::int64_t n = tp.local_tokens(B * T);
+    b.ln_chunk = arena.allocate(Shape{n, C}, s.dtype, "ln_chunk");
+    b.branch_chunk = arena.allocate(Shape{n, C}, s.dtype, "branch_chunk");
+    b.d_full = arena.allocate(Shape{B, T, C}, s.dtype, "d_full");
+    b.d_chunk = arena.allocate(Shape{n, C}, s.dtype, "d_chunk");
+  }
   b.d_c = arena.allocate(Shape{B, T, C}, s.dtype, "d_c");
   b.d_atty = arena.allocate(Shape{B, T, Cl}, s.dtype, "d_atty");
   b.d_qkv = arena.allocate(Shape{B, T, 3 * Cl}, s.dtype, "d_qkv");
@@ -62,22 +72,54 @@ BlockScratch allocate_block_scratch(engine::Arena& arena, const GptConfig& confi
   return b;
 }
 
-void TransformerBlock::tp_all_reduce(const Tensor& t) const {
-  if (tp_comm_ != nullptr && tp_.size > 1) tp_comm_->all_reduce(t);
+void TransformerBlock::layernorm_gathered(const Tensor& out_full, const Tensor& mean, const Tensor& rstd,
+                                          const Tensor& in, const Tensor& w, const Tensor& b,
+                                          const BlockScratch& s) const {
+  if (!tp_.splits_tokens()) {
+    ops::layernorm_forward(out_full, mean, rstd, in, w, b);
+    return;
+  }
+  ops::layernorm_forward(s.ln_chunk, mean, rstd, in, w, b);   // (n,C)
+  tp_comm_->all_gather(s.ln_chunk, out_full.view(Shape{out_full.numel()}));  // f: (B,T,C)
+}
+
+Tensor TransformerBlock::reduce_branch(const BlockScratch& s) const {
+  if (tp_.size == 1) return s.branch;
+  if (!tp_.splits_tokens()) {
+    tp_comm_->all_reduce(s.branch);  // g
+    return s.branch;
+  }
+  tp_comm_->reduce_scatter(s.branch.view(Shape{s.branch.numel()}), s.branch_chunk.view(Shape{s.branch_chunk.numel()}));
+  return s.branch_chunk;  // g: this rank's tokens
+}
+
+Tensor TransformerBlock::gather_grad(const Tensor& dres, const BlockScratch& s) const {
+  if (!tp_.splits_tokens()) return dres;
+  tp_comm_->all_gather(dres.view(Shape{dres.numel()}), s.d_full.view(Shape{s.d_full.numel()}));  // g backward
+  return s.d_full;
+}
+
+Tensor TransformerBlock::reduce_ln_grad(const BlockScratch& s) const {
+  if (tp_.size == 1) return s.d_c;
+  if (!tp_.splits_tokens()) {
+    tp_comm_->all_reduce(s.d_c);  // f backward
+    return s.d_c;
+  }
+  tp_comm_->reduce_scatter(s.d_c.view(Shape{s.d_c.numel()}), s.d_chunk.view(Shape{s.d_chunk.numel()}));
+  return s.d_chunk;
 }
 
 void TransformerBlock::forward_saved(const Tensor& x, const BlockActivations& a, const BlockScratch& scratch) const {
   const int n_head = static_cast<int>(config_.n_head / tp_.size);
   const bool adds_bias = tp_.rank == 0;  // row-parallel biases enter the all-reduced sum once
   // Attention half: r = x + proj(attention(qkv(ln_1(x))))
-  ops::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w_.ln1_w, w_.ln1_b);  // (B,T,C)
+  layernorm_gathered(a.ln1, a.ln1_mean, a.ln1_rstd, x, w_.ln1_w, w_.ln1_b, scratch);  // (B,T,C)
   ops::matmul_forward(a.qkv, a.ln1, w_.qkv_w, w_.qkv_b);                            // (B,T,3C/tp)
   ops::attention_forward(a.atty, a.att_saved, a.qkv, n_head);                       // (B,T,C/tp)
-  ops::matmul_forward(scratch.branch, a.atty, w_.proj_w, adds_bias ? w_.proj_b : Tensor{});  // (B,T,C)
-  tp_all_reduce(scratch.branch);                                                     // g
-  ops::add(a.residual2, x, scratch.branch);                                          // (B,T,C)
+  ops::matmul_forward(scratch.branch, a.atty, w_.proj_w, adds_bias ? w_.proj_b : Tensor{});  // (B,T,C) partial
+  ops::add(a.residual2, x, reduce_branch(scratch));                                  // g; (B,T,C) or (n,C)
   // MLP half up to its output projection: gelu(mlp.fc(ln_2(r)))
-  ops::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w_.ln2_w, w_.ln2_b);
+  layernorm_gathered(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w_.ln2_w, w_.ln2_b, scratch);
   ops::matmul_forward(a.fc_gelu, a.ln2, w_.fc_w, w_.fc_b, a.fc_pre);                // (B,T,4C/tp), GELU fused
 }
 
@@ -86,9 +128,8 @@ void TransformerBlock::forward(const Tensor& y, const Tensor& x, BlockActivation
   forward_saved(x, a, scratch);
   // y = r + mlp.proj(gelu(...))
   const bool adds_bias = tp_.rank == 0;
-  ops::matmul_forward(scratch.branch, a.fc_gelu, w_.fcproj_w, adds_bias ? w_.fcproj_b : Tensor{});  // (B,T,C)
-  tp_all_reduce(scratch.branch);                                                     // g
-  ops::add(y, a.residual2, scratch.branch);
+  ops::matmul_forward(scratch.branch, a.fc_gelu, w_.fcproj_w, adds_bias ? w_.fcproj_b : Tensor{});  // (B,T,C) partial
+  ops::add(y, a.residual2, reduce_branch(scratch));                                  // g
 }
 
 void TransformerBlock::recompute(const Tensor& x, const BlockActivations& a, const BlockScratch& scratch,
@@ -130,16 +171,18 @@ void TransformerBlock::backward(const Tensor& dres, const Tensor& x, const Block
   // MLP half. dres = dy = d(mlp branch output) = dr (so far); it is the same on
   // every tensor-parallel rank, so each computes the replicated bias gradient.
   // d fc_pre = (dy @ W_fcproj) * gelu'(fc_pre): the GELU backward is fused into the dgrad.
-  ops::matmul_backward(s.d_fc, g_.fcproj_w, g_.fcproj_b, dres, a.fc_gelu, w_.fcproj_w, a.fc_pre);
+  // Under sequence parallelism dres holds this rank's tokens and the layer
+  // norms' weight gradients are partial sums over them (GptStage sums them
+  // over the group once per step).
+  ops::matmul_backward(s.d_fc, g_.fcproj_w, g_.fcproj_b, gather_grad(dres, s), a.fc_gelu, w_.fcproj_w, a.fc_pre);
   ops::matmul_backward(s.d_c, g_.fc_w, g_.fc_b, s.d_fc, a.ln2, w_.fc_w);            // d ln2 (B,T,C), partial
-  tp_all_reduce(s.d_c);                                                              // f
-  ops::layernorm_backward(dres, g_.ln2_w, g_.ln2_b, s.d_c, a.residual2, w_.ln2_w, a.ln2_mean, a.ln2_rstd);
+  ops::layernorm_backward(dres, g_.ln2_w, g_.ln2_b, reduce_ln_grad(s), a.residual2, w_.ln2_w, a.ln2_mean,
+                          a.ln2_rstd);                                               // f
   // dres is now dr. Attention half.
-  ops::matmul_backward(s.d_atty, g_.proj_w, g_.proj_b, dres, a.atty, w_.proj_w);    // d atty (B,T,C/tp)
+  ops::matmul_backward(s.d_atty, g_.proj_w, g_.proj_b, gather_grad(dres, s), a.atty, w_.proj_w);  // (B,T,C/tp)
   ops::attention_backward(s.d_qkv, s.d_atty, a.qkv, a.atty, a.att_saved, n_head);   // (B,T,3C/tp)
   ops::matmul_backward(s.d_c, g_.qkv_w, g_.qkv_b, s.d_qkv, a.ln1, w_.qkv_w);        // d ln1, partial
-  tp_all_reduce(s.d_c);                                                              // f
-  ops::layernorm_backward(dres, g_.ln1_w, g_.ln1_b, s.d_c, x, w_.ln1_w, a.ln1_mean, a.ln1_rstd);
+  ops::layernorm_backward(dres, g_.ln1_w, g_.ln1_b, reduce_ln_grad(s), x, w_.ln1_w, a.ln1_mean, a.ln1_rstd);  // f
   // dres is now dx.
 }
 

@@ -57,6 +57,11 @@ struct BlockActivations {
 // branch outputs in forward, gradient temporaries in backward.
 struct BlockScratch {
   engine::Tensor branch;  // (B,T,C)  attention / MLP branch output before the residual add
+  // Sequence parallel only: this rank's tokens (n = B*T/tp rows).
+  engine::Tensor ln_chunk;      // (n,C)  a layer norm's output before the all-gather
+  engine::Tensor branch_chunk;  // (n,C)  a branch output after the reduce-scatter
+  engine::Tensor d_full;        // (B,T,C) the gathered gradient of a block half's output
+  engine::Tensor d_chunk;       // (n,C)  a layer norm output's gradient after the reduce-scatter
   engine::Tensor d_c;     // (B,T,C)     gradient of a layer norm's output
   engine::Tensor d_atty;  // (B,T,C/tp)  gradient of the attention output
   engine::Tensor d_qkv;   // (B,T,3C/tp)
@@ -113,7 +118,20 @@ class TransformerBlock {
  private:
   // Everything forward computes that backward reads: act from ln1 to fc_gelu.
   void forward_saved(const engine::Tensor& x, const BlockActivations& act, const BlockScratch& scratch) const;
-  void tp_all_reduce(const engine::Tensor& t) const;
+  // Megatron's conjugate pair at the block's two tensor-parallel boundaries.
+  // Without sequence parallelism: f = identity / all-reduce, g = all-reduce /
+  // identity. With it: f = all-gather / reduce-scatter, g = reduce-scatter /
+  // all-gather, over the flattened tokens.
+  // Layer norm of this rank's tokens, made whole for the column-parallel matmul.
+  void layernorm_gathered(const engine::Tensor& out_full, const engine::Tensor& mean, const engine::Tensor& rstd,
+                          const engine::Tensor& in, const engine::Tensor& w, const engine::Tensor& b,
+                          const BlockScratch& s) const;
+  // The row-parallel output's partial sums, reduced: all of them, or this rank's tokens.
+  engine::Tensor reduce_branch(const BlockScratch& s) const;
+  // The gradient of a block half's output, whole (the matmul backward needs every token).
+  engine::Tensor gather_grad(const engine::Tensor& dres, const BlockScratch& s) const;
+  // The gradient of a layer norm's output, from its partial sums (in s.d_c).
+  engine::Tensor reduce_ln_grad(const BlockScratch& s) const;
 
   const GptConfig& config_;
   BlockParams w_, g_;

@@ -24,7 +24,7 @@ class Parity : public ::testing::Test {
   // Trains the layout on groups of tp*pp*dp ranks (ranks beyond the last
   // whole group sit out) and compares with the reference.
   static void expect_parity(int tp, int pp, int dp, const std::string& schedule = "1f1b", bool overlap = true,
-                            int zero = 0) {
+                            int zero = 0, bool sequence_parallel = false, const std::string& recompute = "none") {
     const int size = tp * pp * dp;
     const int color = world_rank() / size < world_size() / size ? world_rank() / size : MPI_UNDEFINED;
     MPI_Comm group = MPI_COMM_NULL;
@@ -34,8 +34,11 @@ class Parity : public ::testing::Test {
     config.pipeline_schedule = schedule;
     config.overlap_grad_reduce = overlap;
     config.zero = zero;
+    config.sequence_parallel = sequence_parallel;
+    config.recompute = recompute;
     const std::string layout = "tp" + std::to_string(tp) + " pp" + std::to_string(pp) + " dp" + std::to_string(dp) +
-                               " " + schedule + (overlap ? "" : " no-overlap") + " zero" + std::to_string(zero);
+                               " " + schedule + (overlap ? "" : " no-overlap") + " zero" + std::to_string(zero) +
+                               (sequence_parallel ? " sequence-parallel" : "") + " recompute " + recompute;
     expect_close_to_reference(train_run(config, group), *ref_, layout);
     MPI_Comm_free(&group);
   }
@@ -81,6 +84,14 @@ TEST_F(Parity, ZeroStage1) {
   expect_parity(1, 1, 4, "1f1b", false, 1);
   expect_parity(2, 2, 2, "1f1b", true, 1);
   expect_parity(1, 2, 4, "afab", true, 1);
+}
+
+TEST_F(Parity, SequenceParallel) {
+  expect_parity(2, 1, 1, "1f1b", true, 0, true);
+  expect_parity(4, 1, 1, "1f1b", true, 0, true);
+  expect_parity(2, 2, 2, "1f1b", true, 0, true);
+  expect_parity(2, 2, 2, "afab", true, 1, true, "full");
+  expect_parity(2, 2, 1, "1f1b", true, 0, true, "selective");
 }
 
 TEST_F(Parity, ZeroStage1ShardsTheOptimizerState) {
