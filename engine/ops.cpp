@@ -15,15 +15,14 @@ namespace {
 
 bool on_cpu(const Tensor& t) { return t.device() == DeviceType::kCpu; }
 
-[[noreturn]] void no_cuda(const char* op) {
-  ENGINE_FAIL(op, ": tensor is on cuda but the engine was built without CUDA");
-}
-
 // Calls cpu::fn or cuda::fn by the device of `lead`.
 #ifdef ENGINE_WITH_CUDA
 #define ENGINE_DISPATCH(lead, fn, ...) \
   (on_cpu(lead) ? cpu::fn(__VA_ARGS__) : cuda::fn(__VA_ARGS__))
 #else
+[[noreturn]] void no_cuda(const char* op) {
+  ENGINE_FAIL(op, ": tensor is on cuda but the engine was built without CUDA");
+}
 #define ENGINE_DISPATCH(lead, fn, ...) \
   (on_cpu(lead) ? cpu::fn(__VA_ARGS__) : (no_cuda(#fn), decltype(cpu::fn(__VA_ARGS__))()))
 #endif
