@@ -76,6 +76,11 @@ class Tensor {
   DeviceType device_ = DeviceType::kCpu;
 };
 
+// A view of host memory (the common case in set-up, checkpoints and tests).
+inline Tensor host_tensor(void* data, Shape shape, DType dtype) {
+  return Tensor(data, shape, dtype, DeviceType::kCpu);
+}
+
 // Shape checks used by every op; they throw engine::Error naming the tensor.
 void expect_shape(const Tensor& t, const Shape& expected, const char* what);
 void expect_dtype(const Tensor& t, DType expected, const char* what);

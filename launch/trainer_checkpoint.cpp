@@ -1,0 +1,135 @@
+// Trainer: saving and resuming the training state (launch/checkpoint.h has the format).
+#include "launch/trainer.h"
+
+#include <sstream>
+#include <string>
+
+#include "engine/ops.h"
+#include "launch/checkpoint.h"
+
+namespace launch {
+
+using engine::Tensor;
+
+namespace {
+Tensor host_f32(float* data, std::int64_t n) { return engine::host_tensor(data, engine::Shape{n}, engine::DType::kF32); }
+}  // namespace
+
+nlohmann::json Trainer::run_identity() const {
+  // What must not change across a resume for the continuation to be exact.
+  return {{"model", config_.model.describe()},
+          {"seq_len", config_.seq_len},
+          {"batch_tokens", config_.batch_tokens},
+          {"seed", config_.seed},
+          {"shuffle", config_.shuffle},
+          {"train_data", train_data_->fingerprint()}};
+}
+
+// ---- checkpoints --------------------------------------------------------------------
+
+void Trainer::resume() {
+  const std::string dir = resolve_checkpoint(config_.resume, config_.checkpoint_dir);
+  const std::size_t n = static_cast<std::size_t>(registry_.total_numel());
+  std::vector<float> master(n, 0.0f), m(n, 0.0f), v(n, 0.0f);
+  const TrainingState state = load_checkpoint(dir, run_identity(), registry_, {master.data(), m.data(), v.data()});
+  ENGINE_CHECK(state.step < config_.steps, "checkpoint '", dir, "' is at step ", state.step,
+               ", nothing left to do for --steps ", config_.steps);
+  store_->upload_master(master.data());
+  // Under ZeRO keep this rank's chunks of the sharded moments (1-bit Adam's
+  // momentum is whole).
+  for (auto [moment, host, sharded] : {std::tuple{optimizer_m(), m.data(), momentum_sharded()},
+                                       std::tuple{optimizer_v(), v.data(), zero_sharded()}}) {
+    if (sharded) {
+      for (const parallel::ShardChunk& c : owned_)
+        engine::ops::copy(moment.flat_slice(c.shard_offset, c.count), host_f32(host + c.full_offset, c.count));
+    } else {
+      engine::ops::copy(moment, host_f32(host, static_cast<std::int64_t>(n)));
+    }
+  }
+  if (adamw_) adamw_->set_steps_taken(state.step);
+  if (onebit_) {
+    onebit_->set_steps_taken(state.step);
+    onebit_m_partial_ = false;
+    resume_onebit(dir, state);
+  }
+  if (!state.sampler_rng.empty()) {
+    std::istringstream in(state.sampler_rng);
+    in >> sampler_rng_;
+  }
+  start_step_ = state.step;
+  if (is_logger()) out_ << "resumed    from " << dir << " at step " << state.step << "\n";
+}
+
+void Trainer::save(std::int64_t steps_done) {
+  const std::size_t n = static_cast<std::size_t>(registry_.total_numel());
+  std::vector<float> master(n), m(n), v(n);
+  if (zero_sharded()) {
+    // Checkpoints hold whole tensors: gather the owned chunks of the master
+    // weights (in place) and of the moments (through a full-size buffer).
+    if (store_->master().data() != store_->working().data()) grad_buckets_->gather(store_->master());
+    engine::Buffer full(config_.device_type, store_->master().bytes());
+    const Tensor t = full.as_tensor(store_->master().shape(), store_->master().dtype());
+    if (onebit_m_partial_) {  // 1-bit Adam warm-up: its whole momentum's owned chunks are current
+      grad_buckets_->gather(onebit_->m());
+      onebit_m_partial_ = false;
+    }
+    for (auto [moment, host, sharded] : {std::tuple{optimizer_m(), m.data(), momentum_sharded()},
+                                         std::tuple{optimizer_v(), v.data(), true}}) {
+      if (sharded) {
+        grad_buckets_->gather(t, moment);
+        engine::ops::copy(host_f32(host, static_cast<std::int64_t>(n)), t);
+      } else {
+        engine::ops::copy(host_f32(host, static_cast<std::int64_t>(n)), moment);
+      }
+    }
+  } else {
+    engine::ops::copy(host_f32(m.data(), static_cast<std::int64_t>(n)), optimizer_m());
+    engine::ops::copy(host_f32(v.data(), static_cast<std::int64_t>(n)), optimizer_v());
+  }
+  store_->download_master(master.data());
+  TrainingState state;
+  state.step = steps_done;
+  state.run = run_identity();
+  state.layout = {{"tp", grid_.tp_size()}, {"pp", grid_.pp_size()}, {"dp", grid_.dp_size()}};
+  std::ostringstream rng;
+  rng << sampler_rng_;
+  state.sampler_rng = rng.str();
+  const ShardRole role{grid_.world_rank(), grid_.dp_rank() == 0,
+                       grid_.world_rank() == 0 && grid_.tp_size() == 1 && grid_.pp_size() == 1};
+  // 1-bit Adam: the momentum and frozen variance are identical on every dp
+  // rank and go into the shards as adam_m/adam_v; once compression has run,
+  // each rank's error-feedback buffers are its own and every rank saves them.
+  RankExtra extra;
+  const bool with_extra = onebit_ && steps_done > config_.freeze_step;
+  if (onebit_) {
+    state.optimizer = {{"name", "onebit-adam"},
+                       {"freeze_step", config_.freeze_step},
+                       {"compressing", steps_done >= config_.freeze_step},
+                       {"layout", onebit_layout()}};
+  }
+  if (with_extra) {
+    extra.tag = "onebit";
+    nlohmann::json groups = nlohmann::json::array();
+    for (std::size_t i = 0; i < onebit_->groups().size(); ++i) {
+      const parallel::CompressedAllReduce& c = onebit_->compressor(i);
+      groups.push_back({{"name", onebit_->groups()[i].name},
+                        {"n", c.n()},
+                        {"server_offset", c.server_offset()},
+                        {"server_count", c.server_count()}});
+      const std::string prefix = "group_" + std::to_string(i) + ".";
+      extra.arrays.push_back({prefix + "worker_error", c.worker_error().data_as<float>(), c.n()});
+      extra.arrays.push_back({prefix + "server_error", c.server_error().data_as<float>(), c.server_count()});
+    }
+    extra.meta = {{"layout", onebit_layout()},
+                  {"step", steps_done},
+                  {"world_rank", grid_.world_rank()},
+                  {"dp_rank", grid_.dp_rank()},
+                  {"groups", groups}};
+  }
+  const std::string dir = save_checkpoint(config_.checkpoint_dir, state, config_.model, registry_,
+                                          {master.data(), m.data(), v.data()}, role, *host_world_,
+                                          with_extra ? &extra : nullptr);
+  if (is_logger()) out_ << "checkpoint " << dir << "\n";
+}
+
+}  // namespace launch
