@@ -177,12 +177,6 @@ std::string extra_name(int rank, const std::string& tag, const char* extension) 
   return name + tag + "." + extension;
 }
 
-// rank_NNNNN.json exactly (not a RankExtra's rank_NNNNN_<tag>.json).
-bool is_shard_index(const std::string& file) {
-  if (file.size() != 15 || file.rfind("rank_", 0) != 0 || file.substr(10) != ".json") return false;
-  return std::all_of(file.begin() + 5, file.begin() + 10, [](char c) { return c >= '0' && c <= '9'; });
-}
-
 void write_rank_extra(const std::string& dir, const RankExtra& extra, int rank) {
   const std::string data_name = extra_name(rank, extra.tag, "bin");
   AtomicFile data((fs::path(dir) / data_name).string());
@@ -199,7 +193,9 @@ void write_rank_extra(const std::string& dir, const RankExtra& extra, int rank) 
   index.commit();
 }
 
-// True on every rank when `ok` is true on every rank.
+
+}  // namespace
+
 bool all_ranks_ok(parallel::Communicator& world, bool ok) {
   std::int32_t failed = ok ? 0 : 1;
   world.all_reduce(engine::Tensor(&failed, engine::Shape{1}, engine::DType::kI32, engine::DeviceType::kCpu),
@@ -207,7 +203,18 @@ bool all_ranks_ok(parallel::Communicator& world, bool ok) {
   return failed == 0;
 }
 
-}  // namespace
+std::string broadcast_string(parallel::Communicator& world, const std::string& text) {
+  std::int32_t size = static_cast<std::int32_t>(text.size());
+  world.broadcast(engine::Tensor(&size, engine::Shape{1}, engine::DType::kI32, engine::DeviceType::kCpu), 0);
+  // Sent as i32 words (the communicators move numbers, not bytes).
+  std::vector<std::int32_t> words(static_cast<std::size_t>((size + 3) / 4), 0);
+  if (world.rank() == 0) std::memcpy(words.data(), text.data(), text.size());
+  if (!words.empty())
+    world.broadcast(engine::Tensor(words.data(), engine::Shape{static_cast<std::int64_t>(words.size())},
+                                   engine::DType::kI32, engine::DeviceType::kCpu),
+                    0);
+  return std::string(reinterpret_cast<const char*>(words.data()), static_cast<std::size_t>(size));
+}
 
 std::string save_checkpoint(const std::string& checkpoint_dir, const TrainingState& state, const GptConfig& config,
                             const ParamRegistry& registry, const HostState& host, const ShardRole& role,
@@ -243,20 +250,28 @@ std::string save_checkpoint(const std::string& checkpoint_dir, const TrainingSta
                 error.empty() ? "another rank failed to write its shard" : error);
   }
 
+  // Who wrote a shard (data-parallel rank 0 of each position), for the index.
+  std::vector<std::int32_t> writers(static_cast<std::size_t>(world.size()), 0);
+  std::int32_t mine = role.writes_shard ? 1 : 0;
+  world.all_gather(engine::Tensor(&mine, engine::Shape{1}, engine::DType::kI32, engine::DeviceType::kCpu),
+                   engine::Tensor(writers.data(), engine::Shape{world.size()}, engine::DType::kI32,
+                                  engine::DeviceType::kCpu));
   if (world.rank() == 0) {
     try {
+      // The file names come from what each rank said it wrote, not from a
+      // directory listing, which a network file system may serve stale.
       nlohmann::json shards = nlohmann::json::array();
       nlohmann::json extras = nlohmann::json::array();
-      const std::string extra_suffix = extra ? "_" + extra->tag + ".json" : std::string();
-      for (const auto& entry : fs::directory_iterator(temp_dir)) {
-        const std::string file = entry.path().filename().string();
-        if (is_shard_index(file)) shards.push_back(file);
-        else if (extra && file.rfind("rank_", 0) == 0 && file.size() > extra_suffix.size() &&
-                 file.compare(file.size() - extra_suffix.size(), extra_suffix.size(), extra_suffix) == 0)
-          extras.push_back(file);
+      for (int r = 0; r < world.size(); ++r) {
+        std::vector<std::string> files;
+        if (writers[r]) files.push_back(shard_name(r, "json"));
+        if (extra) files.push_back(extra_name(r, extra->tag, "json"));
+        for (const std::string& file : files)
+          ENGINE_CHECK(fs::exists(fs::path(temp_dir) / file), "rank ", r, " wrote '", file,
+                       "' but rank 0 does not see it in '", temp_dir, "' (is the directory on a shared file system?)");
+        if (writers[r]) shards.push_back(shard_name(r, "json"));
+        if (extra) extras.push_back(extra_name(r, extra->tag, "json"));
       }
-      std::sort(shards.begin(), shards.end());
-      std::sort(extras.begin(), extras.end());
       nlohmann::json index = {{"format", kStateFormat}, {"version", kStateVersion}, {"step", state.step},
                               {"run", state.run},       {"layout", state.layout}, {"sampler_rng", state.sampler_rng},
                               {"shards", shards}};

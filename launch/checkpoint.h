@@ -110,6 +110,11 @@ std::string save_checkpoint(const std::string& checkpoint_dir, const TrainingSta
                             const HostState& host, const ShardRole& role, parallel::Communicator& world,
                             const RankExtra* extra = nullptr);
 
+// True on every rank of `world` when `ok` is true on every rank (collective).
+bool all_ranks_ok(parallel::Communicator& world, bool ok);
+// `text` of rank 0 of `world`, on every rank (collective).
+std::string broadcast_string(parallel::Communicator& world, const std::string& text);
+
 // "latest" -> the directory `latest` names inside checkpoint_dir; a path is
 // returned as is. Throws when there is nothing to resume from.
 std::string resolve_checkpoint(const std::string& resume, const std::string& checkpoint_dir);

@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -64,13 +65,18 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  // The trainer outlives the try block: were it destroyed while unwinding,
+  // its pending communication would wait for ranks that will never join,
+  // and MPI_Abort below would never run.
+  std::optional<launch::Trainer> trainer;
   try {
-    launch::Trainer trainer(config, std::cout, MPI_COMM_WORLD);
-    trainer.run();
+    trainer.emplace(config, std::cout, MPI_COMM_WORLD);
+    trainer->run();
   } catch (const std::exception& e) {
     std::cerr << "[rank " << rank << "] error: " << e.what() << std::endl;
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
+  trainer.reset();
   MPI_Finalize();
   return 0;
 }

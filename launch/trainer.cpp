@@ -537,6 +537,10 @@ RunSummary Trainer::run() {
       save(step + 1);
   }
   const bool whole_model_here = grid_.tp_size() == 1 && grid_.pp_size() == 1;
+  // Under ZeRO each rank updated only its chunks of a separate master copy:
+  // gather it (collective) before rank 0 writes the model.
+  if (!config_.save_model.empty() && zero_sharded() && store_->master().data() != store_->working().data())
+    grad_buckets_->gather(store_->master());
   if (!config_.save_model.empty() && grid_.world_rank() == 0) {
     std::vector<float> master(static_cast<std::size_t>(registry_.total_numel()));
     store_->download_master(master.data());

@@ -28,10 +28,29 @@ nlohmann::json Trainer::run_identity() const {
 // ---- checkpoints --------------------------------------------------------------------
 
 void Trainer::resume() {
-  const std::string dir = resolve_checkpoint(config_.resume, config_.checkpoint_dir);
+  // Rank 0 decides which checkpoint (ranks may see `latest` at different
+  // moments on a network file system); every rank loads its part; all agree
+  // on the outcome before anyone goes on, so a failure on one rank stops all.
+  std::string dir, error;
+  if (grid_.world_rank() == 0) {
+    try {
+      dir = resolve_checkpoint(config_.resume, config_.checkpoint_dir);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  ENGINE_CHECK(all_ranks_ok(*host_world_, error.empty()), error.empty() ? "rank 0 found no checkpoint to resume" : error);
+  dir = broadcast_string(*host_world_, dir);
   const std::size_t n = static_cast<std::size_t>(registry_.total_numel());
   std::vector<float> master(n, 0.0f), m(n, 0.0f), v(n, 0.0f);
-  const TrainingState state = load_checkpoint(dir, run_identity(), registry_, {master.data(), m.data(), v.data()});
+  TrainingState state;
+  try {
+    state = load_checkpoint(dir, run_identity(), registry_, {master.data(), m.data(), v.data()});
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  ENGINE_CHECK(all_ranks_ok(*host_world_, error.empty()),
+               error.empty() ? "another rank could not load checkpoint '" + dir + "'" : error);
   ENGINE_CHECK(state.step < config_.steps, "checkpoint '", dir, "' is at step ", state.step,
                ", nothing left to do for --steps ", config_.steps);
   store_->upload_master(master.data());

@@ -4,6 +4,7 @@
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
+#include <exception>
 #include <functional>
 #include <vector>
 
@@ -158,7 +159,9 @@ class MpiPending final : public PendingOp {
  public:
   explicit MpiPending(std::string comm_name) : comm_name_(std::move(comm_name)) {}
   ~MpiPending() override {
-    if (!done_) {
+    // While an exception unwinds, the peers of this operation may never post
+    // theirs: waiting would hang the job instead of letting it abort.
+    if (!done_ && std::uncaught_exceptions() == 0) {
       try {
         wait();
       } catch (...) {
@@ -282,7 +285,9 @@ MpiCommunicator::~MpiCommunicator() {
   // nothing left to free.
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  // MPI_Comm_free is collective in principle; while an exception unwinds
+  // the other ranks may never call it, so leave the handle to MPI_Abort.
+  if (!finalized && comm_ != MPI_COMM_NULL && std::uncaught_exceptions() == 0) MPI_Comm_free(&comm_);
 }
 
 // ---- operations --------------------------------------------------------------------
