@@ -64,7 +64,11 @@ class Trainer {
 
   const model::ParamRegistry& registry() const { return registry_; }
   const model::ParamStore& params() const { return *store_; }
-  const optim::AdamW& optimizer() const { return *adamw_; }  // --optimizer adamw only
+  // --optimizer adamw only (onebit_optimizer() otherwise).
+  const optim::AdamW& optimizer() const {
+    ENGINE_CHECK(adamw_ != nullptr, "Trainer::optimizer(): this run uses --optimizer onebit-adam");
+    return *adamw_;
+  }
   const optim::OneBitAdam* onebit_optimizer() const { return onebit_.get(); }  // null unless onebit-adam
   const parallel::ProcessGrid& grid() const { return grid_; }
 
