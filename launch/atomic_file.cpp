@@ -1,6 +1,7 @@
 #include "launch/atomic_file.h"
 
 #include <fcntl.h>
+#include <stdio.h>  // renameat2, RENAME_EXCHANGE (glibc >= 2.28, _GNU_SOURCE)
 #include <unistd.h>
 
 #include <cerrno>
@@ -61,19 +62,31 @@ void sync_directory(const std::string& dir) {
 
 void commit_directory(const std::string& temp_dir, const std::string& final_dir) {
   std::error_code ec;
-  std::string aside;
   if (fs::exists(final_dir)) {
-    aside = final_dir + ".old." + std::to_string(::getpid());
+    // Swap the two directories in one atomic step (Linux renameat2), so
+    // final_dir never stops existing, then drop the old one now at temp_dir.
+    if (::renameat2(AT_FDCWD, temp_dir.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0) {
+      sync_directory(fs::path(final_dir).parent_path().string());
+      fs::remove_all(temp_dir, ec);
+      return;
+    }
+    // File systems without RENAME_EXCHANGE: move the old one aside first
+    // (a crash between the two renames leaves it under the ".old" name).
+    const std::string aside = final_dir + ".old." + std::to_string(::getpid());
     fs::rename(final_dir, aside, ec);
     ENGINE_CHECK(!ec, "moving the old '", final_dir, "' aside failed: ", ec.message());
+    fs::rename(temp_dir, final_dir, ec);
+    if (ec) {
+      fs::rename(aside, final_dir);  // put the old one back
+      ENGINE_FAIL("renaming '", temp_dir, "' to '", final_dir, "' failed: ", ec.message());
+    }
+    sync_directory(fs::path(final_dir).parent_path().string());
+    fs::remove_all(aside, ec);
+    return;
   }
   fs::rename(temp_dir, final_dir, ec);
-  if (ec) {
-    if (!aside.empty()) fs::rename(aside, final_dir);  // put the old one back
-    ENGINE_FAIL("renaming '", temp_dir, "' to '", final_dir, "' failed: ", ec.message());
-  }
+  ENGINE_CHECK(!ec, "renaming '", temp_dir, "' to '", final_dir, "' failed: ", ec.message());
   sync_directory(fs::path(final_dir).parent_path().string());
-  if (!aside.empty()) fs::remove_all(aside, ec);
 }
 
 }  // namespace launch

@@ -29,9 +29,10 @@ class AtomicFile {
   std::size_t written_ = 0;
 };
 
-// Replaces directory `final_dir` by `temp_dir` (fully written) as atomically
-// as POSIX allows: an existing final_dir is moved aside first and removed only
-// after the new one is in place.
+// Replaces directory `final_dir` by `temp_dir` (fully written): an existing
+// final_dir is swapped with it atomically (renameat2 RENAME_EXCHANGE) and then
+// removed, or, where the file system cannot swap, moved aside first and
+// removed only after the new one is in place.
 void commit_directory(const std::string& temp_dir, const std::string& final_dir);
 
 // fsync of a directory, so a rename inside it survives a crash.

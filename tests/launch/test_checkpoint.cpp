@@ -125,3 +125,28 @@ TEST(TrainingState, ResumeLatestWithoutCheckpointIsAClearError) {
     EXPECT_NE(std::string(e.what()).find("no checkpoint to resume from"), std::string::npos) << e.what();
   }
 }
+
+TEST(TrainingState, SavingTheSameStepAgainReplacesItWhole) {
+  TempDir dir("state_again");
+  const model::GptConfig config = model::gpt_preset("gpt-micro");
+  const model::ParamRegistry reg = model::build_gpt_registry(config);
+  parallel::MpiCommunicator self(MPI_COMM_SELF, "self");
+  launch::TrainingState state;
+  state.step = 7;
+  state.run = {{"seed", 1}};
+  std::vector<float> first = random_params(reg, 10), second = random_params(reg, 11);
+  for (std::vector<float>* p : {&first, &second})
+    launch::save_checkpoint(dir / "ckpt", state, config, reg, {p->data(), p->data(), p->data()}, launch::ShardRole{},
+                            self);
+  std::vector<float> back(first.size()), m(first.size()), v(first.size());
+  launch::load_checkpoint(launch::resolve_checkpoint("latest", dir / "ckpt"), state.run, reg,
+                          {back.data(), m.data(), v.data()});
+  for (const model::ParamInfo& e : reg.entries())
+    EXPECT_EQ(std::memcmp(back.data() + e.offset, second.data() + e.offset, e.numel() * 4), 0) << e.name;
+  int entries = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir / "ckpt")) {
+    (void)entry;
+    ++entries;
+  }
+  EXPECT_EQ(entries, 2) << "step_00000007 and latest, nothing set aside";
+}
