@@ -362,13 +362,17 @@ void MpiCommunicator::do_barrier() { check_mpi(MPI_Barrier(comm_), "MPI_Barrier"
 
 // ---- the grid's communicators ----------------------------------------------------------
 
-GridComms make_mpi_comms(const ProcessGrid& grid, MPI_Comm world) {
+void check_grid_matches(const ProcessGrid& grid, MPI_Comm world) {
   int world_size = 0, world_rank = 0;
   MPI_Comm_size(world, &world_size);
   MPI_Comm_rank(world, &world_rank);
   ENGINE_CHECK(world_size == grid.world_size() && world_rank == grid.world_rank(),
                "the process grid was built for rank ", grid.world_rank(), " of ", grid.world_size(),
                " but MPI says this is rank ", world_rank, " of ", world_size);
+}
+
+GridComms make_mpi_comms(const ProcessGrid& grid, MPI_Comm world) {
+  check_grid_matches(grid, world);
   GridComms comms;
   comms.world = std::make_unique<MpiCommunicator>(world, "world");
   // Every rank splits along the three axes in the same order (collective).

@@ -82,4 +82,8 @@ class MpiCommunicator final : public Communicator {
 // `world`: every rank calls it once, in the same place.
 GridComms make_mpi_comms(const ProcessGrid& grid, MPI_Comm world = MPI_COMM_WORLD);
 
+// Throws unless `grid` was built for this rank of `world` (both factories
+// check it before any collective).
+void check_grid_matches(const ProcessGrid& grid, MPI_Comm world);
+
 }  // namespace parallel

@@ -2,6 +2,7 @@
 
 #include "engine/check.h"
 #include "engine/cuda/context.h"
+#include "parallel/mpi_communicator.h"
 
 namespace parallel {
 
@@ -194,12 +195,7 @@ void NcclCommunicator::do_barrier() {
 }
 
 GridComms make_nccl_comms(const ProcessGrid& grid, MPI_Comm world) {
-  int world_size = 0, world_rank = 0;
-  MPI_Comm_size(world, &world_size);
-  MPI_Comm_rank(world, &world_rank);
-  ENGINE_CHECK(world_size == grid.world_size() && world_rank == grid.world_rank(),
-               "the process grid was built for rank ", grid.world_rank(), " of ", grid.world_size(),
-               " but MPI says this is rank ", world_rank, " of ", world_size);
+  check_grid_matches(grid, world);
   GridComms comms;
   comms.world = std::make_unique<NcclCommunicator>(world, "world");
   // Same order on every rank: each ncclCommInitRank blocks until its whole

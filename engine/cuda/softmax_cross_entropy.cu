@@ -19,16 +19,12 @@
 
 #include "engine/cuda/common.cuh"
 #include "engine/cuda/cuda_ops.h"
+#include "engine/cuda/softmax_rows.cuh"
 
 namespace engine::cuda {
 namespace {
 
 constexpr int kCeThreads = 512;
-
-template <typename T, int kVec>
-struct alignas(sizeof(T) * kVec) Pack {
-  T v[kVec];
-};
 
 // Online-softmax state: max m and sum s of exp(x - m).
 struct MaxSum {
@@ -91,17 +87,7 @@ __global__ void __launch_bounds__(kCeThreads)
 
   if (grad_scale == 0.0f) return;
   // Pass 2: dlogits = grad_scale * (softmax - onehot), padding 0.
-  for (std::int64_t p = threadIdx.x; p < num_packs; p += blockDim.x) {
-    Pack<T, kVec> pack = packs[p];
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) {
-      const std::int64_t i = p * kVec + e;
-      float g = 0.0f;
-      if (i < V) g = grad_scale * (__expf(to_float(pack.v[e]) - lse) - (i == target ? 1.0f : 0.0f));
-      pack.v[e] = from_float<T>(g);
-    }
-    packs[p] = pack;
-  }
+  write_softmax_gradient<T, kVec>(row, num_packs, V, lse, target, grad_scale);
 }
 
 }  // namespace

@@ -31,17 +31,13 @@
 
 #include "engine/cuda/common.cuh"
 #include "engine/cuda/cuda_ops.h"
+#include "engine/cuda/softmax_rows.cuh"
 
 namespace engine::cuda {
 namespace {
 
 constexpr int kVpceThreads = 512;
 constexpr int kVpceWarps = kVpceThreads / 32;
-
-template <typename T, int kVec>
-struct alignas(sizeof(T) * kVec) Pack {
-  T v[kVec];
-};
 
 // Block-wide max / sum, every thread gets the result. The warp shuffles and
 // the in-order merge of the warps' partials fix the summation order.
@@ -134,19 +130,7 @@ __global__ void __launch_bounds__(kVpceThreads)
   // dlogits = grad_scale * (softmax - onehot) on this slice, padding 0.
   const float lse = m + log_sum;
   const std::int64_t local = valid_target ? target - vocab_start : -1;  // -1: matches no column
-  Pack<T, kVec>* packs = reinterpret_cast<Pack<T, kVec>*>(logits + n * V_local);
-  const std::int64_t num_packs = V_local / kVec;
-  for (std::int64_t p = threadIdx.x; p < num_packs; p += blockDim.x) {
-    Pack<T, kVec> pack = packs[p];
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) {
-      const std::int64_t i = p * kVec + e;
-      float g = 0.0f;
-      if (i < valid) g = grad_scale * (__expf(to_float(pack.v[e]) - lse) - (i == local ? 1.0f : 0.0f));
-      pack.v[e] = from_float<T>(g);
-    }
-    packs[p] = pack;
-  }
+  write_softmax_gradient<T, kVec>(logits + n * V_local, V_local / kVec, valid, lse, local, grad_scale);
 }
 
 std::int64_t valid_columns(std::int64_t V_local, std::int64_t vocab_start, std::int64_t vocab_size) {
