@@ -90,8 +90,10 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
                  "rerun its forward in backward)")
       ->group(kMemory)->capture_default_str()->check(CLI::IsMember({"none", "selective", "full"}));
   app.add_option("--zero", c.zero,
-                 "ZeRO stage over the data-parallel axis: 0 (off) or 1 (optimizer state sharded, gradients "
-                 "reduce-scattered, parameters all-gathered); stages 2 and 3 are not implemented yet")
+                 "ZeRO stage over the data-parallel axis (Rajbhandari et al. 2020): 0 off; 1 optimizer state "
+                 "sharded (gradients reduce-scattered, updated parameters all-gathered); 2 also gradients, each "
+                 "layer's reduce-scattered into the owner's shard during backward; 3 also parameters, each layer's "
+                 "gathered just before its forward and backward (the next one prefetched) and freed after")
       ->group(kMemory)->capture_default_str();
   app.add_flag("--sequence-parallel", c.sequence_parallel,
                "With --tp > 1: layer norms and residual adds work on 1/tp of the tokens, the all-reduces become "
@@ -154,8 +156,7 @@ void TrainConfig::resolve(int cuda_devices, int world) {
                "needs --tp > 1 (got tp ", tp, ")");
   ENGINE_CHECK(!sequence_parallel || (micro_batch * seq_len) % tp == 0, "--sequence-parallel: the micro-batch's ",
                micro_batch, " x ", seq_len, " tokens do not split evenly over tp ", tp);
-  ENGINE_CHECK(zero == 0 || zero == 1, "--zero ", zero, ": stages 0 and 1 are implemented; ",
-               zero >= 2 && zero <= 3 ? "stages 2 and 3 are not implemented yet" : "expected 0, 1, 2 or 3");
+  ENGINE_CHECK(zero >= 0 && zero <= 3, "--zero ", zero, ": expected a ZeRO stage 0, 1, 2 or 3");
   ENGINE_CHECK(steps >= 1, "--steps must be >= 1, got ", steps);
   ENGINE_CHECK(grad_clip >= 0, "--grad-clip must be >= 0 (0 = off), got ", grad_clip);
   ENGINE_CHECK(!train_data.empty(), "--train-data is required: a token shard file or glob (see `prepare`)");
@@ -179,6 +180,9 @@ void TrainConfig::resolve(int cuda_devices, int world) {
   ENGINE_CHECK(optimizer == "adamw" || optimizer == "onebit-adam", "--optimizer '", optimizer,
                "': expected adamw or onebit-adam");
   onebit = optimizer == "onebit-adam";
+  ENGINE_CHECK(!onebit || zero <= 1, "--optimizer onebit-adam composes with --zero 0 or 1, not --zero ", zero,
+               ": its compression stage exchanges each rank's whole local momentum, built from whole local "
+               "gradients, which ZeRO-2/3 no longer keep");
   ENGINE_CHECK(onebit || freeze_step == 0, "--freeze-step ", freeze_step,
                " only applies to --optimizer onebit-adam (this run uses ", optimizer, ")");
   if (onebit) {

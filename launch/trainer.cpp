@@ -181,8 +181,12 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
 
   range_ = model::pipeline_stage_range(mc, grid_.pp_rank(), grid_.pp_size());
   tp_ = model::TensorParallel{grid_.tp_rank(), grid_.tp_size(), config.sequence_parallel};
-  const bool zero = config.zero >= 1 && grid_.dp_size() > 1;
+  // ZeRO (Rajbhandari et al. 2020) shards over the data-parallel group; with
+  // one replica there is nothing to shard and every stage is stage 0.
+  zero_stage_ = grid_.dp_size() > 1 ? config.zero : 0;
+  const bool zero = zero_stage_ >= 1;
   registry_ = model::build_gpt_registry(mc, range_, tp_, zero ? grid_.dp_size() : 1);
+  for (const model::ParamUnit& u : registry_.units()) unit_ranges_.push_back({u.offset, u.count});
 
   train_data_ = std::make_unique<DataLoader>(config.train_data, static_cast<int>(config.seq_len),
                                              static_cast<int>(mc.vocab_size), config.shuffle, config.seed);
@@ -192,7 +196,18 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
   layout_ = BatchLayout{config.batch_tokens / config.seq_len, grid_.dp_size(), grid_.dp_rank(), config.micro_batch};
   layout_.validate();
 
-  store_ = std::make_unique<model::ParamStore>(registry_, config.device_type, config.precision_mode);
+  // Stages 2 and 3 keep only this rank's chunks of every unit: of the
+  // gradients, and at stage 3 of the weights too (parallel/zero_units.h).
+  model::StoreSharding sharding;
+  if (zero_stage_ >= 2) {
+    sharding.owned = parallel::owned_chunks(unit_ranges_, comms_.dp->rank(), comms_.dp->size());
+    sharding.grads = true;
+    sharding.weights = zero_stage_ >= 3;
+  }
+  store_ = std::make_unique<model::ParamStore>(registry_, config.device_type, config.precision_mode, sharding);
+  if (zero_stage_ >= 2)
+    zero_units_ = std::make_unique<parallel::ZeroUnits>(*comms_.dp, unit_ranges_,
+                                                        zero_stage_ >= 3 ? store_->working() : Tensor{}, store_->grads());
   if (!config.init_from.empty()) {
     // Read the whole model, then keep this rank's slices of it.
     const model::ParamRegistry full = model::build_gpt_registry(mc);
@@ -217,7 +232,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
   const int slots = std::max(1, parallel::peak_in_flight(schedule_));
   const model::ActivationShape shape{config.micro_batch, config.seq_len, model::activation_dtype(config.precision_mode)};
   stage_ = std::make_unique<model::GptStage>(mc, *store_, range_, shape, slots, tp_, comms_.tp.get(),
-                                                config.recompute_mode);
+                                             config.recompute_mode, zero_units_.get());
   engine::Arena plan = engine::Arena::planning(config.device_type);
   stage_->allocate(plan);
   activations_ = engine::Arena(config.device_type, plan.used());
@@ -248,7 +263,9 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
       norm_ranges_.push_back({p.offset, end - p.offset});
   }
   local_norm_ranges_ = norm_ranges_;
-  if (grid_.dp_size() > 1) {
+  // Stages 0 and 1 reduce whole buckets of the gradient buffer; stages 2
+  // and 3 reduce unit by unit as the stage releases them (zero_units_).
+  if (grid_.dp_size() > 1 && zero_stage_ <= 1) {
     const auto bucket_elements = static_cast<std::int64_t>(config.bucket_mb * 1024 * 1024 /
                                                            engine::dtype_size(store_->grads().dtype()));
     grad_buckets_ = std::make_unique<parallel::GradBuckets>(
@@ -257,25 +274,34 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
   }
 
   // The optimizer: over everything, or under ZeRO over the chunks this rank
-  // owns, with its moments compact in a shard (Rajbhandari et al. 2020, P_os).
+  // owns (Rajbhandari et al. 2020): its moments compact in a shard (P_os),
+  // from stage 2 the gradients too (P_os+g), at stage 3 the weights (P_os+g+p).
   std::vector<optim::ParamSegment> segments;
   std::int64_t state_elements = -1;
   if (zero) {
-    owned_ = grad_buckets_->owned_chunks();
-    state_elements = grad_buckets_->shard_elements();
+    owned_ = zero_units_ ? zero_units_->owned() : grad_buckets_->owned_chunks();
+    state_elements = parallel::shard_elements(owned_);
     for (const model::DecaySegment& d : registry_.decay_segments())
       for (const parallel::ShardChunk& c : owned_) {
         const std::int64_t begin = std::max(d.offset, c.full_offset);
         const std::int64_t end = std::min(d.offset + d.count, c.full_offset + c.count);
-        if (begin < end) segments.push_back({begin, end - begin, d.decay, begin, c.shard_offset + (begin - c.full_offset)});
+        if (begin >= end) continue;
+        const std::int64_t in_shard = c.shard_offset + (begin - c.full_offset);
+        optim::ParamSegment seg{begin, end - begin, d.decay, begin, in_shard};
+        if (zero_stage_ >= 2) seg.grad_offset = in_shard;
+        if (zero_stage_ >= 3) seg.offset = seg.master_offset = in_shard;
+        segments.push_back(seg);
       }
     // The norm counts each rank's own reduced chunks; every rank contributes.
+    // They sit at their full-layout offsets under stage 1 and in the
+    // gradient shard from stage 2.
     std::vector<std::pair<std::int64_t, std::int64_t>> owned_norm;
     for (const auto& [offset, count] : norm_ranges_)
       for (const parallel::ShardChunk& c : owned_) {
         const std::int64_t begin = std::max(offset, c.full_offset);
         const std::int64_t end = std::min(offset + count, c.full_offset + c.count);
-        if (begin < end) owned_norm.push_back({begin, end - begin});
+        if (begin < end)
+          owned_norm.push_back({zero_stage_ >= 2 ? c.shard_offset + (begin - c.full_offset) : begin, end - begin});
       }
     norm_ranges_ = owned_norm;
   } else {
@@ -301,34 +327,58 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
   sampler_rng_.seed(config.seed);
 
   // Bytes each rank holds, as laid out for this layout before step 1; the
-  // largest over all ranks is what must fit on one device.
+  // largest over all ranks is what must fit on one device. ZeRO-2/3's
+  // staging buffers are allocated as the first step needs them; their bound
+  // is at most 3 gathered units (in use, prefetched, the embedding's pair)
+  // and 4 gradient units (in use, the held token embedding, two reductions
+  // in flight), each at most the largest unit.
   const bool separate_working = store_->working().data() != store_->master().data();
-  double held[4] = {static_cast<double>(store_->master().bytes() + (separate_working ? store_->working().bytes() : 0)),
-                    static_cast<double>(store_->grads().bytes()),
-                    static_cast<double>(optimizer_m().bytes() + optimizer_v().bytes() +
-                                        (onebit_ ? onebit_->extra_state_bytes() : 0)),
-                    static_cast<double>(activations_.capacity())};
-  host_world_->all_reduce(Tensor(held, engine::Shape{4}, engine::DType::kF64, engine::DeviceType::kCpu),
+  const MemoryAccount account = memory_account();
+  std::int64_t largest_unit = 0;
+  for (const parallel::FlatRange& u : unit_ranges_) largest_unit = std::max(largest_unit, u.count);
+  const double staging_bound =
+      zero_stage_ < 2 ? 0.0
+                      : static_cast<double>(largest_unit) *
+                            ((zero_stage_ >= 3 ? 3.0 * static_cast<double>(engine::dtype_size(store_->working().dtype())) : 0.0) +
+                             4.0 * static_cast<double>(engine::dtype_size(store_->grads().dtype())));
+  double held[5] = {static_cast<double>(account.weights), static_cast<double>(account.grads),
+                    static_cast<double>(account.optimizer), static_cast<double>(account.activations), staging_bound};
+  host_world_->all_reduce(Tensor(held, engine::Shape{5}, engine::DType::kF64, engine::DeviceType::kCpu),
                           parallel::ReduceOp::kMax);
   if (is_logger()) {
     auto bytes = [](double b) { return engine::format_bytes(static_cast<std::size_t>(b)); };
     out_ << config.describe() << "\n"
          << "rank 0     " << grid_.describe() << ", layers [" << range_.first_layer << ", " << range_.last_layer << ")\n"
          << "memory     per rank (largest over ranks): parameters " << bytes(held[0])
-         << (separate_working ? " (fp32 master + working copy)" : "") << ", gradients " << bytes(held[1])
+         << (separate_working ? " (fp32 master + working copy)" : "") << (zero_stage_ >= 3 ? " (ZeRO-3 shard)" : "")
+         << ", gradients " << bytes(held[1]) << (zero_stage_ >= 2 ? " (ZeRO shard)" : "")
          << ", optimizer state " << bytes(held[2])
          << (onebit_ ? (zero_sharded() ? " (1-bit Adam: whole momentum and error buffers, ZeRO-1 variance shard)"
                                        : " (1-bit Adam: momentum, variance, error buffers)")
-                     : (zero_sharded() ? " (ZeRO-1 shard)" : ""))
+                     : (zero_sharded() ? " (ZeRO shard)" : ""))
          << ", activations "
          << bytes(held[3]) << " (" << slots << " micro-batch slot" << (slots > 1 ? "s" : "") << ", recompute "
-         << model::recompute_name(config.recompute_mode) << ")\n"
+         << model::recompute_name(config.recompute_mode) << ")";
+    if (zero_stage_ >= 2)
+      out_ << ", ZeRO-" << zero_stage_ << " gather/reduce buffers <= " << bytes(held[4]) << " (allocated as used)";
+    out_ << "\n"
          << "flops      " << model::flops_convention() << "\n";
   }
   if (!config.resume.empty()) resume();
 }
 
 Trainer::~Trainer() = default;
+
+MemoryAccount Trainer::memory_account() const {
+  MemoryAccount a;
+  const bool separate_working = store_->working().data() != store_->master().data();
+  a.weights = store_->master().bytes() + (separate_working ? store_->working().bytes() : 0);
+  a.grads = store_->grads().bytes();
+  a.optimizer = optimizer_m().bytes() + optimizer_v().bytes() + (onebit_ ? onebit_->extra_state_bytes() : 0);
+  a.activations = activations_.capacity();
+  a.zero_staging = zero_units_ ? zero_units_->staging_bytes() : 0;
+  return a;
+}
 
 void Trainer::optimizer_step(double lr, double norm) {
   const double clip = optim::clip_factor(norm, config_.grad_clip);
@@ -369,8 +419,18 @@ void Trainer::reduce_gradients() {
     // momentum is exchanged instead); the tied embedding's two copies are
     // still summed, on this replica's local gradients.
     if (embedding_comm_) embedding_comm_->all_reduce(store_->grad("wte"));
+  } else if (zero_units_) {
+    // ZeRO-2/3: backward started every unit's reduce-scatter; land them.
+    // Then the tied embedding's two copies: "wte" is a unit of its own on
+    // the first and the last stage, so the owned chunks cover the same
+    // elements on both and their sum is the sum of the reduced copies.
+    zero_units_->finish_grads();
+    if (embedding_comm_) {
+      const parallel::ShardChunk& c = owned_[static_cast<std::size_t>(registry_.unit_index("wte"))];
+      embedding_comm_->all_reduce(store_->grads().flat_slice(c.shard_offset, c.count));
+    }
   } else if (zero_sharded()) {
-    // ZeRO: the tied embedding's copies are summed before the reduce-scatter.
+    // ZeRO-1: the tied embedding's copies are summed before the reduce-scatter.
     if (embedding_comm_) embedding_comm_->all_reduce(store_->grad("wte"));
     grad_buckets_->finish();
   } else {
@@ -461,9 +521,9 @@ double Trainer::peak_flops_per_device() {
   return peak;
 }
 
-std::string Trainer::sample_text() {
+std::string Trainer::sample_text(const model::ParamStore& store) {
   const model::ActivationShape shape{1, config_.seq_len, model::activation_dtype(config_.precision_mode)};
-  model::GptStage sampler(config_.model, *store_, model::whole_model(config_.model), shape, 1);
+  model::GptStage sampler(config_.model, store, model::whole_model(config_.model), shape, 1);
   engine::Arena plan = engine::Arena::planning(config_.device_type);
   sampler.allocate(plan);
   engine::Arena arena(config_.device_type, plan.used());
@@ -496,8 +556,12 @@ RunSummary Trainer::run() {
     const double norm = global_grad_norm();
     const double lr = config_.lr_schedule.at(step);
     optimizer_step(lr, norm);
-    // ZeRO: every rank updated its own chunks; gather the whole working copy.
-    if (zero_sharded()) grad_buckets_->gather(store_->working());
+    // ZeRO: every rank updated its own chunks. Stages 1 and 2 gather the
+    // whole working copy now; stage 3 gathers unit by unit as the next
+    // passes need them, and its gathered copies are stale from here.
+    if (zero_stage_ == 1) grad_buckets_->gather(store_->working());
+    if (zero_stage_ == 2) parallel::all_gather_chunks(*comms_.dp, unit_ranges_, owned_, store_->working());
+    if (zero_stage_ == 3) zero_units_->drop_weights();
     engine::device_synchronize();
     const double seconds = seconds_since(t0);
 
@@ -537,19 +601,27 @@ RunSummary Trainer::run() {
       save(step + 1);
   }
   const bool whole_model_here = grid_.tp_size() == 1 && grid_.pp_size() == 1;
-  // Under ZeRO each rank updated only its chunks of a separate master copy:
-  // gather it (collective) before rank 0 writes the model.
-  if (!config_.save_model.empty() && zero_sharded() && store_->master().data() != store_->working().data())
-    grad_buckets_->gather(store_->master());
+  // The whole master weights, gathered by every rank under ZeRO, when the
+  // model file or a sampler over ZeRO-3's sharded weights needs them.
+  const bool sample_gathered = config_.sample_tokens > 0 && whole_model_here && store_->weights_sharded();
+  std::vector<float> master;
+  if (!config_.save_model.empty() || sample_gathered) {
+    master.resize(static_cast<std::size_t>(registry_.total_numel()));
+    download_master(master.data());
+  }
   if (!config_.save_model.empty() && grid_.world_rank() == 0) {
-    std::vector<float> master(static_cast<std::size_t>(registry_.total_numel()));
-    store_->download_master(master.data());
     write_llmc_model(config_.save_model, config_.model, registry_, master.data());
     out_ << "model      written to " << config_.save_model << " (llm.c GPT-2 format)\n";
   }
   if (config_.sample_tokens > 0 && grid_.world_rank() == 0) {
     if (whole_model_here) {
-      summary.sample = sample_text();
+      if (sample_gathered) {
+        model::ParamStore whole(registry_, config_.device_type, config_.precision_mode);
+        whole.upload_master(master.data());
+        summary.sample = sample_text(whole);
+      } else {
+        summary.sample = sample_text(*store_);
+      }
       out_ << "sample     ----\n" << summary.sample << "\n----" << std::endl;
     } else {
       out_ << "sample     skipped: sampling needs the whole model on one rank (tp = pp = 1)\n";

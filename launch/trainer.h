@@ -42,10 +42,21 @@
 #include "parallel/grad_buckets.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/process_grid.h"
+#include "parallel/zero_units.h"
 
 namespace launch {
 
 struct TrainingState;  // launch/checkpoint.h
+
+// Bytes this rank holds, by kind (launch/trainer.cpp prints them at
+// start-up; the ZeRO memory test compares them across dp).
+struct MemoryAccount {
+  std::size_t weights = 0;       // master + working copy (this rank's chunks under ZeRO-3)
+  std::size_t grads = 0;         // gradient buffer (this rank's chunks under ZeRO-2/3)
+  std::size_t optimizer = 0;     // moments (+ 1-bit Adam's error buffers)
+  std::size_t activations = 0;   // the activation arena
+  std::size_t zero_staging = 0;  // ZeRO-2/3 gather and reduce buffers allocated so far (parallel/zero_units.h)
+};
 
 struct RunSummary {
   std::vector<double> losses;  // training loss of each step this run took (the same on every rank)
@@ -71,6 +82,12 @@ class Trainer {
   }
   const optim::OneBitAdam* onebit_optimizer() const { return onebit_.get(); }  // null unless onebit-adam
   const parallel::ProcessGrid& grid() const { return grid_; }
+  int zero_stage() const { return zero_stage_; }  // 0 when dp = 1 (nothing to shard)
+  MemoryAccount memory_account() const;
+  // The whole master weights of this rank's (tp, pp) part as f32, laid out
+  // by registry(). Collective over the data-parallel group under ZeRO (the
+  // chunks are gathered); every rank of the job may call it.
+  void download_master(float* host);
 
  private:
   class PipelineStage;
@@ -90,7 +107,10 @@ class Trainer {
   void resume();
   nlohmann::json run_identity() const;
   double peak_flops_per_device();
-  std::string sample_text();
+  std::string sample_text(const model::ParamStore& store);
+  // t (laid out by registry(), or this rank's ZeRO shard of it when
+  // `sharded`) as whole f32 on the host; collective under ZeRO.
+  void gather_to_host(const engine::Tensor& t, bool sharded, float* host);
   double sum_over_world(double local);
   bool is_logger() const { return grid_.world_rank() == 0; }
   bool zero_sharded() const { return !owned_.empty(); }
@@ -105,6 +125,9 @@ class Trainer {
   model::TensorParallel tp_;
   model::ParamRegistry registry_;
   std::unique_ptr<model::ParamStore> store_;
+  int zero_stage_ = 0;
+  std::vector<parallel::FlatRange> unit_ranges_;        // the registry's units (ZeRO-2/3 shard by them)
+  std::unique_ptr<parallel::ZeroUnits> zero_units_;     // ZeRO-2/3; before stage_, which points to it
   std::unique_ptr<model::GptStage> stage_;
   engine::Arena activations_;
   std::unique_ptr<optim::AdamW> adamw_;        // --optimizer adamw

@@ -1,6 +1,7 @@
 // Trainer: saving and resuming the training state (launch/checkpoint.h has the format).
 #include "launch/trainer.h"
 
+#include <algorithm>
 #include <sstream>
 #include <string>
 
@@ -79,33 +80,57 @@ void Trainer::resume() {
   if (is_logger()) out_ << "resumed    from " << dir << " at step " << state.step << "\n";
 }
 
+void Trainer::gather_to_host(const Tensor& t, bool sharded, float* host) {
+  const std::int64_t n = registry_.total_numel();
+  if (!sharded) {
+    engine::ops::copy(host_f32(host, n), t);
+    return;
+  }
+  if (zero_units_) {
+    // ZeRO-2/3: unit by unit through one unit-sized buffer, so the whole
+    // tensor never exists on the device.
+    std::int64_t largest = 0;
+    for (const parallel::FlatRange& u : unit_ranges_) largest = std::max(largest, u.count);
+    engine::Buffer unit_buffer(config_.device_type, static_cast<std::size_t>(largest) * engine::dtype_size(t.dtype()));
+    engine::ops::fill(host_f32(host, n), 0.0);  // padding past the last unit, if any
+    for (std::size_t i = 0; i < unit_ranges_.size(); ++i) {
+      const parallel::FlatRange& u = unit_ranges_[i];
+      const Tensor whole = unit_buffer.as_tensor(engine::Shape{largest}, t.dtype()).flat_slice(0, u.count);
+      zero_units_->gather_unit(t, static_cast<int>(i), whole);
+      engine::ops::copy(host_f32(host + u.offset, u.count), whole);
+    }
+    return;
+  }
+  // ZeRO-1: through a full-size buffer, bucket by bucket.
+  engine::Buffer full(config_.device_type, static_cast<std::size_t>(n) * engine::dtype_size(t.dtype()));
+  const Tensor whole = full.as_tensor(engine::Shape{n}, t.dtype());
+  grad_buckets_->gather(whole, t);
+  engine::ops::copy(host_f32(host, n), whole);
+}
+
+void Trainer::download_master(float* host) {
+  if (zero_sharded() && !store_->weights_sharded() && store_->master().data() != store_->working().data()) {
+    // ZeRO-1/2 in mixed precision: the master is whole-sized but each rank
+    // updated only its chunks of it; gather them in place.
+    if (zero_units_)
+      parallel::all_gather_chunks(*comms_.dp, unit_ranges_, owned_, store_->master());
+    else
+      grad_buckets_->gather(store_->master());
+  }
+  gather_to_host(store_->master(), store_->weights_sharded(), host);
+}
+
 void Trainer::save(std::int64_t steps_done) {
+  // Checkpoints hold whole tensors: under ZeRO gather the owned chunks.
   const std::size_t n = static_cast<std::size_t>(registry_.total_numel());
   std::vector<float> master(n), m(n), v(n);
-  if (zero_sharded()) {
-    // Checkpoints hold whole tensors: gather the owned chunks of the master
-    // weights (in place) and of the moments (through a full-size buffer).
-    if (store_->master().data() != store_->working().data()) grad_buckets_->gather(store_->master());
-    engine::Buffer full(config_.device_type, store_->master().bytes());
-    const Tensor t = full.as_tensor(store_->master().shape(), store_->master().dtype());
-    if (onebit_m_partial_) {  // 1-bit Adam warm-up: its whole momentum's owned chunks are current
-      grad_buckets_->gather(onebit_->m());
-      onebit_m_partial_ = false;
-    }
-    for (auto [moment, host, sharded] : {std::tuple{optimizer_m(), m.data(), momentum_sharded()},
-                                         std::tuple{optimizer_v(), v.data(), true}}) {
-      if (sharded) {
-        grad_buckets_->gather(t, moment);
-        engine::ops::copy(host_f32(host, static_cast<std::int64_t>(n)), t);
-      } else {
-        engine::ops::copy(host_f32(host, static_cast<std::int64_t>(n)), moment);
-      }
-    }
-  } else {
-    engine::ops::copy(host_f32(m.data(), static_cast<std::int64_t>(n)), optimizer_m());
-    engine::ops::copy(host_f32(v.data(), static_cast<std::int64_t>(n)), optimizer_v());
+  download_master(master.data());
+  if (onebit_m_partial_) {  // 1-bit Adam warm-up under ZeRO-1: its whole momentum's owned chunks are current
+    grad_buckets_->gather(onebit_->m());
+    onebit_m_partial_ = false;
   }
-  store_->download_master(master.data());
+  gather_to_host(optimizer_m(), momentum_sharded(), m.data());
+  gather_to_host(optimizer_v(), zero_sharded(), v.data());
   TrainingState state;
   state.step = steps_done;
   state.run = run_identity();

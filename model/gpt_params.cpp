@@ -4,8 +4,10 @@
 
 namespace model {
 
+std::string block_unit_name(std::int64_t layer) { return "h." + std::to_string(layer); }
+
 std::string block_param_name(std::int64_t layer, const char* suffix) {
-  return "h." + std::to_string(layer) + "." + suffix;
+  return block_unit_name(layer) + "." + suffix;
 }
 
 ParamRegistry build_gpt_registry(const GptConfig& config, const StageRange& stage, TensorParallel tp,
@@ -18,13 +20,22 @@ ParamRegistry build_gpt_registry(const GptConfig& config, const StageRange& stag
   const Split qkv_rows{0, 3, tp.rank, tp.size};   // q|k|v blocks, each split by heads
   const Split columns{1, 1, tp.rank, tp.size};    // row-parallel
   ParamRegistry reg(ParamRegistry::kAlignElements * align_multiple);
-  auto add_wte = [&] { reg.add("wte", engine::Shape{config.padded_vocab(), C}, Init::kNormal, std, true, rows); };
+  // Units (model/param_registry.h): the tied token embedding alone, so that
+  // under ZeRO its chunks cover the same elements on the first and the last
+  // pipeline stage, whose gradients are summed; each table and each block
+  // is used as a whole.
+  auto add_wte = [&] {
+    reg.begin_unit("wte");
+    reg.add("wte", engine::Shape{config.padded_vocab(), C}, Init::kNormal, std, true, rows);
+  };
   if (stage.has_embedding) {
     add_wte();
+    reg.begin_unit("wpe");
     reg.add("wpe", engine::Shape{config.max_seq_len, C}, Init::kNormal, std, true);
   }
   for (std::int64_t l = stage.first_layer; l < stage.last_layer; ++l) {
     auto name = [l](const char* suffix) { return block_param_name(l, suffix); };
+    reg.begin_unit(block_unit_name(l));
     reg.add(name("ln_1.weight"), engine::Shape{C}, Init::kOnes, 0, false);
     reg.add(name("ln_1.bias"), engine::Shape{C}, Init::kZeros, 0, false);
     reg.add(name("attn.qkv.weight"), engine::Shape{3 * C, C}, Init::kNormal, std, true, qkv_rows);
@@ -39,6 +50,7 @@ ParamRegistry build_gpt_registry(const GptConfig& config, const StageRange& stag
     reg.add(name("mlp.proj.bias"), engine::Shape{C}, Init::kZeros, 0, false);
   }
   if (stage.has_head) {
+    reg.begin_unit("ln_f");
     reg.add("ln_f.weight", engine::Shape{C}, Init::kOnes, 0, false);
     reg.add("ln_f.bias", engine::Shape{C}, Init::kZeros, 0, false);
     if (!stage.has_embedding) add_wte();

@@ -20,6 +20,8 @@ namespace model {
 //   ln_f.weight/bias (C)
 // The LM head is tied to wte (no separate tensor).
 std::string block_param_name(std::int64_t layer, const char* suffix);  // ("h.3.", "attn.qkv.weight")
+// Parameter units (model/param_registry.h): "wte", "wpe", "h.{l}" per block, "ln_f".
+std::string block_unit_name(std::int64_t layer);  // "h.3"
 
 // Registers the parameters one process holds: those of `stage`, sliced for
 // tensor-parallel rank `tp` (Megatron-LM, Shoeybi et al. 2019, section 3):

@@ -1,5 +1,6 @@
 #include "model/gpt_stage.h"
 
+#include <string>
 #include <vector>
 
 #include "engine/ops.h"
@@ -12,8 +13,9 @@ using engine::Tensor;
 namespace ops = engine::ops;
 
 GptStage::GptStage(const GptConfig& config, const ParamStore& store, StageRange range, ActivationShape shape,
-                   int slots, TensorParallel tp, parallel::Communicator* tp_comm, Recompute recompute)
-    : config_(config), store_(store), range_(range), shape_(shape), tp_(tp), tp_comm_(tp_comm),
+                   int slots, TensorParallel tp, parallel::Communicator* tp_comm, Recompute recompute,
+                   parallel::ZeroUnits* zero)
+    : config_(config), store_(store), params_(store, zero), range_(range), shape_(shape), tp_(tp), tp_comm_(tp_comm),
       recompute_(recompute) {
   ENGINE_CHECK(tp.size == 1 || (tp_comm != nullptr && tp_comm->size() == tp.size), "a stage split ", tp.size,
                " ways needs a tensor-parallel communicator of that size");
@@ -27,8 +29,13 @@ GptStage::GptStage(const GptConfig& config, const ParamStore& store, StageRange 
   ENGINE_CHECK(shape.seq >= 1 && shape.seq <= config.max_seq_len, "sequence length ", shape.seq,
                " must be in [1, ", config.max_seq_len, "] (the model's max_seq_len)");
   ENGINE_CHECK(shape.batch >= 1, "micro-batch size must be >= 1, got ", shape.batch);
-  for (std::int64_t l = range.first_layer; l < range.last_layer; ++l)
-    blocks_.emplace_back(config_, block_weights(store, l), block_grads(store, l), tp_, tp_comm_);
+  for (std::int64_t l = range.first_layer; l < range.last_layer; ++l) {
+    blocks_.emplace_back(config_, tp_, tp_comm_);
+    block_units_.push_back(params_.unit(block_unit_name(l)));
+  }
+  if (range.has_embedding || range.has_head) wte_unit_ = params_.unit("wte");
+  if (range.has_embedding) wpe_unit_ = params_.unit("wpe");
+  if (range.has_head) lnf_unit_ = params_.unit("ln_f");
   residuals_.resize(slots);
   acts_.resize(slots);
   tokens_.resize(slots);
@@ -107,26 +114,40 @@ Tensor host_tokens(const std::int32_t* data, std::int64_t B, std::int64_t T) {
 }
 }  // namespace
 
+void GptStage::embedding_forward(int slot, const Tensor& res0) {
+  // Each tensor-parallel rank adds the rows of the tokens it holds (and
+  // rank 0 the positions); an all-reduce completes the embedding, or under
+  // sequence parallelism a reduce-scatter leaves each rank its tokens.
+  const UnitView wte = params_.weights(wte_unit_), wpe = params_.weights(wpe_unit_);
+  if (!blocks_.empty()) params_.prefetch_weights(block_units_.front());
+  const Tensor partial = tp_.splits_tokens() ? scratch_.branch : res0;  // (B,T,C)
+  ops::embedding_forward(partial, tokens_[slot], wte["wte"], tp_.rank == 0 ? wpe["wpe"] : Tensor{}, vocab_start());
+  params_.release_weights(wpe_unit_);
+  params_.release_weights(wte_unit_);
+  if (tp_.splits_tokens())
+    tp_comm_->reduce_scatter(partial.view(Shape{partial.numel()}), res0.view(Shape{res0.numel()}));
+  else
+    tp_all_reduce(res0);
+}
+
 void GptStage::forward(int slot, const std::int32_t* tokens, const std::int32_t* targets, double grad_scale) {
   const std::int64_t B = shape_.batch, T = shape_.seq;
   std::vector<Tensor>& res = residuals_[slot];
   if (range_.has_embedding) {
     ENGINE_CHECK(tokens != nullptr, "the first stage's forward needs tokens");
     ops::copy(tokens_[slot], host_tokens(tokens, B, T));
-    // Each tensor-parallel rank adds the rows of the tokens it holds (and
-    // rank 0 the positions); an all-reduce completes the embedding, or under
-    // sequence parallelism a reduce-scatter leaves each rank its tokens.
-    const Tensor partial = tp_.splits_tokens() ? scratch_.branch : res[0];  // (B,T,C)
-    ops::embedding_forward(partial, tokens_[slot], store_.weight("wte"),
-                           tp_.rank == 0 ? store_.weight("wpe") : Tensor{}, vocab_start());
-    if (tp_.splits_tokens())
-      tp_comm_->reduce_scatter(partial.view(Shape{partial.numel()}), res[0].view(Shape{res[0].numel()}));
-    else
-      tp_all_reduce(res[0]);
+    embedding_forward(slot, res[0]);
   }
   for (std::size_t i = 0; i < blocks_.size(); ++i) {
+    const int unit = block_units_[i];
+    const UnitView w = params_.weights(unit);
+    // The next unit this pass needs: its gather overlaps this block.
+    if (i + 1 < blocks_.size()) params_.prefetch_weights(block_units_[i + 1]);
+    else if (range_.has_head) params_.prefetch_weights(lnf_unit_);
     BlockActivations a = block_activations(slot, i);
-    blocks_[i].forward(res[i + 1], res[i], a, scratch_);
+    blocks_[i].forward(block_params(w, range_.first_layer + static_cast<std::int64_t>(i)), res[i + 1], res[i], a,
+                       scratch_);
+    params_.release_weights(unit);
   }
   if (range_.has_head) {
     if (targets != nullptr) ops::copy(targets_[slot], host_tokens(targets, B, T));
@@ -155,45 +176,71 @@ void GptStage::cross_entropy(int slot, double grad_scale) {
 
 void GptStage::head_forward(int slot, double grad_scale, bool with_loss) {
   const Tensor last = residuals_[slot].back();
-  const Tensor wte = store_.weight("wte");
+  const UnitView lnf = params_.weights(lnf_unit_);
+  params_.prefetch_weights(wte_unit_);
+  const Tensor ln_w = lnf["ln_f.weight"], ln_b = lnf["ln_f.bias"];
   if (tp_.splits_tokens()) {
     // This rank's tokens are normalised, then gathered for the vocabulary-parallel head.
-    ops::layernorm_forward(scratch_.ln_chunk, lnf_mean_, lnf_rstd_, last, store_.weight("ln_f.weight"),
-                           store_.weight("ln_f.bias"));
+    ops::layernorm_forward(scratch_.ln_chunk, lnf_mean_, lnf_rstd_, last, ln_w, ln_b);
     tp_comm_->all_gather(scratch_.ln_chunk.view(Shape{scratch_.ln_chunk.numel()}), lnf_.view(Shape{lnf_.numel()}));
   } else {
-    ops::layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, last, store_.weight("ln_f.weight"), store_.weight("ln_f.bias"));
+    ops::layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, last, ln_w, ln_b);
   }
+  const UnitView wte_unit = params_.weights(wte_unit_);
+  const Tensor wte = wte_unit["wte"];
   ops::matmul_forward(logits_, lnf_, wte, Tensor{});  // (B*T, Vp/tp), tied to the token embedding
-  if (!with_loss) return;
-  cross_entropy(slot, grad_scale);
-  if (grad_scale == 0.0) return;
-  // logits_ now holds dlogits; finish the head's backward while they exist.
-  ops::matmul_backward(d_lnf_, store_.grad("wte"), Tensor{}, logits_, lnf_, wte);
-  // Each rank's vocabulary slice contributes to d lnf: sum them (for this
-  // rank's tokens only, under sequence parallelism).
-  Tensor d_lnf = d_lnf_;
-  if (tp_.splits_tokens()) {
-    tp_comm_->reduce_scatter(d_lnf_.view(Shape{d_lnf_.numel()}), scratch_.d_chunk.view(Shape{scratch_.d_chunk.numel()}));
-    d_lnf = scratch_.d_chunk;
-  } else {
-    tp_all_reduce(d_lnf_);
+  const bool backward = with_loss && grad_scale != 0.0;
+  if (with_loss) cross_entropy(slot, grad_scale);
+  if (backward) {
+    // logits_ now holds dlogits; finish the head's backward while they exist.
+    // With the embedding on this stage too, wte's gradient stays held until
+    // the embedding's backward adds its part (backward()).
+    const UnitView dwte = params_.grads(wte_unit_);
+    ops::matmul_backward(d_lnf_, dwte["wte"], Tensor{}, logits_, lnf_, wte);
+    if (!range_.has_embedding) params_.release_grads(wte_unit_);
   }
-  ops::fill(head_dres_[slot], 0.0);  // layernorm_backward accumulates
-  ops::layernorm_backward(head_dres_[slot], store_.grad("ln_f.weight"), store_.grad("ln_f.bias"), d_lnf, last,
-                          store_.weight("ln_f.weight"), lnf_mean_, lnf_rstd_);
+  params_.release_weights(wte_unit_);
+  if (backward) {
+    // Each rank's vocabulary slice contributes to d lnf: sum them (for this
+    // rank's tokens only, under sequence parallelism).
+    Tensor d_lnf = d_lnf_;
+    if (tp_.splits_tokens()) {
+      tp_comm_->reduce_scatter(d_lnf_.view(Shape{d_lnf_.numel()}), scratch_.d_chunk.view(Shape{scratch_.d_chunk.numel()}));
+      d_lnf = scratch_.d_chunk;
+    } else {
+      tp_all_reduce(d_lnf_);
+    }
+    ops::fill(head_dres_[slot], 0.0);  // layernorm_backward accumulates
+    const UnitView dlnf = params_.grads(lnf_unit_);
+    ops::layernorm_backward(head_dres_[slot], dlnf["ln_f.weight"], dlnf["ln_f.bias"], d_lnf, last, ln_w, lnf_mean_,
+                            lnf_rstd_);
+    if (params_.grads_staged()) sum_layernorm_grads(dlnf, {"ln_f.weight", "ln_f.bias"});
+    params_.release_grads(lnf_unit_);
+  }
+  params_.release_weights(lnf_unit_);
 }
 
 void GptStage::backward(int slot) {
   ops::copy(dresidual_, range_.has_head ? head_dres_[slot] : output_grads_[slot]);
   const std::vector<Tensor>& res = residuals_[slot];
   for (std::size_t i = blocks_.size(); i-- > 0;) {
+    const std::int64_t layer = range_.first_layer + static_cast<std::int64_t>(i);
+    const int unit = block_units_[i];
+    const UnitView w = params_.weights(unit);
+    if (i > 0) params_.prefetch_weights(block_units_[i - 1]);  // the embedding's backward needs no weights
+    const UnitView g = params_.grads(unit);
+    const BlockParams weights = block_params(w, layer), grads = block_params(g, layer);
     const BlockActivations a = block_activations(slot, i);
     // Rebuild what the recomputation mode dropped since this slot's forward
     // (other slots' forwards may have overwritten the shared tensors since).
-    blocks_[i].recompute(res[i], a, scratch_, recompute_);
-    blocks_[i].backward(dresidual_, res[i], a, scratch_);
-    if (backward_hook_) backward_hook_(range_.first_layer + static_cast<std::int64_t>(i));
+    blocks_[i].recompute(weights, res[i], a, scratch_, recompute_);
+    blocks_[i].backward(weights, grads, dresidual_, res[i], a, scratch_);
+    if (params_.grads_staged())
+      sum_layernorm_grads(g, {block_param_name(layer, "ln_1.weight"), block_param_name(layer, "ln_1.bias"),
+                              block_param_name(layer, "ln_2.weight"), block_param_name(layer, "ln_2.bias")});
+    params_.release_grads(unit);
+    params_.release_weights(unit);
+    if (backward_hook_) backward_hook_(layer);
   }
   if (range_.has_embedding) {
     // wpe is replicated: every tensor-parallel rank accumulates its full
@@ -203,20 +250,36 @@ void GptStage::backward(int slot) {
       tp_comm_->all_gather(dresidual_.view(Shape{dresidual_.numel()}), scratch_.d_full.view(Shape{scratch_.d_full.numel()}));
       dembed = scratch_.d_full;
     }
-    ops::embedding_backward(store_.grad("wte"), store_.grad("wpe"), dembed, tokens_[slot], vocab_start());
+    const UnitView dwte = params_.grads(wte_unit_), dwpe = params_.grads(wpe_unit_);
+    ops::embedding_backward(dwte["wte"], dwpe["wpe"], dembed, tokens_[slot], vocab_start());
+    params_.release_grads(wpe_unit_);
+    params_.release_grads(wte_unit_);
+    if (range_.has_head) params_.release_grads(wte_unit_);  // held since this micro-batch's head (head_forward)
     if (backward_hook_) backward_hook_(-1);
   }
 }
 
-void GptStage::reduce_sequence_parallel_grads() {
-  if (!tp_.splits_tokens()) return;
+void GptStage::sum_layernorm_grads(const UnitView& grads, const std::vector<std::string>& names) const {
   // Each rank's layer norms saw only its tokens: their gain and bias
   // gradients are partial sums over the group (Korthikanti et al. 2023, 4.2.2).
-  for (std::int64_t l = range_.first_layer; l < range_.last_layer; ++l)
-    for (const char* suffix : {"ln_1.weight", "ln_1.bias", "ln_2.weight", "ln_2.bias"})
-      tp_comm_->all_reduce(store_.grad(block_param_name(l, suffix)));
-  if (range_.has_head)
-    for (const char* name : {"ln_f.weight", "ln_f.bias"}) tp_comm_->all_reduce(store_.grad(name));
+  if (!tp_.splits_tokens()) return;
+  for (const std::string& name : names) tp_comm_->all_reduce(grads[name]);
+}
+
+void GptStage::reduce_sequence_parallel_grads() {
+  if (!tp_.splits_tokens() || params_.grads_staged()) return;
+  for (std::size_t i = 0; i < blocks_.size(); ++i) {
+    const std::int64_t l = range_.first_layer + static_cast<std::int64_t>(i);
+    const UnitView g = params_.grads(block_units_[i]);
+    sum_layernorm_grads(g, {block_param_name(l, "ln_1.weight"), block_param_name(l, "ln_1.bias"),
+                            block_param_name(l, "ln_2.weight"), block_param_name(l, "ln_2.bias")});
+    params_.release_grads(block_units_[i]);
+  }
+  if (range_.has_head) {
+    const UnitView g = params_.grads(lnf_unit_);
+    sum_layernorm_grads(g, {"ln_f.weight", "ln_f.bias"});
+    params_.release_grads(lnf_unit_);
+  }
 }
 
 double GptStage::loss_sum(int slot) const {

@@ -26,6 +26,15 @@
 // partial embeddings are all-reduced; each rank scores its vocabulary slice
 // and the cross-entropy is assembled from three small all-reduces (row max,
 // then sum of exponentials and target logit) without gathering logits.
+//
+// Parameters are reached unit by unit through a ParamAccess
+// (model/param_access.h): each block's weights are acquired for its forward,
+// its recompute + backward, and released after; the next unit in the pass's
+// order is prefetched first. Under ZeRO-3 that is the gather/release cycle
+// of section 5.3 of the ZeRO paper; otherwise these calls cost nothing. The
+// tied token embedding's gradient is held from the head's backward (inside
+// the last forward) until the embedding's backward when one stage has both,
+// so each micro-batch reduces it once.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +44,7 @@
 #include "engine/buffer.h"
 #include "model/gpt_config.h"
 #include "model/param_store.h"
+#include "model/param_access.h"
 #include "model/partition.h"
 #include "model/recompute.h"
 #include "model/transformer_block.h"
@@ -47,7 +57,7 @@ class GptStage {
   // tp_comm: the tensor-parallel group, or nullptr without tensor parallelism.
   GptStage(const GptConfig& config, const ParamStore& store, StageRange range, ActivationShape shape, int slots,
            TensorParallel tp = {}, parallel::Communicator* tp_comm = nullptr,
-           Recompute recompute = Recompute::kNone);
+           Recompute recompute = Recompute::kNone, parallel::ZeroUnits* zero = nullptr);
 
   // Called during backward after each block's parameter gradients are final
   // for this micro-batch (with the block's global layer index), and with -1
@@ -70,6 +80,8 @@ class GptStage {
 
   // Under sequence parallelism, sums the layer norms' partial gradients over
   // the tensor-parallel group; call once per step after the last backward.
+  // (With staged gradients, ZeRO-2/3, each unit's are summed before it is
+  // released and this does nothing.)
   void reduce_sequence_parallel_grads();
 
   // Sum of the per-token losses of the last forward in `slot` (last stage).
@@ -96,12 +108,20 @@ class GptStage {
   // slot's own, the shared set, or a mix of the two (see the class comment).
   BlockActivations block_activations(int slot, std::size_t i) const;
   void head_forward(int slot, double grad_scale, bool with_loss);
+  // The embedding's forward into res0 (first stage).
+  void embedding_forward(int slot, const engine::Tensor& res0);
+  // Sums the sequence-parallel partial gradients of these layer-norm
+  // parameters over the tensor-parallel group.
+  void sum_layernorm_grads(const UnitView& grads, const std::vector<std::string>& names) const;
   void cross_entropy(int slot, double grad_scale);
   void tp_all_reduce(const engine::Tensor& t, parallel::ReduceOp op = parallel::ReduceOp::kSum) const;
   std::int64_t vocab_start() const { return config_.padded_vocab() / tp_.size * tp_.rank; }
 
   const GptConfig& config_;
   const ParamStore& store_;
+  ParamAccess params_;
+  int wte_unit_ = -1, wpe_unit_ = -1, lnf_unit_ = -1;  // -1 where this stage has no such unit
+  std::vector<int> block_units_;                      // [block]
   StageRange range_;
   ActivationShape shape_;
   TensorParallel tp_;

@@ -33,12 +33,41 @@ const ParamInfo& ParamRegistry::add(const std::string& name, engine::Shape globa
                                        : engine::Shape{global_shape[0], extent / split.count});
   }
   info.offset = total_;
+  if (!unit_open_) unit_names_.push_back(name);
+  info.unit = static_cast<int>(unit_names_.size()) - 1;
   info.init = init;
   info.init_std = init_std;
   info.weight_decay = weight_decay;
   total_ += (info.numel() + align_ - 1) / align_ * align_;
   entries_.push_back(info);
   return entries_.back();
+}
+
+void ParamRegistry::begin_unit(const std::string& name) {
+  for (const std::string& n : unit_names_) ENGINE_CHECK(n != name, "parameter unit '", name, "' begun twice");
+  ENGINE_CHECK(!unit_open_ || (!entries_.empty() && entries_.back().unit + 1 == static_cast<int>(unit_names_.size())),
+               "parameter unit '", unit_names_.empty() ? "" : unit_names_.back(), "' was begun but holds no entry");
+  unit_names_.push_back(name);
+  unit_open_ = true;
+}
+
+std::vector<ParamUnit> ParamRegistry::units() const {
+  std::vector<ParamUnit> units;
+  int current = -1;
+  for (const ParamInfo& p : entries_) {
+    if (p.unit == current) continue;  // entries of a unit are consecutive
+    current = p.unit;
+    if (!units.empty()) units.back().count = p.offset - units.back().offset;
+    units.push_back({unit_names_[static_cast<std::size_t>(p.unit)], p.offset, 0});
+  }
+  if (!units.empty()) units.back().count = total_ - units.back().offset;
+  return units;
+}
+
+int ParamRegistry::unit_index(const std::string& unit_name) const {
+  for (std::size_t i = 0; i < unit_names_.size(); ++i)
+    if (unit_names_[i] == unit_name) return static_cast<int>(i);
+  ENGINE_FAIL("no parameter unit named '", unit_name, "' in the registry (", unit_names_.size(), " units)");
 }
 
 bool ParamRegistry::contains(const std::string& name) const {

@@ -44,6 +44,7 @@ struct ParamInfo {
   Init init = Init::kZeros;
   double init_std = 0.0;       // for kNormal
   bool weight_decay = false;   // AdamW decays 2-D tensors only, not biases or norm gains (nanoGPT, llm.c)
+  int unit = 0;                // index into ParamRegistry::units()
 
   std::int64_t numel() const { return shape.numel(); }
 };
@@ -62,6 +63,16 @@ struct DecaySegment {
   bool decay;
 };
 
+// A unit: consecutive entries a layer uses together (a transformer block,
+// an embedding table, the final layer norm), with the padding after them.
+// ZeRO stages 2 and 3 reduce gradients and gather weights unit by unit
+// (parallel/zero_units.h).
+struct ParamUnit {
+  std::string name;     // "h.3", "wte", "ln_f"
+  std::int64_t offset;  // elements into the flat buffers
+  std::int64_t count;   // up to the next unit's offset (or the end)
+};
+
 class ParamRegistry {
  public:
   // Each entry starts on a multiple of this many elements: 256-byte aligned in
@@ -76,7 +87,14 @@ class ParamRegistry {
   const ParamInfo& add(const std::string& name, engine::Shape global_shape, Init init, double init_std,
                        bool weight_decay, Split split = {});
 
+  // Entries added after this call belong to the unit `name`, until the next
+  // begin_unit(); entries added before any is begun are units of their own,
+  // named after them. Units are indexed in the order they are begun.
+  void begin_unit(const std::string& name);
+
   const std::vector<ParamInfo>& entries() const { return entries_; }
+  std::vector<ParamUnit> units() const;
+  int unit_index(const std::string& unit_name) const;  // throws naming the missing unit
   const ParamInfo& find(const std::string& name) const;  // throws naming the missing name
   bool contains(const std::string& name) const;
   std::int64_t total_numel() const { return total_; }    // size of each flat buffer, padding included
@@ -94,6 +112,8 @@ class ParamRegistry {
 
  private:
   std::vector<ParamInfo> entries_;
+  std::vector<std::string> unit_names_;
+  bool unit_open_ = false;  // begin_unit() called and no entry added to a unit of its own since
   std::int64_t total_ = 0;
   std::int64_t align_ = kAlignElements;
 };

@@ -35,41 +35,68 @@ const char* precision_name(Precision precision) {
   return "?";
 }
 
-ParamStore::ParamStore(const ParamRegistry& registry, engine::DeviceType device, Precision precision)
-    : registry_(registry), device_(device), precision_(precision) {
+ParamStore::ParamStore(const ParamRegistry& registry, engine::DeviceType device, Precision precision,
+                       StoreSharding sharding)
+    : registry_(registry), device_(device), precision_(precision), sharding_(std::move(sharding)) {
   ENGINE_CHECK(!(precision == Precision::kFp64 && device != engine::DeviceType::kCpu),
                "fp64 precision is only available on the CPU backend");
   ENGINE_CHECK(!(precision == Precision::kBf16 && device == engine::DeviceType::kCpu),
                "bf16 precision needs --device cuda; the CPU backend computes in fp32");
-  const engine::Shape flat{registry.total_numel()};
+  const std::int64_t shard = parallel::shard_elements(sharding_.owned);
+  ENGINE_CHECK(!(sharding_.weights || sharding_.grads) || !sharding_.owned.empty(),
+               "a sharded parameter store needs the chunks this rank owns");
+  const std::int64_t weight_elements = sharding_.weights ? shard : registry.total_numel();
+  const std::int64_t grad_elements = sharding_.grads ? shard : registry.total_numel();
   const engine::DType mdt = master_dtype(precision);
-  master_buffer_ = engine::Buffer(device, registry.total_numel() * engine::dtype_size(mdt));
-  master_ = master_buffer_.as_tensor(flat, mdt);
-  grad_buffer_ = engine::Buffer(device, registry.total_numel() * engine::dtype_size(mdt));
-  grads_ = grad_buffer_.as_tensor(flat, mdt);
+  master_buffer_ = engine::Buffer(device, weight_elements * engine::dtype_size(mdt));
+  master_ = master_buffer_.as_tensor(engine::Shape{weight_elements}, mdt);
+  grad_buffer_ = engine::Buffer(device, grad_elements * engine::dtype_size(mdt));
+  grads_ = grad_buffer_.as_tensor(engine::Shape{grad_elements}, mdt);
   const engine::DType adt = activation_dtype(precision);
   if (adt == mdt) {
     working_ = master_;
   } else {
-    working_buffer_ = engine::Buffer(device, registry.total_numel() * engine::dtype_size(adt));
-    working_ = working_buffer_.as_tensor(flat, adt);
+    working_buffer_ = engine::Buffer(device, weight_elements * engine::dtype_size(adt));
+    working_ = working_buffer_.as_tensor(engine::Shape{weight_elements}, adt);
   }
   zero_grads();
+}
+
+engine::Tensor ParamStore::weight(const std::string& name) const {
+  ENGINE_CHECK(!sharding_.weights, "ParamStore::weight('", name,
+               "'): the weights are sharded (ZeRO-3); reach them through model::ParamAccess");
+  return registry_.view(working_, name);
+}
+
+engine::Tensor ParamStore::grad(const std::string& name) const {
+  ENGINE_CHECK(!sharding_.grads, "ParamStore::grad('", name,
+               "'): the gradients are sharded (ZeRO-2/3); reach them through model::ParamAccess");
+  return registry_.view(grads_, name);
 }
 
 void ParamStore::zero_grads() { engine::ops::fill(grads_, 0.0); }
 
 void ParamStore::initialize(std::uint64_t seed) {
-  if (device_ == engine::DeviceType::kCpu) {
+  if (device_ == engine::DeviceType::kCpu && !sharding_.weights) {
     registry_.initialize(master_, seed);
   } else {
-    // Initialise on the host in f32, then upload: the same numbers on any device.
-    engine::Buffer host(engine::DeviceType::kCpu, master_.bytes());
-    const engine::Tensor h = host.as_tensor(master_.shape(), master_.dtype());
+    // Initialise the whole layout on the host, then keep (upload) what this
+    // store holds: the same numbers on any device and any sharding.
+    engine::Buffer host(engine::DeviceType::kCpu, registry_.total_numel() * engine::dtype_size(master_.dtype()));
+    const engine::Tensor h = host.as_tensor(engine::Shape{registry_.total_numel()}, master_.dtype());
     registry_.initialize(h, seed);
-    engine::ops::copy(master_, h);
+    copy_owned(master_, h);
   }
   refresh_working();
+}
+
+void ParamStore::copy_owned(const engine::Tensor& dst, const engine::Tensor& whole) const {
+  if (!sharding_.weights) {
+    engine::ops::copy(dst, whole);
+    return;
+  }
+  for (const parallel::ShardChunk& c : sharding_.owned)
+    engine::ops::copy(dst.flat_slice(c.shard_offset, c.count), whole.flat_slice(c.full_offset, c.count));
 }
 
 void ParamStore::refresh_working() {
@@ -77,13 +104,15 @@ void ParamStore::refresh_working() {
 }
 
 void ParamStore::download_master(float* host) const {
+  ENGINE_CHECK(!sharding_.weights, "ParamStore::download_master: the master weights are sharded (ZeRO-3); gather "
+               "them first");
   engine::ops::copy(engine::Tensor(host, master_.shape(), engine::DType::kF32, engine::DeviceType::kCpu),
                     master_);
 }
 
 void ParamStore::upload_master(const float* host) {
-  engine::ops::copy(master_, engine::Tensor(const_cast<float*>(host), master_.shape(), engine::DType::kF32,
-                                            engine::DeviceType::kCpu));
+  copy_owned(master_, engine::Tensor(const_cast<float*>(host), engine::Shape{registry_.total_numel()},
+                                     engine::DType::kF32, engine::DeviceType::kCpu));
   refresh_working();
 }
 

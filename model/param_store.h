@@ -5,12 +5,20 @@
 //            otherwise the master buffer itself (no copy)
 //   grads    fp32 gradients (fp64 under the reference precision), accumulated
 //            over micro-batches
+//
+// Under ZeRO a buffer may hold only this rank's chunks of the layout, packed
+// (parallel/shard_layout.h): the gradients under stages 2 and 3, the master
+// and working weights too under stage 3. Named views (weight(), grad()) exist
+// only for whole buffers; layers then reach their units through
+// model::ParamAccess.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "engine/buffer.h"
 #include "model/param_registry.h"
+#include "parallel/shard_layout.h"
 
 namespace model {
 
@@ -25,9 +33,17 @@ engine::DType master_dtype(Precision precision);
 Precision parse_precision(const std::string& text);  // "fp32" | "fp64" | "bf16"
 const char* precision_name(Precision precision);
 
+// Which buffers hold only this rank's chunks (ZeRO); default: none.
+struct StoreSharding {
+  std::vector<parallel::ShardChunk> owned;  // in layout order, packed
+  bool weights = false;                     // master and working (ZeRO-3)
+  bool grads = false;                       // gradients (ZeRO-2 and 3)
+};
+
 class ParamStore {
  public:
-  ParamStore(const ParamRegistry& registry, engine::DeviceType device, Precision precision);
+  ParamStore(const ParamRegistry& registry, engine::DeviceType device, Precision precision,
+             StoreSharding sharding = {});
 
   const ParamRegistry& registry() const { return registry_; }
   engine::DeviceType device() const { return device_; }
@@ -37,8 +53,13 @@ class ParamStore {
   const engine::Tensor& working() const { return working_; }
   const engine::Tensor& grads() const { return grads_; }
 
-  engine::Tensor weight(const std::string& name) const { return registry_.view(working_, name); }
-  engine::Tensor grad(const std::string& name) const { return registry_.view(grads_, name); }
+  const StoreSharding& sharding() const { return sharding_; }
+  bool weights_sharded() const { return sharding_.weights; }
+  bool grads_sharded() const { return sharding_.grads; }
+
+  // Named views; only of whole (unsharded) buffers.
+  engine::Tensor weight(const std::string& name) const;
+  engine::Tensor grad(const std::string& name) const;
 
   void zero_grads();
   // Initialises the master weights from (seed, name) and refreshes the working copy.
@@ -46,14 +67,21 @@ class ParamStore {
   // Copies master into working after master changed outside the optimizer
   // (loading a checkpoint). A no-op when working aliases master.
   void refresh_working();
-  // Host <-> store transfers of the master weights as f32 (checkpoints).
+  // Host <-> store transfers of the master weights as f32, laid out whole
+  // (checkpoints). A sharded store takes its chunks of `host` on upload;
+  // download needs a whole master (ZeRO-3 gathers through
+  // parallel::ZeroUnits instead).
   void download_master(float* host) const;
   void upload_master(const float* host);
 
  private:
+  // dst (this store's master layout) := whole (the full layout), or this rank's chunks of it.
+  void copy_owned(const engine::Tensor& dst, const engine::Tensor& whole) const;
+
   const ParamRegistry& registry_;
   engine::DeviceType device_;
   Precision precision_;
+  StoreSharding sharding_;
   engine::Buffer master_buffer_, working_buffer_, grad_buffer_;
   engine::Tensor master_, working_, grads_;
 };

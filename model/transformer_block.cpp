@@ -9,20 +9,12 @@ using engine::Shape;
 using engine::Tensor;
 namespace ops = engine::ops;
 
-namespace {
-BlockParams block_views(const ParamStore& store, std::int64_t layer, bool grads) {
-  auto v = [&](const char* suffix) {
-    const std::string name = block_param_name(layer, suffix);
-    return grads ? store.grad(name) : store.weight(name);
-  };
+BlockParams block_params(const UnitView& unit, std::int64_t layer) {
+  auto v = [&](const char* suffix) { return unit[block_param_name(layer, suffix)]; };
   return BlockParams{v("ln_1.weight"),      v("ln_1.bias"),      v("attn.qkv.weight"), v("attn.qkv.bias"),
                      v("attn.proj.weight"), v("attn.proj.bias"), v("ln_2.weight"),     v("ln_2.bias"),
                      v("mlp.fc.weight"),    v("mlp.fc.bias"),    v("mlp.proj.weight"), v("mlp.proj.bias")};
 }
-}  // namespace
-
-BlockParams block_weights(const ParamStore& store, std::int64_t layer) { return block_views(store, layer, false); }
-BlockParams block_grads(const ParamStore& store, std::int64_t layer) { return block_views(store, layer, true); }
 
 Tensor allocate_attention_saved(engine::Arena& arena, const GptConfig& config, ActivationShape s,
                                 TensorParallel tp) {
@@ -109,31 +101,32 @@ Tensor TransformerBlock::reduce_ln_grad(const BlockScratch& s) const {
   return s.d_chunk;
 }
 
-void TransformerBlock::forward_saved(const Tensor& x, const BlockActivations& a, const BlockScratch& scratch) const {
+void TransformerBlock::forward_saved(const BlockParams& w, const Tensor& x, const BlockActivations& a,
+                                     const BlockScratch& scratch) const {
   const int n_head = static_cast<int>(config_.n_head / tp_.size);
   const bool adds_bias = tp_.rank == 0;  // row-parallel biases enter the all-reduced sum once
   // Attention half: r = x + proj(attention(qkv(ln_1(x))))
-  layernorm_gathered(a.ln1, a.ln1_mean, a.ln1_rstd, x, w_.ln1_w, w_.ln1_b, scratch);  // (B,T,C)
-  ops::matmul_forward(a.qkv, a.ln1, w_.qkv_w, w_.qkv_b);                            // (B,T,3C/tp)
+  layernorm_gathered(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b, scratch);  // (B,T,C)
+  ops::matmul_forward(a.qkv, a.ln1, w.qkv_w, w.qkv_b);                            // (B,T,3C/tp)
   ops::attention_forward(a.atty, a.att_saved, a.qkv, n_head);                       // (B,T,C/tp)
-  ops::matmul_forward(scratch.branch, a.atty, w_.proj_w, adds_bias ? w_.proj_b : Tensor{});  // (B,T,C) partial
+  ops::matmul_forward(scratch.branch, a.atty, w.proj_w, adds_bias ? w.proj_b : Tensor{});  // (B,T,C) partial
   ops::add(a.residual2, x, reduce_branch(scratch));                                  // g; (B,T,C) or (n,C)
   // MLP half up to its output projection: gelu(mlp.fc(ln_2(r)))
-  layernorm_gathered(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w_.ln2_w, w_.ln2_b, scratch);
-  ops::matmul_forward(a.fc_gelu, a.ln2, w_.fc_w, w_.fc_b, a.fc_pre);                // (B,T,4C/tp), GELU fused
+  layernorm_gathered(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2_w, w.ln2_b, scratch);
+  ops::matmul_forward(a.fc_gelu, a.ln2, w.fc_w, w.fc_b, a.fc_pre);                // (B,T,4C/tp), GELU fused
 }
 
-void TransformerBlock::forward(const Tensor& y, const Tensor& x, BlockActivations& a,
+void TransformerBlock::forward(const BlockParams& w, const Tensor& y, const Tensor& x, BlockActivations& a,
                                const BlockScratch& scratch) const {
-  forward_saved(x, a, scratch);
+  forward_saved(w, x, a, scratch);
   // y = r + mlp.proj(gelu(...))
   const bool adds_bias = tp_.rank == 0;
-  ops::matmul_forward(scratch.branch, a.fc_gelu, w_.fcproj_w, adds_bias ? w_.fcproj_b : Tensor{});  // (B,T,C) partial
+  ops::matmul_forward(scratch.branch, a.fc_gelu, w.fcproj_w, adds_bias ? w.fcproj_b : Tensor{});  // (B,T,C) partial
   ops::add(y, a.residual2, reduce_branch(scratch));                                  // g
 }
 
-void TransformerBlock::recompute(const Tensor& x, const BlockActivations& a, const BlockScratch& scratch,
-                                 Recompute mode) const {
+void TransformerBlock::recompute(const BlockParams& w, const Tensor& x, const BlockActivations& a,
+                                 const BlockScratch& scratch, Recompute mode) const {
   switch (mode) {
     case Recompute::kNone:
       return;
@@ -160,13 +153,13 @@ void TransformerBlock::recompute(const Tensor& x, const BlockActivations& a, con
       // projection makes, so its matmul and its all-reduce are skipped here
       // (on every tensor-parallel rank alike). The attention projection's
       // all-reduce runs again, since residual2 depends on it.
-      forward_saved(x, a, scratch);
+      forward_saved(w, x, a, scratch);
       return;
   }
 }
 
-void TransformerBlock::backward(const Tensor& dres, const Tensor& x, const BlockActivations& a,
-                                const BlockScratch& s) const {
+void TransformerBlock::backward(const BlockParams& w, const BlockParams& g, const Tensor& dres, const Tensor& x,
+                                const BlockActivations& a, const BlockScratch& s) const {
   const int n_head = static_cast<int>(config_.n_head / tp_.size);
   // MLP half. dres = dy = d(mlp branch output) = dr (so far); it is the same on
   // every tensor-parallel rank, so each computes the replicated bias gradient.
@@ -174,15 +167,15 @@ void TransformerBlock::backward(const Tensor& dres, const Tensor& x, const Block
   // Under sequence parallelism dres holds this rank's tokens and the layer
   // norms' weight gradients are partial sums over them (GptStage sums them
   // over the group once per step).
-  ops::matmul_backward(s.d_fc, g_.fcproj_w, g_.fcproj_b, gather_grad(dres, s), a.fc_gelu, w_.fcproj_w, a.fc_pre);
-  ops::matmul_backward(s.d_c, g_.fc_w, g_.fc_b, s.d_fc, a.ln2, w_.fc_w);            // d ln2 (B,T,C), partial
-  ops::layernorm_backward(dres, g_.ln2_w, g_.ln2_b, reduce_ln_grad(s), a.residual2, w_.ln2_w, a.ln2_mean,
+  ops::matmul_backward(s.d_fc, g.fcproj_w, g.fcproj_b, gather_grad(dres, s), a.fc_gelu, w.fcproj_w, a.fc_pre);
+  ops::matmul_backward(s.d_c, g.fc_w, g.fc_b, s.d_fc, a.ln2, w.fc_w);            // d ln2 (B,T,C), partial
+  ops::layernorm_backward(dres, g.ln2_w, g.ln2_b, reduce_ln_grad(s), a.residual2, w.ln2_w, a.ln2_mean,
                           a.ln2_rstd);                                               // f
   // dres is now dr. Attention half.
-  ops::matmul_backward(s.d_atty, g_.proj_w, g_.proj_b, gather_grad(dres, s), a.atty, w_.proj_w);  // (B,T,C/tp)
+  ops::matmul_backward(s.d_atty, g.proj_w, g.proj_b, gather_grad(dres, s), a.atty, w.proj_w);  // (B,T,C/tp)
   ops::attention_backward(s.d_qkv, s.d_atty, a.qkv, a.atty, a.att_saved, n_head);   // (B,T,3C/tp)
-  ops::matmul_backward(s.d_c, g_.qkv_w, g_.qkv_b, s.d_qkv, a.ln1, w_.qkv_w);        // d ln1, partial
-  ops::layernorm_backward(dres, g_.ln1_w, g_.ln1_b, reduce_ln_grad(s), x, w_.ln1_w, a.ln1_mean, a.ln1_rstd);  // f
+  ops::matmul_backward(s.d_c, g.qkv_w, g.qkv_b, s.d_qkv, a.ln1, w.qkv_w);        // d ln1, partial
+  ops::layernorm_backward(dres, g.ln1_w, g.ln1_b, reduce_ln_grad(s), x, w.ln1_w, a.ln1_mean, a.ln1_rstd);  // f
   // dres is now dx.
 }
 

@@ -22,7 +22,7 @@
 
 #include "engine/buffer.h"
 #include "model/gpt_config.h"
-#include "model/param_store.h"
+#include "model/param_access.h"
 #include "model/partition.h"
 #include "model/recompute.h"
 #include "parallel/communicator.h"
@@ -38,8 +38,8 @@ struct BlockParams {
   engine::Tensor fc_w, fc_b;      // (4C, C), (4C)
   engine::Tensor fcproj_w, fcproj_b;  // (C, 4C), (C)
 };
-BlockParams block_weights(const ParamStore& store, std::int64_t layer);
-BlockParams block_grads(const ParamStore& store, std::int64_t layer);
+// The views of block `layer`'s entries in its unit (weights or gradients).
+BlockParams block_params(const UnitView& unit, std::int64_t layer);
 
 // Saved activations of one block for one micro-batch.
 struct BlockActivations {
@@ -90,15 +90,17 @@ engine::Tensor allocate_attention_saved(engine::Arena& arena, const GptConfig& c
 BlockScratch allocate_block_scratch(engine::Arena& arena, const GptConfig& config, ActivationShape s,
                                     TensorParallel tp);
 
+// The block holds no parameters: each call gets the views of the weights
+// (w) and gradient buffers (g) it works with, wherever they live
+// (model/param_access.h; gathered for the call under ZeRO-3).
 class TransformerBlock {
  public:
   // tp_comm: the tensor-parallel group, or nullptr without tensor parallelism.
-  TransformerBlock(const GptConfig& config, BlockParams weights, BlockParams grads, TensorParallel tp,
-                   parallel::Communicator* tp_comm)
-      : config_(config), w_(weights), g_(grads), tp_(tp), tp_comm_(tp_comm) {}
+  TransformerBlock(const GptConfig& config, TensorParallel tp, parallel::Communicator* tp_comm)
+      : config_(config), tp_(tp), tp_comm_(tp_comm) {}
 
   // x (B,T,C) -> y (B,T,C); y must not alias x.
-  void forward(const engine::Tensor& y, const engine::Tensor& x, BlockActivations& act,
+  void forward(const BlockParams& w, const engine::Tensor& y, const engine::Tensor& x, BlockActivations& act,
                const BlockScratch& scratch) const;
   // Rebuilds in `act` what `mode` did not keep since forward, from x (the
   // block's input that forward saw) and what was kept; a no-op for kNone.
@@ -108,16 +110,17 @@ class TransformerBlock {
   //              including the attention projection's all-reduce (every
   //              tensor-parallel rank makes the same calls, so the collectives
   //              stay matched). Uses scratch.branch.
-  void recompute(const engine::Tensor& x, const BlockActivations& act, const BlockScratch& scratch,
-                 Recompute mode) const;
+  void recompute(const BlockParams& w, const engine::Tensor& x, const BlockActivations& act,
+                 const BlockScratch& scratch, Recompute mode) const;
   // dresidual (B,T,C): gradient of y on entry, gradient of x on exit.
-  // x is the block's input that forward saw.
-  void backward(const engine::Tensor& dresidual, const engine::Tensor& x, const BlockActivations& act,
-                const BlockScratch& scratch) const;
+  // x is the block's input that forward saw. Parameter gradients accumulate into g.
+  void backward(const BlockParams& w, const BlockParams& g, const engine::Tensor& dresidual, const engine::Tensor& x,
+                const BlockActivations& act, const BlockScratch& scratch) const;
 
  private:
   // Everything forward computes that backward reads: act from ln1 to fc_gelu.
-  void forward_saved(const engine::Tensor& x, const BlockActivations& act, const BlockScratch& scratch) const;
+  void forward_saved(const BlockParams& w, const engine::Tensor& x, const BlockActivations& act,
+                     const BlockScratch& scratch) const;
   // Megatron's conjugate pair at the block's two tensor-parallel boundaries.
   // Without sequence parallelism: f = identity / all-reduce, g = all-reduce /
   // identity. With it: f = all-gather / reduce-scatter, g = reduce-scatter /
@@ -134,7 +137,6 @@ class TransformerBlock {
   engine::Tensor reduce_ln_grad(const BlockScratch& s) const;
 
   const GptConfig& config_;
-  BlockParams w_, g_;
   TensorParallel tp_;
   parallel::Communicator* tp_comm_;
 };

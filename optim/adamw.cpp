@@ -22,11 +22,13 @@ AdamW::AdamW(FlatParams params, std::vector<ParamSegment> segments, AdamWConfig 
   for (ParamSegment& s : segments_) {
     if (s.master_offset < 0) s.master_offset = s.offset;
     if (s.state_offset < 0) s.state_offset = s.offset;
-    ENGINE_CHECK(inside(s.offset, s.count, params_.grads.numel()) && inside(s.master_offset, s.count, master.numel()) &&
-                     inside(s.state_offset, s.count, state_elements),
+    if (s.grad_offset < 0) s.grad_offset = s.offset;
+    const std::int64_t working_elements = params_.working.empty() ? master.numel() : params_.working.numel();
+    ENGINE_CHECK(inside(s.grad_offset, s.count, params_.grads.numel()) && inside(s.master_offset, s.count, master.numel()) &&
+                     inside(s.state_offset, s.count, state_elements) && inside(s.offset, s.count, working_elements),
                  "AdamW: segment of ", s.count, " elements at ", s.offset, " (master ", s.master_offset, ", state ",
-                 s.state_offset, ") is outside the buffers (", params_.grads.numel(), " gradients, ", master.numel(),
-                 " master, ", state_elements, " state)");
+                 s.state_offset, ", gradients ", s.grad_offset, ") is outside the buffers (", params_.grads.numel(),
+                 " gradients, ", master.numel(), " master, ", state_elements, " state, ", working_elements, " working)");
   }
   if (params_.working.data() == master.data()) params_.working = engine::Tensor{};
   const engine::Shape state_shape{state_elements};
@@ -52,7 +54,7 @@ void AdamW::step(double lr, double grad_scale) {
     const engine::Tensor working =
         params_.working.empty() ? engine::Tensor{} : params_.working.flat_slice(s.offset, s.count);
     engine::ops::adamw_update(params_.master.flat_slice(s.master_offset, s.count),
-                              params_.grads.flat_slice(s.offset, s.count), m_.flat_slice(s.state_offset, s.count),
+                              params_.grads.flat_slice(s.grad_offset, s.count), m_.flat_slice(s.state_offset, s.count),
                               v_.flat_slice(s.state_offset, s.count), h, working);
   }
 }

@@ -26,15 +26,17 @@ struct AdamWConfig {
 
 // A contiguous range of parameters and whether it takes weight decay.
 // Without ZeRO the master weights, gradients, working copy and moments share
-// one layout. Under ZeRO a rank updates only the chunks it owns: their moments
-// (and, in mixed precision, their master weights) live compactly in the
-// rank's shard, at other offsets than in the full gradient/working layout.
+// one layout. Under ZeRO a rank updates only the chunks it owns, and each
+// buffer is either whole or this rank's compact shard: the moments are
+// sharded from stage 1, the gradients from stage 2, the weights at stage 3;
+// so a segment may sit at different offsets in each.
 struct ParamSegment {
-  std::int64_t offset;              // into grads and working (the full flat layout)
+  std::int64_t offset;              // into working
   std::int64_t count;
   bool decay;
   std::int64_t master_offset = -1;  // into master; -1 = offset
   std::int64_t state_offset = -1;   // into m and v; -1 = offset
+  std::int64_t grad_offset = -1;    // into grads; -1 = offset
 };
 
 // The flat buffers an optimizer updates. `working` may alias `master` (then

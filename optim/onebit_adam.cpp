@@ -97,6 +97,8 @@ OneBitAdam::OneBitAdam(FlatParams params, std::vector<ParamSegment> segments, On
   for (ParamSegment& s : segments_) {
     if (s.master_offset < 0) s.master_offset = s.offset;
     if (s.state_offset < 0) s.state_offset = s.offset;
+    ENGINE_CHECK(s.grad_offset < 0 || s.grad_offset == s.offset,
+                 "1-bit Adam: the gradients must be whole (ZeRO stage 0 or 1), got a sharded gradient segment");
     ENGINE_CHECK(inside(s.offset, s.count, n) && inside(s.master_offset, s.count, master.numel()) &&
                      inside(s.state_offset, s.count, variance_elements),
                  "1-bit Adam: segment of ", s.count, " elements at ", s.offset, " (master ", s.master_offset,

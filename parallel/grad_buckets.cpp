@@ -23,15 +23,9 @@ GradBuckets::GradBuckets(Communicator& comm, const engine::Tensor& flat_grads, c
     }
   }
   if (mode_ == Mode::kReduceScatter) {
-    const int n = comm_.size();
-    for (const Bucket& b : buckets_) {
-      ENGINE_CHECK(b.count % n == 0, "ZeRO bucket [", b.offset, ", ", b.offset + b.count, ") of ", b.count,
-                   " elements does not split into ", n, " equal chunks (the registry must pad every tensor to a "
-                   "multiple of the data-parallel size)");
-      const std::int64_t chunk = b.count / n;
-      owned_.push_back({b.offset + comm_.rank() * chunk, shard_elements_, chunk});
-      shard_elements_ += chunk;
-    }
+    for (const Bucket& b : buckets_) bucket_ranges_.push_back({b.offset, b.count});
+    owned_ = parallel::owned_chunks(bucket_ranges_, comm_.rank(), comm_.size());
+    shard_elements_ = parallel::shard_elements(owned_);
   }
 }
 
@@ -51,19 +45,7 @@ void GradBuckets::gather(const engine::Tensor& full, const engine::Tensor& shard
   ENGINE_CHECK(mode_ == Mode::kReduceScatter, "GradBuckets::gather is for ZeRO (reduce-scatter) buckets");
   ENGINE_CHECK(full.numel() == grads_.numel(), "gather: the full buffer has ", full.numel(),
                " elements, the gradient layout ", grads_.numel());
-  ENGINE_CHECK(shard.empty() || shard.numel() == shard_elements_, "gather: the shard has ", shard.numel(),
-               " elements, this rank owns ", shard_elements_);
-  std::vector<CommHandle> pending;
-  for (std::size_t i = 0; i < buckets_.size(); ++i) {
-    const Bucket& b = buckets_[i];
-    const ShardChunk& c = owned_[i];
-    if (b.count == 0) continue;
-    const engine::Tensor out = full.flat_slice(b.offset, b.count);
-    const engine::Tensor in = shard.empty() ? full.flat_slice(c.full_offset, c.count)
-                                            : shard.flat_slice(c.shard_offset, c.count);
-    pending.push_back(comm_.all_gather_async(in, out));
-  }
-  for (CommHandle& h : pending) h->wait();
+  all_gather_chunks(comm_, bucket_ranges_, owned_, full, shard);
 }
 
 void GradBuckets::start_step() {

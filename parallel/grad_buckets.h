@@ -27,6 +27,7 @@
 
 #include "engine/tensor.h"
 #include "parallel/communicator.h"
+#include "parallel/shard_layout.h"
 
 namespace parallel {
 
@@ -34,14 +35,6 @@ struct GradRange {
   std::int64_t offset;  // elements into the flat buffer
   std::int64_t count;
   std::int64_t key;     // readiness key: final once layer_done(k) with k <= key
-};
-
-// Where one owned chunk lives: at full_offset in the flat (whole) buffers and
-// at shard_offset in the rank's compact shard buffers (optimizer state).
-struct ShardChunk {
-  std::int64_t full_offset;
-  std::int64_t shard_offset;
-  std::int64_t count;
 };
 
 class GradBuckets {
@@ -64,7 +57,7 @@ class GradBuckets {
   // Rebuilds `full` (a flat buffer laid out like the gradients, any dtype)
   // from the owned chunks of every rank: each rank contributes
   // shard.flat_slice(chunk.shard_offset, count), or, when `shard` is empty,
-  // its own chunks of `full` in place.
+  // its own chunks of `full` in place (parallel/shard_layout.h).
   void gather(const engine::Tensor& full, const engine::Tensor& shard = {});
 
   int buckets() const { return static_cast<int>(buckets_.size()); }
@@ -82,6 +75,7 @@ class GradBuckets {
   engine::Tensor grads_;
   Mode mode_;
   std::vector<Bucket> buckets_;
+  std::vector<FlatRange> bucket_ranges_;  // the buckets as sharding groups
   std::vector<ShardChunk> owned_;
   std::int64_t shard_elements_ = 0;
   int started_early_ = 0;

@@ -108,7 +108,7 @@ inline TrainedRun train_run(launch::TrainConfig config, MPI_Comm comm) {
   launch::Trainer trainer(config, quiet, comm);
   TrainedRun run{trainer.run(), trainer.registry(), {}};
   run.params.resize(static_cast<std::size_t>(run.registry.total_numel()));
-  trainer.params().download_master(run.params.data());
+  trainer.download_master(run.params.data());
   return run;
 }
 

@@ -122,7 +122,7 @@ Result train(const launch::TrainConfig& c, MPI_Comm comm) {
   Result r;
   r.summary = trainer.run();
   r.params.resize(static_cast<std::size_t>(trainer.registry().total_numel()));
-  trainer.params().download_master(r.params.data());
+  trainer.download_master(r.params.data());
   if (trainer.onebit_optimizer()) r.compressed_bytes_per_step = trainer.onebit_optimizer()->compressed_bytes_per_step();
   return r;
 }
@@ -284,10 +284,10 @@ namespace {
 // (4) with all three axes, and the composition invariant: copies of a tensor
 // outside the dp group stay bit-identical (tp-replicated tensors on every tp
 // rank; the tied wte on the first and last stage).
-void expect_copies_identical(const launch::Trainer& trainer, MPI_Comm comm) {
+void expect_copies_identical(launch::Trainer& trainer, MPI_Comm comm) {
   const parallel::ProcessGrid& grid = trainer.grid();
   std::vector<float> mine(static_cast<std::size_t>(trainer.registry().total_numel()));
-  trainer.params().download_master(mine.data());
+  trainer.download_master(mine.data());
   // tp peers (same pp and dp position): compare every unsplit tensor with tp rank 0's.
   MPI_Comm tp_peers = MPI_COMM_NULL;
   MPI_Comm_split(comm, grid.pp_rank() * grid.dp_size() + grid.dp_rank(), grid.tp_rank(), &tp_peers);
