@@ -328,19 +328,19 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
 
   // Bytes each rank holds, as laid out for this layout before step 1; the
   // largest over all ranks is what must fit on one device. ZeRO-2/3's
-  // staging buffers are allocated as the first step needs them; their bound
-  // is at most 3 gathered units (in use, prefetched, the embedding's pair)
-  // and 4 gradient units (in use, the held token embedding, two reductions
-  // in flight), each at most the largest unit.
+  // staging buffers are allocated as the first step needs them; the pool
+  // holds at most as many as are in use at once (parallel/zero_units.h): 3
+  // gathered units (ZeRO-3: in use, prefetched, the embedding's pair) and 4
+  // gradient units (in use, the held token embedding, 2 reductions in
+  // flight), each at most the largest unit.
   const bool separate_working = store_->working().data() != store_->master().data();
   const MemoryAccount account = memory_account();
   std::int64_t largest_unit = 0;
   for (const parallel::FlatRange& u : unit_ranges_) largest_unit = std::max(largest_unit, u.count);
-  const double staging_bound =
-      zero_stage_ < 2 ? 0.0
-                      : static_cast<double>(largest_unit) *
-                            ((zero_stage_ >= 3 ? 3.0 * static_cast<double>(engine::dtype_size(store_->working().dtype())) : 0.0) +
-                             4.0 * static_cast<double>(engine::dtype_size(store_->grads().dtype())));
+  const double staging_bound = zero_stage_ < 2 ? 0.0
+                                               : static_cast<double>(largest_unit) * (zero_stage_ >= 3 ? 7.0 : 4.0) *
+                                                     static_cast<double>(std::max(engine::dtype_size(store_->working().dtype()),
+                                                                                  engine::dtype_size(store_->grads().dtype())));
   double held[5] = {static_cast<double>(account.weights), static_cast<double>(account.grads),
                     static_cast<double>(account.optimizer), static_cast<double>(account.activations), staging_bound};
   host_world_->all_reduce(Tensor(held, engine::Shape{5}, engine::DType::kF64, engine::DeviceType::kCpu),

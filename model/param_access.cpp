@@ -12,8 +12,10 @@ engine::Tensor UnitView::operator[](const std::string& name) const {
 
 ParamAccess::ParamAccess(const ParamStore& store, parallel::ZeroUnits* zero)
     : store_(store), zero_(zero), units_(store.registry().units()) {
-  ENGINE_CHECK(zero_ != nullptr || !(store.weights_sharded() || store.grads_sharded()),
-               "a sharded parameter store needs its ZeRO units");
+  // A stage over a gradient-sharded store without its units can still run
+  // forward only (the sampler under ZeRO-2); grads() refuses.
+  ENGINE_CHECK(zero_ != nullptr || !store.weights_sharded(), "a weight-sharded parameter store (ZeRO-3) needs its "
+               "ZeRO units");
   ENGINE_CHECK(zero_ == nullptr || zero_->units().size() == units_.size(), "ZeRO units (", zero_ ? zero_->units().size() : 0,
                ") do not match the registry's ", units_.size(), " units");
 }
@@ -35,6 +37,8 @@ void ParamAccess::prefetch_weights(int unit) {
 
 UnitView ParamAccess::grads(int unit) {
   const ParamUnit& u = units_.at(static_cast<std::size_t>(unit));
+  ENGINE_CHECK(zero_ != nullptr || !store_.grads_sharded(), "gradients of unit '", u.name, "' were asked of a "
+               "gradient-sharded store (ZeRO-2/3) without its ZeRO units");
   const engine::Tensor flat = zero_ ? zero_->acquire_grads(unit) : store_.grads().flat_slice(u.offset, u.count);
   return UnitView(store_.registry(), unit, flat, u.offset);
 }

@@ -66,10 +66,24 @@ const FlatRange& ZeroUnits::unit_range(int unit) const {
 }
 
 ZeroUnits::Slot* ZeroUnits::take_slot(std::size_t bytes) {
-  // The smallest free buffer that fits; a new one if none does.
+  // The smallest free buffer that fits. If none fits, a free one that is too
+  // small is grown rather than a new one added, so the pool never holds more
+  // buffers than were ever in use at once (and the sizes settle after the
+  // first step).
   Slot* best = nullptr;
-  for (const auto& s : pool_)
-    if (!s->busy && s->buffer.bytes() >= bytes && (!best || s->buffer.bytes() < best->buffer.bytes())) best = s.get();
+  Slot* too_small = nullptr;
+  for (const auto& s : pool_) {
+    if (s->busy) continue;
+    if (s->buffer.bytes() >= bytes) {
+      if (!best || s->buffer.bytes() < best->buffer.bytes()) best = s.get();
+    } else if (!too_small || s->buffer.bytes() > too_small->buffer.bytes()) {
+      too_small = s.get();
+    }
+  }
+  if (!best && too_small) {
+    too_small->buffer = engine::Buffer(grad_shard_.device(), bytes);
+    best = too_small;
+  }
   if (!best) {
     pool_.push_back(std::make_unique<Slot>());
     pool_.back()->buffer = engine::Buffer(grad_shard_.device(), bytes);

@@ -21,9 +21,10 @@
 //       next unit in its forward or backward order before computing the
 //       current one, so the gather overlaps that computation.
 //
-// Staging buffers come from one pool that only grows: a buffer is reused by
-// any later unit that fits it, so the pool settles at a few units' worth
-// (the units in use, the prefetched one, the reductions in flight) and
+// Staging buffers come from one pool: a free buffer is reused by any later
+// unit that fits it (or grown, when none fits), so the pool holds no more
+// buffers than were ever in use at once (the units in use, the prefetched
+// one, the reductions in flight), each at most the largest unit, and
 // staging_bytes() reports it. Every rank of the data-parallel group must make
 // the same calls in the same order (they run the same schedule), which keeps
 // the collectives matched.

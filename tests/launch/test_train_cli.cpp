@@ -113,6 +113,12 @@ TEST_F(TrainCli, InitFromAModelOfAnotherShape) {
                  "another shape");
 }
 
+TEST_F(TrainCli, ZeroConfigurationsThatCannotWork) {
+  expect_refused(base_args(dir_) + " --zero 4", "expected a ZeRO stage 0, 1, 2 or 3");
+  expect_refused(base_args(dir_) + " --zero 2 --optimizer onebit-adam --freeze-step 2",
+                 "onebit-adam composes with --zero 0 or 1");
+}
+
 TEST_F(TrainCli, NoShardMatches) {
   expect_refused(base_args(dir_) + " --train-data " + (dir_ / "missing_*.bin"), "no file matches");
 }
