@@ -79,9 +79,11 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--pipeline-schedule", c.pipeline_schedule, "1f1b or afab (all-forward-all-backward)")
       ->group(kPar)->capture_default_str()->check(CLI::IsMember({"1f1b", "afab"}));
   app.add_option("--overlap-grad-reduce", c.overlap_grad_reduce,
-                 "Start data-parallel gradient reductions during the last micro-batch's backward (true/false)")
+                 "Start data-parallel gradient reductions during the last micro-batch's backward (true/false; "
+                 "ZeRO-2/3 always reduce each layer's gradient as soon as its backward is done)")
       ->group(kPar)->capture_default_str();
-  app.add_option("--bucket-mb", c.bucket_mb, "Data-parallel reduction bucket size in MiB")->group(kPar)->capture_default_str();
+  app.add_option("--bucket-mb", c.bucket_mb,
+                 "Data-parallel reduction bucket size in MiB (ZeRO-2/3 reduce by layer instead)")->group(kPar)->capture_default_str();
 
   const char* kMemory = "Memory";
   app.add_option("--recompute", c.recompute,
