@@ -45,3 +45,12 @@ engine_build() {
   cmake -S "$ENGINE_ROOT" -B "$ENGINE_BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build "$ENGINE_BUILD_DIR" -j "$jobs" "${targets[@]}"
 }
+
+# engine_bench_corpus DIR: token shards DIR/bench_train_*.bin (and _val_) from
+# a few fortune files, for benchmarks that measure time, not learning. Needs
+# the `prepare` target built.
+engine_bench_corpus() {
+  local dir=$1
+  find -L /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' | head -5 | xargs cat > "$dir/text.txt"
+  "$ENGINE_BUILD_DIR/launch/prepare" --input "$dir/text.txt" --output-dir "$dir" --name bench >/dev/null
+}

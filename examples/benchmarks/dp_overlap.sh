@@ -17,9 +17,7 @@ engine_build train prepare
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-# A small English corpus is enough: this measures time, not learning.
-find -L /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' | head -5 | xargs cat > "$work/text.txt"
-"$ENGINE_BUILD_DIR/launch/prepare" --input "$work/text.txt" --output-dir "$work" --name bench >/dev/null
+engine_bench_corpus "$work"
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 # 8 layers of width 512: 25M parameters, ~100 MB of fp32 gradients per step.
