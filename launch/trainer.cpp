@@ -555,13 +555,15 @@ RunSummary Trainer::run() {
                  "; stopping without saving (try a lower --lr or --grad-clip)");
     const double norm = global_grad_norm();
     const double lr = config_.lr_schedule.at(step);
+    // ZeRO-3: no gather may still be reading the shards the optimizer is
+    // about to write, and every gathered copy is stale after it.
+    if (zero_stage_ == 3) zero_units_->drop_weights();
     optimizer_step(lr, norm);
     // ZeRO: every rank updated its own chunks. Stages 1 and 2 gather the
     // whole working copy now; stage 3 gathers unit by unit as the next
-    // passes need them, and its gathered copies are stale from here.
+    // passes need them.
     if (zero_stage_ == 1) grad_buckets_->gather(store_->working());
     if (zero_stage_ == 2) parallel::all_gather_chunks(*comms_.dp, unit_ranges_, owned_, store_->working());
-    if (zero_stage_ == 3) zero_units_->drop_weights();
     engine::device_synchronize();
     const double seconds = seconds_since(t0);
 
@@ -604,8 +606,9 @@ RunSummary Trainer::run() {
   // The whole master weights, gathered by every rank under ZeRO, when the
   // model file or a sampler over ZeRO-3's sharded weights needs them.
   const bool sample_gathered = config_.sample_tokens > 0 && whole_model_here && store_->weights_sharded();
+  // Under ZeRO the gather is collective over dp; otherwise only rank 0 reads.
   std::vector<float> master;
-  if (!config_.save_model.empty() || sample_gathered) {
+  if (((!config_.save_model.empty() && (zero_sharded() || grid_.world_rank() == 0))) || sample_gathered) {
     master.resize(static_cast<std::size_t>(registry_.total_numel()));
     download_master(master.data());
   }

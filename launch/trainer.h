@@ -85,8 +85,8 @@ class Trainer {
   int zero_stage() const { return zero_stage_; }  // 0 when dp = 1 (nothing to shard)
   MemoryAccount memory_account() const;
   // The whole master weights of this rank's (tp, pp) part as f32, laid out
-  // by registry(). Collective over the data-parallel group under ZeRO (the
-  // chunks are gathered); every rank of the job may call it.
+  // by registry(). Under ZeRO it is collective over the data-parallel group
+  // (the chunks are gathered): every rank of the group must call it.
   void download_master(float* host);
 
  private:

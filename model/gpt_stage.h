@@ -34,7 +34,9 @@
 // of section 5.3 of the ZeRO paper; otherwise these calls cost nothing. The
 // tied token embedding's gradient is held from the head's backward (inside
 // the last forward) until the embedding's backward when one stage has both,
-// so each micro-batch reduces it once.
+// so under ZeRO-2/3 each micro-batch reduces it once (once per step under
+// AFAB, whose forwards all come before the backwards). On the last stage the
+// head's units are released, and so reduced, during forward.
 #pragma once
 
 #include <cstdint>

@@ -70,7 +70,9 @@ class ParamStore {
   // Host <-> store transfers of the master weights as f32, laid out whole
   // (checkpoints). A sharded store takes its chunks of `host` on upload;
   // download needs a whole master (ZeRO-3 gathers through
-  // parallel::ZeroUnits instead).
+  // parallel::ZeroUnits instead; under ZeRO-1/2 in bf16 only this rank's
+  // chunks of the whole master are current: launch::Trainer::download_master
+  // gathers them first).
   void download_master(float* host) const;
   void upload_master(const float* host);
 

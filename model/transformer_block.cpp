@@ -166,7 +166,7 @@ void TransformerBlock::backward(const BlockParams& w, const BlockParams& g, cons
   // d fc_pre = (dy @ W_fcproj) * gelu'(fc_pre): the GELU backward is fused into the dgrad.
   // Under sequence parallelism dres holds this rank's tokens and the layer
   // norms' weight gradients are partial sums over them (GptStage sums them
-  // over the group once per step).
+  // over the group: once per step, or per unit release under ZeRO-2/3).
   ops::matmul_backward(s.d_fc, g.fcproj_w, g.fcproj_b, gather_grad(dres, s), a.fc_gelu, w.fcproj_w, a.fc_pre);
   ops::matmul_backward(s.d_c, g.fc_w, g.fc_b, s.d_fc, a.ln2, w.fc_w);            // d ln2 (B,T,C), partial
   ops::layernorm_backward(dres, g.ln2_w, g.ln2_b, reduce_ln_grad(s), a.residual2, w.ln2_w, a.ln2_mean,

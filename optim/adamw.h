@@ -31,7 +31,7 @@ struct AdamWConfig {
 // sharded from stage 1, the gradients from stage 2, the weights at stage 3;
 // so a segment may sit at different offsets in each.
 struct ParamSegment {
-  std::int64_t offset;              // into working
+  std::int64_t offset;              // into working (unused when working aliases master)
   std::int64_t count;
   bool decay;
   std::int64_t master_offset = -1;  // into master; -1 = offset

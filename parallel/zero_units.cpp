@@ -176,6 +176,7 @@ void ZeroUnits::release_grads(int unit) {
   UnitState& s = state_[static_cast<std::size_t>(unit)];
   ENGINE_CHECK(s.grad_refs > 0, "ZeroUnits: unit ", unit, "'s gradients released more often than acquired");
   if (--s.grad_refs > 0) return;
+  while (static_cast<int>(in_flight_.size()) >= max_reductions_in_flight_) complete_oldest_reduction();
   // In place: the reduced chunk lands in this rank's own chunk of the buffer.
   const Tensor whole = slot_tensor(s.grads->buffer, u.count, grad_shard_.dtype());
   const std::int64_t chunk = u.count / comm_.size();

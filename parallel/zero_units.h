@@ -14,7 +14,9 @@
 //       completes the owned chunk of the sum is added into this rank's
 //       gradient shard and the buffer is reused. So the gradient of the whole
 //       model never exists on one rank; with gradient accumulation every
-//       micro-batch reduces (as DeepSpeed's stage 2 does).
+//       micro-batch reduces (as DeepSpeed's stage 2 does). At most
+//       max_reductions_in_flight reductions are outstanding: starting
+//       another first finishes the oldest.
 //   working weights (stage 3)  acquire_weights() all-gathers the unit into a
 //       staging buffer (or waits for the prefetch_weights() that started it)
 //       and the last release_weights() drops it. The stage prefetches the
