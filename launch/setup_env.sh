@@ -46,11 +46,20 @@ engine_build() {
   cmake --build "$ENGINE_BUILD_DIR" -j "$jobs" "${targets[@]}"
 }
 
-# engine_bench_corpus DIR: token shards DIR/bench_train_*.bin (and _val_) from
-# a few fortune files, for benchmarks that measure time, not learning. Needs
-# the `prepare` target built.
-engine_bench_corpus() {
-  local dir=$1
-  find -L /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' | head -5 | xargs cat > "$dir/text.txt"
-  "$ENGINE_BUILD_DIR/launch/prepare" --input "$dir/text.txt" --output-dir "$dir" --name bench >/dev/null
+# engine_bench_begin: what every CPU benchmark script under examples/
+# benchmarks does first: installs and builds `train` and `prepare`, makes a
+# scratch directory $ENGINE_BENCH_WORK (removed on exit) holding token
+# shards bench_train_*.bin from a few fortune files (these benchmarks measure
+# time and memory, not learning), and sets up mpirun for one OpenMP thread
+# per rank, as root too.
+engine_bench_begin() {
+  engine_install_dependencies
+  engine_build train prepare
+  ENGINE_BENCH_WORK=$(mktemp -d)
+  trap 'rm -rf "$ENGINE_BENCH_WORK"' EXIT
+  find -L /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' | head -5 |
+    xargs cat > "$ENGINE_BENCH_WORK/text.txt"
+  "$ENGINE_BUILD_DIR/launch/prepare" --input "$ENGINE_BENCH_WORK/text.txt" --output-dir "$ENGINE_BENCH_WORK" \
+    --name bench >/dev/null
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 }

@@ -12,14 +12,8 @@ set -euo pipefail
 source "$(dirname "$0")/../../launch/setup_env.sh"
 RANKS=${1:-2}
 STEPS=${2:-12}
-engine_install_dependencies
-engine_build train prepare
-
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-engine_bench_corpus "$work"
-
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+engine_bench_begin
+work=$ENGINE_BENCH_WORK
 # 8 layers of width 512: 25M parameters, ~100 MB of fp32 gradients per step.
 model=(--model gpt-micro --n-layer 8 --n-embd 512 --n-head 8 --micro-batch 2 --seq-len 64)
 for overlap in true false; do

@@ -15,14 +15,8 @@ set -euo pipefail
 source "$(dirname "$0")/../../launch/setup_env.sh"
 RANKS=${1:-4}
 STEPS=${2:-8}
-engine_install_dependencies
-engine_build train prepare
-
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-engine_bench_corpus "$work"
-
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+engine_bench_begin
+work=$ENGINE_BENCH_WORK
 echo "| ZeRO | recompute | parameters | gradients | optimizer state | activations | ZeRO-2/3 buffers (bound) | measured peak | step | dp bytes/step | final loss |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
 for zero in 0 1 2 3; do
