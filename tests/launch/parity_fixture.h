@@ -68,6 +68,18 @@ class SharedDir {
   std::string path_;
 };
 
+// Cuts the world into groups of `size` ranks (ranks beyond the last whole
+// group sit out) and calls fn(group communicator) on every group member.
+template <typename Fn>
+void on_groups(int size, Fn fn) {
+  const int color = world_rank() / size < world_size() / size ? world_rank() / size : MPI_UNDEFINED;
+  MPI_Comm group = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, color, world_rank(), &group);
+  if (group == MPI_COMM_NULL) return;
+  fn(group);
+  MPI_Comm_free(&group);
+}
+
 // Four layers and four heads (enough for four stages or four tensor-parallel
 // ranks), eight sequences per step: several micro-batches on every layout.
 // Callers change fields, then call resolve(0, world).

@@ -19,48 +19,11 @@
 #include <sstream>
 #include <string>
 
-#include "launch/trainer.h"
-#include "model/gpt_params.h"
-#include "training_fixture.h"
+#include "parity_fixture.h"  // world_rank/size, SharedDir
 
 using namespace test_support;
 
 namespace {
-
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int s = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
-
-// One directory for all ranks: rank 0 makes it, everyone learns its name.
-class SharedDir {
- public:
-  SharedDir() {
-    std::string path;
-    if (world_rank() == 0) {
-      dir_ = std::make_unique<TempDir>("onebit");
-      write_corpus(*dir_);
-      path = dir_->path().string();
-    }
-    int n = static_cast<int>(path.size());
-    MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    path.resize(n);
-    MPI_Bcast(path.data(), n, MPI_CHAR, 0, MPI_COMM_WORLD);
-    path_ = path;
-  }
-  ~SharedDir() { MPI_Barrier(MPI_COMM_WORLD); }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::unique_ptr<TempDir> dir_;
-  std::string path_;
-};
 
 // Made in SetUpTestSuite and deleted in TearDownTestSuite (its destructor
 // needs MPI, which is finalised before static destructors run).
@@ -170,7 +133,7 @@ class OneBitAdam : public ::testing::Test {
   // AdamW at dp = 4 for kSteps: the reference every layout compares with
   // (AdamW is layout-independent to ~1e-5, test_parity.cpp).
   static void SetUpTestSuite() {
-    g_dir = new SharedDir();
+    g_dir = new SharedDir("onebit");
     Group g(4);
     if (g.member()) reference_ = new Result(train(long_run(1, 1, 4, "adamw"), g.comm()));
   }

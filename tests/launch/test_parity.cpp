@@ -25,22 +25,18 @@ class Parity : public ::testing::Test {
   // whole group sit out) and compares with the reference.
   static void expect_parity(int tp, int pp, int dp, const std::string& schedule = "1f1b", bool overlap = true,
                             int zero = 0, bool sequence_parallel = false, const std::string& recompute = "none") {
-    const int size = tp * pp * dp;
-    const int color = world_rank() / size < world_size() / size ? world_rank() / size : MPI_UNDEFINED;
-    MPI_Comm group = MPI_COMM_NULL;
-    MPI_Comm_split(MPI_COMM_WORLD, color, world_rank(), &group);
-    if (group == MPI_COMM_NULL) return;
-    launch::TrainConfig config = parity_config(*dir_, tp, pp, dp);
-    config.pipeline_schedule = schedule;
-    config.overlap_grad_reduce = overlap;
-    config.zero = zero;
-    config.sequence_parallel = sequence_parallel;
-    config.recompute = recompute;
-    const std::string layout = "tp" + std::to_string(tp) + " pp" + std::to_string(pp) + " dp" + std::to_string(dp) +
-                               " " + schedule + (overlap ? "" : " no-overlap") + " zero" + std::to_string(zero) +
-                               (sequence_parallel ? " sequence-parallel" : "") + " recompute " + recompute;
-    expect_close_to_reference(train_run(config, group), *ref_, layout);
-    MPI_Comm_free(&group);
+    on_groups(tp * pp * dp, [&](MPI_Comm group) {
+      launch::TrainConfig config = parity_config(*dir_, tp, pp, dp);
+      config.pipeline_schedule = schedule;
+      config.overlap_grad_reduce = overlap;
+      config.zero = zero;
+      config.sequence_parallel = sequence_parallel;
+      config.recompute = recompute;
+      const std::string layout = "tp" + std::to_string(tp) + " pp" + std::to_string(pp) + " dp" + std::to_string(dp) +
+                                 " " + schedule + (overlap ? "" : " no-overlap") + " zero" + std::to_string(zero) +
+                                 (sequence_parallel ? " sequence-parallel" : "") + " recompute " + recompute;
+      expect_close_to_reference(train_run(config, group), *ref_, layout);
+    });
   }
 
   static SharedDir* dir_;

@@ -27,18 +27,6 @@ class Zero : public ::testing::Test {
     delete dir_;
   }
 
-  // Groups of tp*pp*dp ranks each train the layout (ranks beyond the last
-  // whole group sit out); `fn` gets the group's communicator.
-  template <typename Fn>
-  static void on_groups(int size, Fn fn) {
-    const int color = world_rank() / size < world_size() / size ? world_rank() / size : MPI_UNDEFINED;
-    MPI_Comm group = MPI_COMM_NULL;
-    MPI_Comm_split(MPI_COMM_WORLD, color, world_rank(), &group);
-    if (group == MPI_COMM_NULL) return;
-    fn(group);
-    MPI_Comm_free(&group);
-  }
-
   static void expect_parity(int tp, int pp, int dp, int zero, const std::string& schedule = "1f1b",
                             bool sequence_parallel = false, const std::string& recompute = "none") {
     on_groups(tp * pp * dp, [&](MPI_Comm group) {
@@ -133,7 +121,8 @@ TEST_F(Zero, BytesPerRankFallWithDpAsThePaperSays) {
         EXPECT_LE(static_cast<double>(m.optimizer), optimizer + 2 * slack) << what;
         // Gather/reduce buffers: none below stage 2; otherwise a few units'
         // worth (at most 3 gathered + 4 gradient units, each at most the
-        // largest unit of the padded layout).
+        // largest unit of the padded layout: the dp = 1 layout's largest plus
+        // 64 x dp elements of padding for each of a block's 12 tensors).
         if (zero < 2) {
           EXPECT_EQ(m.zero_staging, 0u) << what;
         } else {
