@@ -80,6 +80,8 @@ class Tensor {
 inline Tensor host_tensor(void* data, Shape shape, DType dtype) {
   return Tensor(data, shape, dtype, DeviceType::kCpu);
 }
+// n host floats as a flat f32 tensor (whole-model host copies).
+inline Tensor host_f32(float* data, std::int64_t n) { return host_tensor(data, Shape{n}, DType::kF32); }
 
 // Shape checks used by every op; they throw engine::Error naming the tensor.
 void expect_shape(const Tensor& t, const Shape& expected, const char* what);

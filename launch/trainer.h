@@ -1,23 +1,26 @@
 // The training loop of the `train` program: builds this rank's part of the
-// model (its pipeline stage, its tensor-parallel slices), the optimizer, data
-// and communicators from a resolved TrainConfig, then runs steps, validation,
-// checkpoints and the final sample, logging every step on rank 0.
+// model (its pipeline stage, its tensor-parallel slices), the data-parallel
+// strategy, the optimizer, data and communicators from a resolved
+// TrainConfig, then runs steps, validation, checkpoints and the final
+// sample, logging every step on rank 0.
 //
-// One step (DESIGN.md, "One training step, as data"): each data-parallel rank
-// reads its slice of the global batch as micro-batches; the pipeline schedule
-// (1F1B by default) runs them through the stages; during the last
-// micro-batch's backward, data-parallel gradient buckets start reducing while
-// earlier layers still compute; the tied embedding's two copies (first and
-// last stage) are summed; the global gradient norm is taken over every axis
-// counting replicated tensors once; AdamW updates; the step's figures are
-// reduced to rank 0 and logged.
-//
-// With --optimizer onebit-adam (optim/onebit_adam.h) the steps before
-// --freeze-step are exactly the above. From the freeze step on, the
-// data-parallel gradient reduction is skipped (only the tied embedding's
-// copies are still summed, on local gradients), the global norm is taken over
-// the local gradients (see global_grad_norm), and OneBitAdam averages the
-// momentum over dp with the 1-bit compressed all-reduce instead.
+// One step (DESIGN.md, "One training step, as data"), Trainer::run:
+//   read the batch and run the schedule  each data-parallel rank reads its
+//       slice of the global batch as micro-batches; the pipeline schedule
+//       (1F1B by default) runs them through the stages; during the last
+//       micro-batch's backward the data-parallel strategy starts reducing
+//       gradients while earlier layers still compute;
+//   finish the gradients                 the strategy lands its reductions
+//       (the tied embedding's copies included); sequence-parallel layer-norm
+//       sums over tp;
+//   norm                                  over every axis, counting each
+//       gradient once, over the ranges the strategy names;
+//   optimizer, after-step                 the optimizer updates the chunks
+//       the strategy gives this rank; the strategy rebuilds what the next
+//       step needs (ZeRO's all-gathers);
+//   log, checkpoint.
+// How the replicas are kept in step (plain all-reduce, ZeRO-1/2/3, 1-bit
+// Adam's compression) is chosen once, by launch/optimizer_setup.h.
 #pragma once
 
 #include <mpi.h>
@@ -31,32 +34,23 @@
 
 #include "engine/buffer.h"
 #include "launch/data_loader.h"
+#include "launch/memory_report.h"
 #include "launch/metrics.h"
+#include "launch/optimizer_checkpoint.h"
 #include "launch/train_config.h"
+#include "launch/training_stage.h"
 #include "model/gpt_stage.h"
 #include "model/param_registry.h"
 #include "model/param_store.h"
-#include "optim/adamw.h"
 #include "optim/onebit_adam.h"
+#include "optim/optimizer.h"
 #include "parallel/communicator.h"
-#include "parallel/grad_buckets.h"
+#include "parallel/data_parallel.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/process_grid.h"
-#include "parallel/zero_units.h"
+#include "parallel/tied_embedding.h"
 
 namespace launch {
-
-struct TrainingState;  // launch/checkpoint.h
-
-// Bytes this rank holds, by kind (launch/trainer.cpp prints them at
-// start-up; the ZeRO memory test compares them across dp).
-struct MemoryAccount {
-  std::size_t weights = 0;       // master + working copy (this rank's chunks under ZeRO-3)
-  std::size_t grads = 0;         // gradient buffer (this rank's chunks under ZeRO-2/3)
-  std::size_t optimizer = 0;     // moments (+ 1-bit Adam's error buffers)
-  std::size_t activations = 0;   // the activation arena
-  std::size_t zero_staging = 0;  // ZeRO-2/3 gather and reduce buffers allocated so far (parallel/zero_units.h)
-};
 
 struct RunSummary {
   std::vector<double> losses;  // training loss of each step this run took (the same on every rank)
@@ -75,83 +69,57 @@ class Trainer {
 
   const model::ParamRegistry& registry() const { return registry_; }
   const model::ParamStore& params() const { return *store_; }
-  // --optimizer adamw only (onebit_optimizer() otherwise).
-  const optim::AdamW& optimizer() const {
-    ENGINE_CHECK(adamw_ != nullptr, "Trainer::optimizer(): this run uses --optimizer onebit-adam");
-    return *adamw_;
-  }
-  const optim::OneBitAdam* onebit_optimizer() const { return onebit_.get(); }  // null unless onebit-adam
+  const optim::Optimizer& optimizer() const { return *optimizer_; }
+  // Null unless the run uses --optimizer onebit-adam.
+  const optim::OneBitAdam* onebit_optimizer() const { return dynamic_cast<const optim::OneBitAdam*>(optimizer_.get()); }
   const parallel::ProcessGrid& grid() const { return grid_; }
-  int zero_stage() const { return zero_stage_; }  // 0 when dp = 1 (nothing to shard)
   MemoryAccount memory_account() const;
   // The whole master weights of this rank's (tp, pp) part as f32, laid out
   // by registry(). Under ZeRO it is collective over the data-parallel group
   // (the chunks are gathered): every rank of the group must call it.
-  void download_master(float* host);
+  void download_master(float* host) { data_parallel_->download_master(host); }
 
  private:
-  class PipelineStage;
   double train_step(std::int64_t step);  // returns the global mean loss
-  void reduce_gradients();  // waits for the data-parallel and tied-embedding reductions
+  void finish_gradients();               // and times what the reductions left exposed
   double global_grad_norm();
-  bool compressing() const { return onebit_ && onebit_->compressing(); }  // this step is a 1-bit Adam compression step
-  std::vector<optim::CompressionGroup> compression_groups() const;
-  void optimizer_step(double lr, double norm);
-  const engine::Tensor& optimizer_m() const { return adamw_ ? adamw_->m() : onebit_->m(); }
-  const engine::Tensor& optimizer_v() const { return adamw_ ? adamw_->v() : onebit_->v(); }
-  bool momentum_sharded() const { return zero_sharded() && !onebit_; }  // 1-bit Adam keeps m whole
-  nlohmann::json onebit_layout() const;  // what its per-rank state depends on
-  void resume_onebit(const std::string& dir, const TrainingState& state);
+  StepMetrics step_metrics(std::int64_t step, double loss, double norm, double lr, double seconds, double peak);
   double validate();
+  void write_outputs(RunSummary& summary);  // the model file and the sample, after the last step
+  std::string sample_text(const model::ParamStore& store);
+  void initialize_weights();
+  void report_start();
   void save(std::int64_t steps_done);
   void resume();
   nlohmann::json run_identity() const;
-  double peak_flops_per_device();
-  std::string sample_text(const model::ParamStore& store);
-  // t (laid out by registry(), or this rank's ZeRO shard of it when
-  // `sharded`) as whole f32 on the host; collective under ZeRO.
-  void gather_to_host(const engine::Tensor& t, bool sharded, float* host);
   double sum_over_world(double local);
   bool is_logger() const { return grid_.world_rank() == 0; }
-  bool zero_sharded() const { return !owned_.empty(); }
 
   const TrainConfig& config_;
   std::ostream& out_;
   parallel::ProcessGrid grid_;
-  parallel::GridComms comms_;                               // device traffic (MPI or NCCL)
-  std::unique_ptr<parallel::Communicator> host_world_;      // host scalars, checkpoint coordination (MPI)
-  std::unique_ptr<parallel::Communicator> embedding_comm_;  // first + last stage, for the tied wte (pp > 1)
+  parallel::GridComms comms_;                           // device traffic (MPI or NCCL)
+  std::unique_ptr<parallel::Communicator> host_world_;  // host scalars, checkpoint coordination (MPI)
   model::StageRange range_;
   model::TensorParallel tp_;
   model::ParamRegistry registry_;
+  parallel::FlatLayout layout_;
+  std::unique_ptr<parallel::TiedEmbedding> tied_;  // the first and last stage's wte copies
   std::unique_ptr<model::ParamStore> store_;
-  int zero_stage_ = 0;
-  std::vector<parallel::FlatRange> unit_ranges_;        // the registry's units (ZeRO-2/3 shard by them)
-  std::unique_ptr<parallel::ZeroUnits> zero_units_;     // ZeRO-2/3; before stage_, which points to it
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<OptimizerCheckpoint> optimizer_checkpoint_;
+  std::unique_ptr<parallel::DataParallel> data_parallel_;  // before stage_, which may acquire through it
   std::unique_ptr<model::GptStage> stage_;
   engine::Arena activations_;
-  std::unique_ptr<optim::AdamW> adamw_;        // --optimizer adamw
-  std::unique_ptr<optim::OneBitAdam> onebit_;  // --optimizer onebit-adam
-  std::unique_ptr<parallel::GradBuckets> grad_buckets_;
-  std::vector<std::pair<std::int64_t, std::int64_t>> norm_ranges_;  // flat ranges counted once in the norm
-  // The same over the whole local buffer (under ZeRO norm_ranges_ keeps only
-  // the owned chunks): 1-bit Adam's compression stage norms local gradients.
-  std::vector<std::pair<std::int64_t, std::int64_t>> local_norm_ranges_;
-  bool onebit_m_partial_ = false;  // ZeRO warm-up: only the owned chunks of the whole momentum are current
-  std::vector<parallel::ShardChunk> owned_;  // ZeRO: the chunks whose optimizer state this rank holds
   std::unique_ptr<DataLoader> train_data_, val_data_;
-  BatchLayout layout_{};
+  BatchLayout batch_{};
   std::vector<parallel::Action> schedule_;
-  std::unique_ptr<PipelineStage> pipeline_;
+  std::unique_ptr<TrainingStage> pipeline_;
   std::mt19937_64 sampler_rng_;
   std::int64_t start_step_ = 0;
-  double exposed_comm_seconds_ = 0;  // last step's wait in reduce_gradients()
+  double exposed_comm_seconds_ = 0;  // last step's wait in finish_gradients()
   MetricsLog metrics_;
 };
-
-// Peak fp32 FLOP/s of this CPU as our matmul op achieves it (a few
-// 1024^3 GEMMs, best time): the CPU's MFU denominator when no peak is given.
-double measure_cpu_matmul_flops();
 
 // Checks what can be checked without communicating: the data shards open and
 // hold in-vocabulary headers, an --init-from file has the configured shape.

@@ -18,7 +18,7 @@
 
 #include "engine/buffer.h"
 #include "model/param_registry.h"
-#include "parallel/shard_layout.h"
+#include "parallel/data_parallel.h"
 
 namespace model {
 
@@ -33,12 +33,10 @@ engine::DType master_dtype(Precision precision);
 Precision parse_precision(const std::string& text);  // "fp32" | "fp64" | "bf16"
 const char* precision_name(Precision precision);
 
-// Which buffers hold only this rank's chunks (ZeRO); default: none.
-struct StoreSharding {
-  std::vector<parallel::ShardChunk> owned;  // in layout order, packed
-  bool weights = false;                     // master and working (ZeRO-3)
-  bool grads = false;                       // gradients (ZeRO-2 and 3)
-};
+// Which buffers hold only this rank's chunks (ZeRO; the data-parallel
+// strategy decides, parallel/data_parallel.h); default: none. The store
+// reads `owned`, `weights` and `grads`.
+using StoreSharding = parallel::Sharding;
 
 class ParamStore {
  public:

@@ -13,6 +13,7 @@
 
 #include "engine/buffer.h"
 #include "engine/ops.h"
+#include "optim/optimizer.h"
 
 namespace optim {
 
@@ -24,21 +25,6 @@ struct AdamWConfig {
   void validate() const;
 };
 
-// A contiguous range of parameters and whether it takes weight decay.
-// Without ZeRO the master weights, gradients, working copy and moments share
-// one layout. Under ZeRO a rank updates only the chunks it owns, and each
-// buffer is either whole or this rank's compact shard: the moments are
-// sharded from stage 1, the gradients from stage 2, the weights at stage 3;
-// so a segment may sit at different offsets in each.
-struct ParamSegment {
-  std::int64_t offset;              // into working (unused when working aliases master)
-  std::int64_t count;
-  bool decay;
-  std::int64_t master_offset = -1;  // into master; -1 = offset
-  std::int64_t state_offset = -1;   // into m and v; -1 = offset
-  std::int64_t grad_offset = -1;    // into grads; -1 = offset
-};
-
 // The flat buffers an optimizer updates. `working` may alias `master` (then
 // it is not written separately) or be empty.
 struct FlatParams {
@@ -47,19 +33,20 @@ struct FlatParams {
   engine::Tensor working;
 };
 
-class AdamW {
+class AdamW : public Optimizer {
  public:
   // state_elements: size of m and v (-1: the master buffer's size).
   AdamW(FlatParams params, std::vector<ParamSegment> segments, AdamWConfig config, std::int64_t state_elements = -1);
 
   // One update with learning rate `lr`; gradients are multiplied by
   // grad_scale first (clipping). Increments the step count.
-  void step(double lr, double grad_scale);
+  void step(double lr, double grad_scale) override;
 
-  std::int64_t steps_taken() const { return steps_; }
-  void set_steps_taken(std::int64_t steps) { steps_ = steps; }  // resume
-  const engine::Tensor& m() const { return m_; }
-  const engine::Tensor& v() const { return v_; }
+  std::int64_t steps_taken() const override { return steps_; }
+  void set_steps_taken(std::int64_t steps) override { steps_ = steps; }  // resume
+  const engine::Tensor& m() const override { return m_; }
+  const engine::Tensor& v() const override { return v_; }
+  std::size_t state_bytes() const override { return m_.bytes() + v_.bytes(); }
   const AdamWConfig& config() const { return config_; }
 
  private:

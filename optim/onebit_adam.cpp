@@ -21,7 +21,7 @@ using engine::Tensor;
 // Below this many elements a loop runs on one thread.
 constexpr std::int64_t kParallelMin = 1 << 14;
 
-Tensor host_f32(float* data, std::int64_t n) { return Tensor(data, Shape{n}, DType::kF32, DeviceType::kCpu); }
+using engine::host_f32;
 
 // A host f32 view of a device tensor: the tensor itself on the CPU, else a
 // staged copy (CUDA) that put_back() writes back.

@@ -141,7 +141,7 @@ void onebit_param_update(float* p, const float* m, const float* v, std::int64_t 
 
 // ---- the optimizer ------------------------------------------------------------
 
-class OneBitAdam {
+class OneBitAdam : public Optimizer {
  public:
   // params, segments: as for AdamW (segment.offset indexes the full layout of
   // grads and working; master_offset the master buffer; state_offset the
@@ -153,7 +153,7 @@ class OneBitAdam {
   OneBitAdam(FlatParams params, std::vector<ParamSegment> segments, OneBitAdamConfig config,
              parallel::Communicator& dp, std::vector<CompressionGroup> groups, std::int64_t variance_elements = -1,
              std::vector<std::pair<std::int64_t, std::int64_t>> padding = {});
-  ~OneBitAdam();
+  ~OneBitAdam() override;
 
   // Whether the NEXT step() is a compression step. The caller then skips the
   // data-parallel gradient reduction and scales each rank's local gradient
@@ -163,12 +163,17 @@ class OneBitAdam {
   // One update: AdamW in warm-up; in compression, the local momentum update
   // over the whole layout, the compressed exchange (collective over dp) and
   // the parameter update over the segments. Increments the step count.
-  void step(double lr, double grad_scale);
+  void step(double lr, double grad_scale) override;
 
-  std::int64_t steps_taken() const { return steps_; }
-  void set_steps_taken(std::int64_t steps) { steps_ = steps; }  // resume
-  const engine::Tensor& m() const { return m_; }  // full layout (grads')
-  const engine::Tensor& v() const { return v_; }  // state layout (sharded under ZeRO)
+  std::int64_t steps_taken() const override { return steps_; }
+  void set_steps_taken(std::int64_t steps) override { steps_ = steps; }  // resume
+  const engine::Tensor& m() const override { return m_; }  // full layout (grads')
+  const engine::Tensor& v() const override { return v_; }  // state layout (sharded under ZeRO)
+  std::size_t state_bytes() const override { return m_.bytes() + v_.bytes() + extra_state_bytes(); }
+  std::string describe_state(bool sharded) const override {
+    return sharded ? "1-bit Adam: whole momentum and error buffers, ZeRO-1 variance shard"
+                   : "1-bit Adam: momentum, variance, error buffers";
+  }
   const OneBitAdamConfig& config() const { return config_; }
 
   // The compressors, one per group, for checkpoints (their error buffers)

@@ -1,0 +1,72 @@
+// Trainer: what a run leaves besides its metrics and checkpoints: the model
+// in llm.c's format and a sample of generated text; and the input checks
+// every rank runs before the first collective.
+#include "launch/trainer.h"
+
+#include <ostream>
+
+#include "launch/byte_tokenizer.h"
+#include "launch/checkpoint.h"
+#include "launch/sampler.h"
+
+namespace launch {
+
+void check_inputs(const TrainConfig& config) {
+  const int T = static_cast<int>(config.seq_len), V = static_cast<int>(config.model.vocab_size);
+  DataLoader train(config.train_data, T, V, config.shuffle, config.seed);
+  if (!config.val_data.empty()) DataLoader val(config.val_data, T, V, false, config.seed);
+  if (!config.init_from.empty()) {
+    const model::GptConfig found = read_llmc_config(config.init_from);
+    ENGINE_CHECK(found == config.model, "--init-from '", config.init_from, "' holds a model of another shape: ",
+                 found.describe(), "; this run's model is ", config.model.describe());
+  }
+}
+
+// ---- after the last step ----------------------------------------------------------
+
+void Trainer::write_outputs(RunSummary& summary) {
+  const bool whole_model_here = grid_.tp_size() == 1 && grid_.pp_size() == 1;
+  const bool sample = config_.sample_tokens > 0 && whole_model_here;
+  // The whole master weights, for the model file, or for a sampler when this
+  // rank's store holds only its shard of them (ZeRO-3). Collective over dp
+  // where they are sharded; only rank 0 keeps a copy.
+  std::vector<float> master;
+  if (!config_.save_model.empty() || (sample && store_->weights_sharded())) {
+    if (is_logger()) master.resize(static_cast<std::size_t>(registry_.total_numel()));
+    data_parallel_->download_master(is_logger() ? master.data() : nullptr);
+  }
+  if (!is_logger()) return;
+  if (!config_.save_model.empty()) {
+    write_llmc_model(config_.save_model, config_.model, registry_, master.data());
+    out_ << "model      written to " << config_.save_model << " (llm.c GPT-2 format)\n";
+  }
+  if (config_.sample_tokens > 0 && !whole_model_here)
+    out_ << "sample     skipped: sampling needs the whole model on one rank (tp = pp = 1)\n";
+  if (!sample) return;
+  if (store_->weights_sharded()) {
+    model::ParamStore whole(registry_, config_.device_type, config_.precision_mode);
+    whole.upload_master(master.data());
+    summary.sample = sample_text(whole);
+  } else {
+    summary.sample = sample_text(*store_);
+  }
+  out_ << "sample     ----\n" << summary.sample << "\n----" << std::endl;
+}
+
+std::string Trainer::sample_text(const model::ParamStore& store) {
+  const model::ActivationShape shape{1, config_.seq_len, model::activation_dtype(config_.precision_mode)};
+  model::GptStage sampler(config_.model, store, model::whole_model(config_.model), shape, 1);
+  engine::Arena plan = engine::Arena::planning(config_.device_type);
+  sampler.allocate(plan);
+  engine::Arena arena(config_.device_type, plan.used());
+  sampler.allocate(arena);
+  ByteTokenizer tokenizer;
+  std::vector<std::int32_t> prompt;
+  for (std::uint16_t t : tokenizer.encode(config_.sample_prompt)) prompt.push_back(t);
+  if (prompt.empty()) prompt.push_back('\n');
+  const SamplingOptions options{config_.sample_tokens, config_.temperature, config_.top_k};
+  const std::vector<std::int32_t> ids = generate(sampler, config_.model.vocab_size, prompt, options, sampler_rng_);
+  return config_.sample_prompt + tokenizer.decode(ids);
+}
+
+}  // namespace launch

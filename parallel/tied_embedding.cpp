@@ -1,0 +1,40 @@
+#include "parallel/tied_embedding.h"
+
+#include "engine/check.h"
+#include "parallel/mpi_communicator.h"
+#ifdef ENGINE_WITH_NCCL
+#include "parallel/nccl_communicator.h"
+#endif
+
+namespace parallel {
+
+TiedEmbedding::TiedEmbedding(MPI_Comm world, const ProcessGrid& grid, FlatRange wte, int wte_unit, bool nccl)
+    : wte_(wte), wte_unit_(wte_unit) {
+  if (grid.pp_size() == 1) return;  // one stage holds both uses of the one copy
+  const bool holds_wte = grid.is_first_stage() || grid.is_last_stage();
+  MPI_Comm group = MPI_COMM_NULL;
+  MPI_Comm_split(world, holds_wte ? grid.tp_rank() + grid.tp_size() * grid.dp_rank() : MPI_UNDEFINED, grid.pp_rank(),
+                 &group);
+  if (!holds_wte) return;
+#ifdef ENGINE_WITH_NCCL
+  if (nccl) comm_ = std::make_unique<NcclCommunicator>(group, "embedding");
+#else
+  ENGINE_CHECK(!nccl, "the tied embedding's group over NCCL: this engine was built without NCCL");
+#endif
+  if (!comm_) comm_ = std::make_unique<MpiCommunicator>(group, "embedding");
+  MPI_Comm_free(&group);
+}
+
+TiedEmbedding::~TiedEmbedding() = default;
+
+void TiedEmbedding::sum_whole(const engine::Tensor& grads) const {
+  if (comm_) comm_->all_reduce(grads.flat_slice(wte_.offset, wte_.count));
+}
+
+void TiedEmbedding::sum_owned(const engine::Tensor& grad_shard, const std::vector<ShardChunk>& owned) const {
+  if (!comm_) return;
+  const ShardChunk& c = owned.at(static_cast<std::size_t>(wte_unit_));
+  comm_->all_reduce(grad_shard.flat_slice(c.shard_offset, c.count));
+}
+
+}  // namespace parallel
