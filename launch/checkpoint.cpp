@@ -272,7 +272,7 @@ std::string save_checkpoint(const std::string& checkpoint_dir, const TrainingSta
         if (writers[r]) shards.push_back(shard_name(r, "json"));
         if (extra) extras.push_back(extra_name(r, extra->tag, "json"));
       }
-      nlohmann::json index = {{"format", kStateFormat}, {"version", kStateVersion}, {"step", state.step},
+      nlohmann::json index = {{"format", kStateFormat}, {"version", kStateVersion}, {"step", state.step}, {"optimizer_steps", state.optimizer_steps},
                               {"run", state.run},       {"layout", state.layout}, {"sampler_rng", state.sampler_rng},
                               {"shards", shards}};
       if (!state.optimizer.is_null()) index["optimizer"] = state.optimizer;
@@ -294,12 +294,13 @@ std::string save_checkpoint(const std::string& checkpoint_dir, const TrainingSta
 }
 
 std::string resolve_checkpoint(const std::string& resume, const std::string& checkpoint_dir) {
-  if (resume != "latest") {
+  if (resume != "latest" && resume != "auto") {
     ENGINE_CHECK(fs::is_directory(resume), "--resume '", resume, "' is not a checkpoint directory");
     return resume;
   }
   const fs::path latest = fs::path(checkpoint_dir) / "latest";
   std::ifstream in(latest);
+  if (!in.good() && resume == "auto") return "";  // nothing yet: start fresh
   ENGINE_CHECK(in.good(), "--resume latest: no checkpoint to resume from ('", latest.string(), "' does not exist)");
   std::string name;
   std::getline(in, name);
@@ -367,6 +368,7 @@ TrainingState load_checkpoint(const std::string& step_dir, const nlohmann::json&
   }
   TrainingState state;
   state.step = index.at("step").get<std::int64_t>();
+  state.optimizer_steps = index.value("optimizer_steps", std::int64_t{-1});
   state.sampler_rng = index.value("sampler_rng", "");
   state.run = found_run;
   state.layout = index.value("layout", nlohmann::json());

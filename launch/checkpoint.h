@@ -65,7 +65,8 @@ struct HostState {
 };
 
 struct TrainingState {
-  std::int64_t step = 0;          // optimizer steps completed
+  std::int64_t step = 0;          // training steps completed (applied or skipped as non-finite)
+  std::int64_t optimizer_steps = -1;  // updates applied (-1: as many as steps; fewer after skipped steps)
   std::string sampler_rng;        // text state of the sampler's std::mt19937_64
   nlohmann::json run;             // what must match on resume (model, batch, seed, data)
   nlohmann::json layout;          // tp, pp, dp of the writing run (information)
@@ -116,7 +117,8 @@ bool all_ranks_ok(parallel::Communicator& world, bool ok);
 std::string broadcast_string(parallel::Communicator& world, const std::string& text);
 
 // "latest" -> the directory `latest` names inside checkpoint_dir; a path is
-// returned as is. Throws when there is nothing to resume from.
+// returned as is. Throws when there is nothing to resume from, except for
+// "auto", which then returns "" (start fresh).
 std::string resolve_checkpoint(const std::string& resume, const std::string& checkpoint_dir);
 
 // Loads a step directory into `host`; throws if the checkpoint's run identity

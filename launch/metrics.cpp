@@ -12,7 +12,7 @@
 
 namespace launch {
 
-MetricsLog::MetricsLog(const std::string& path) {
+MetricsLog::MetricsLog(const std::string& path) : path_(path) {
   if (path.empty()) return;
   file_.open(path, std::ios::app);
   ENGINE_CHECK(file_.good(), "cannot open metrics file '", path, "' for appending: ", std::strerror(errno));
@@ -41,6 +41,7 @@ std::string MetricsLog::format_line(const StepMetrics& m) {
     std::snprintf(val, sizeof val, " | val %.4f", *m.val_loss);
     out += val;
   }
+  if (m.skipped) out += " | SKIPPED (non-finite, not applied)";
   return out;
 }
 
@@ -57,19 +58,25 @@ void MetricsLog::record(const StepMetrics& m) {
                       {"peak_memory_bytes", m.peak_memory_bytes},
                       {"peak_rss_bytes", m.peak_rss_bytes}};
   if (m.val_loss) j["val_loss"] = *m.val_loss;
+  if (m.skipped) j["skipped"] = true;  // non-finite values are written as null
   if (m.parallel) {
     j["bubble_fraction"] = m.bubble_fraction;
     j["comm_bytes"] = {{"tp", m.comm_bytes_tp}, {"dp", m.comm_bytes_dp}, {"pp", m.comm_bytes_pp}};
     j["exposed_comm_s"] = m.exposed_comm_seconds;
   }
   file_ << j.dump() << '\n';
-  file_.flush();
+  check_written();
 }
 
 void MetricsLog::record_validation(std::int64_t step, double val_loss) {
   if (!file_.is_open()) return;
   file_ << nlohmann::json{{"step", step}, {"val_loss", val_loss}}.dump() << '\n';
+  check_written();
+}
+
+void MetricsLog::check_written() {
   file_.flush();
+  ENGINE_CHECK(file_.good(), "cannot write metrics file '", path_, "' (disk full or removed?): ", std::strerror(errno));
 }
 
 std::uint64_t peak_rss_bytes() {

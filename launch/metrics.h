@@ -27,6 +27,7 @@ struct StepMetrics {
   double comm_bytes_tp = 0, comm_bytes_dp = 0, comm_bytes_pp = 0;  // sent this step, all ranks together
   double exposed_comm_seconds = 0;  // rank 0's wait for gradient reductions after backward (not hidden)
   bool parallel = false;                // print the parallel fields
+  bool skipped = false;                 // non-finite loss or norm: not applied (--on-nonfinite skip)
 };
 
 class MetricsLog {
@@ -39,6 +40,8 @@ class MetricsLog {
   static std::string format_line(const StepMetrics& m);
 
  private:
+  void check_written();  // a failed write (disk full) is an error, never silently lost
+  std::string path_;
   std::ofstream file_;
 };
 

@@ -1,6 +1,8 @@
 #include "launch/train_config.h"
 
+#include <cmath>
 #include <memory>
+#include <utility>
 #include <sstream>
 
 #include "engine/check.h"
@@ -46,6 +48,13 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--beta2", c.beta2, "AdamW beta2")->group(kOpt)->capture_default_str();
   app.add_option("--adam-eps", c.adam_eps, "AdamW epsilon")->group(kOpt)->capture_default_str();
   app.add_option("--grad-clip", c.grad_clip, "Global gradient-norm clip (0 = no clipping)")->group(kOpt)->capture_default_str();
+  app.add_option("--on-nonfinite", c.on_nonfinite,
+                 "A step with a non-finite loss or gradient norm is never applied: stop (end the run, no "
+                 "checkpoint) or skip (leave weights and optimizer state untouched and go on)")
+      ->group(kOpt)->capture_default_str()->check(CLI::IsMember({"stop", "skip"}));
+  app.add_option("--max-skipped-steps", c.max_skipped_steps,
+                 "--on-nonfinite skip: stop after this many consecutive skipped steps")
+      ->group(kOpt)->capture_default_str();
   app.add_option("--optimizer", c.optimizer,
                  "adamw, or onebit-adam (Tang et al. 2021): AdamW for --freeze-step steps, then the variance is "
                  "frozen and the momentum is averaged over data-parallel ranks with a 1-bit compressed "
@@ -67,7 +76,10 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--checkpoint-dir", c.checkpoint_dir, "Directory for checkpoints (step_NNNNNNNN/ and 'latest')")->group(kCkpt);
   app.add_option("--checkpoint-interval", c.checkpoint_interval, "Save every N steps (0 = at the end only)")
       ->group(kCkpt)->capture_default_str();
-  app.add_option("--resume", c.resume, "Resume from 'latest' (in --checkpoint-dir) or a checkpoint directory")->group(kCkpt);
+  app.add_option("--resume", c.resume,
+                 "Resume from 'latest' (in --checkpoint-dir), a checkpoint directory, or 'auto': the latest "
+                 "checkpoint if there is one, else start fresh (for restarts under launch/supervise)")
+      ->group(kCkpt);
   app.add_option("--save-model", c.save_model, "Write the final model here in llm.c's GPT-2 format")->group(kCkpt);
 
   const char* kPar = "Parallelism";
@@ -128,6 +140,14 @@ void TrainConfig::resolve(int cuda_devices, int world) {
   if (max_seq_len) model.max_seq_len = max_seq_len;
   model.validate();
 
+  // A NaN or infinite flag value would pass every range check below (all
+  // comparisons with NaN are false) and poison the run from step 1.
+  for (const auto& [flag, value] : {std::pair<const char*, double>{"--lr", lr}, {"--min-lr-ratio", min_lr_ratio},
+                                    {"--weight-decay", weight_decay}, {"--beta1", beta1}, {"--beta2", beta2},
+                                    {"--adam-eps", adam_eps}, {"--grad-clip", grad_clip}, {"--bucket-mb", bucket_mb},
+                                    {"--peak-tflops", peak_tflops}, {"--temperature", temperature}})
+    ENGINE_CHECK(std::isfinite(value), flag, " ", value, " is not a finite number");
+
   if (seq_len == 0) seq_len = model.max_seq_len;
   ENGINE_CHECK(seq_len >= 1 && seq_len <= model.max_seq_len, "--seq-len ", seq_len, " must be in [1, ",
                model.max_seq_len, "] (the model's max_seq_len)");
@@ -164,8 +184,11 @@ void TrainConfig::resolve(int cuda_devices, int world) {
   ENGINE_CHECK(!train_data.empty(), "--train-data is required: a token shard file or glob (see `prepare`)");
   ENGINE_CHECK(val_interval >= 0 && val_batches >= 1, "--val-interval must be >= 0 and --val-batches >= 1");
   ENGINE_CHECK(checkpoint_interval >= 0, "--checkpoint-interval must be >= 0, got ", checkpoint_interval);
-  ENGINE_CHECK(resume.empty() || resume != "latest" || !checkpoint_dir.empty(),
-               "--resume latest needs --checkpoint-dir to look in");
+  ENGINE_CHECK((resume != "latest" && resume != "auto") || !checkpoint_dir.empty(), "--resume ", resume,
+               " needs --checkpoint-dir to look in");
+  ENGINE_CHECK(on_nonfinite == "stop" || on_nonfinite == "skip", "--on-nonfinite '", on_nonfinite,
+               "': expected stop or skip");
+  ENGINE_CHECK(max_skipped_steps >= 1, "--max-skipped-steps must be >= 1, got ", max_skipped_steps);
   ENGINE_CHECK(sample_tokens >= 0 && top_k >= 0 && temperature > 0,
                "sampling needs --sample-tokens >= 0, --top-k >= 0 and --temperature > 0");
   ENGINE_CHECK(peak_tflops >= 0, "--peak-tflops must be >= 0, got ", peak_tflops);

@@ -36,6 +36,12 @@ struct TrainConfig {
   std::string schedule = "cosine";
   double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, adam_eps = 1e-8;
   double grad_clip = 1.0;  // 0 = no clipping
+  // A step whose loss or gradient norm is not finite is never applied:
+  // "stop" ends the run (no checkpoint is written), "skip" leaves weights and
+  // optimizer state untouched and goes on, stopping after max_skipped_steps
+  // consecutive skips.
+  std::string on_nonfinite = "stop";
+  std::int64_t max_skipped_steps = 5;
   std::string optimizer = "adamw";  // adamw | onebit-adam (optim/onebit_adam.h)
   std::int64_t freeze_step = 0;     // onebit-adam: AdamW warm-up steps before compression (>= 1)
 
@@ -49,7 +55,7 @@ struct TrainConfig {
   // Checkpoints.
   std::string checkpoint_dir;
   std::int64_t checkpoint_interval = 0;  // steps; 0 = only at the end (when checkpoint_dir is set)
-  std::string resume;                     // "", "latest", or a checkpoint directory
+  std::string resume;                     // "", "latest", "auto" (latest if any, else fresh), or a directory
   std::string init_from;                  // llm.c GPT-2 model file to start from
 
   // Parallel layout (world = tp x dp x pp) and communication.

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <ostream>
+#include <sstream>
 
 #include "engine/device.h"
 #include "engine/ops.h"
@@ -115,6 +116,11 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
   stage_->allocate(activations_);
   pipeline_ = std::make_unique<TrainingStage>(*stage_, *train_data_, batch_, config.seq_len, *data_parallel_);
   sampler_rng_.seed(config.seed);
+  if (const char* poison = std::getenv("ENGINE_TEST_POISON_STEPS")) {
+    char* rest = nullptr;
+    poison_first_ = poison_last_ = std::strtoll(poison, &rest, 10);
+    if (*rest == '-') poison_last_ = std::strtoll(rest + 1, nullptr, 10);
+  }
 
   report_start();
   if (!config.resume.empty()) resume();
@@ -196,6 +202,8 @@ double Trainer::train_step(std::int64_t step) {
   pipeline_->begin_step(step, grad_scale);
   parallel::run_schedule(schedule_, *pipeline_, *comms_.pp);
   finish_gradients();
+  if (step + 1 >= poison_first_ && step + 1 <= poison_last_ && is_logger())
+    engine::ops::fill(store_->grads().flat_slice(data_parallel_->norm_ranges().front().offset, 1), std::nan(""));
   // After the data-parallel reduction has landed (it may still be writing
   // these buffers until then); sums commute, so the order is free.
   stage_->reduce_sequence_parallel_grads();
@@ -203,6 +211,26 @@ double Trainer::train_step(std::int64_t step) {
   // each tensor-parallel group once.
   const bool contributes = range_.has_head && tp_.rank == 0;
   return sum_over_world(contributes ? pipeline_->loss_sum() : 0.0) * grad_scale;
+}
+
+bool Trainer::accept_step(std::int64_t step, double loss, double norm) {
+  // The loss and the norm are global (reduced over every rank), so every
+  // rank takes the same decision.
+  if (std::isfinite(loss) && std::isfinite(norm)) {
+    skipped_in_a_row_ = 0;
+    return true;
+  }
+  std::ostringstream what;
+  what << "step " << step + 1 << " has loss " << loss << " and gradient norm " << norm;
+  ENGINE_CHECK(config_.on_nonfinite == "skip", what.str(), "; stopping without applying or saving it "
+               "(--on-nonfinite stop; try a lower --lr or --grad-clip, or --on-nonfinite skip)");
+  ++skipped_in_a_row_;
+  if (skipped_in_a_row_ <= config_.max_skipped_steps) return false;
+  // The weights and optimizer state are still those of the last applied
+  // step: keep the progress since the last checkpoint before stopping.
+  if (!config_.checkpoint_dir.empty()) save(step + 1);
+  ENGINE_FAIL(what.str(), ", the ", skipped_in_a_row_, "th non-finite step in a row (--max-skipped-steps ",
+              config_.max_skipped_steps, "); stopping", config_.checkpoint_dir.empty() ? "" : " after a checkpoint");
 }
 
 RunSummary Trainer::run() {
@@ -215,15 +243,17 @@ RunSummary Trainer::run() {
       if (c) c->reset_bytes_sent();
     const auto t0 = Clock::now();
     const double loss = train_step(step);
-    ENGINE_CHECK(std::isfinite(loss), "training loss is ", loss, " at step ", step + 1,
-                 "; stopping without saving (try a lower --lr or --grad-clip)");
     const double norm = global_grad_norm();
     const double lr = config_.lr_schedule.at(step);
-    data_parallel_->before_update();
-    optimizer_->step(lr, optim::clip_factor(norm, config_.grad_clip) * data_parallel_->update_scale());
-    data_parallel_->after_update();
+    const bool apply = accept_step(step, loss, norm);
+    if (apply) {
+      data_parallel_->before_update();
+      optimizer_->step(lr, optim::clip_factor(norm, config_.grad_clip) * data_parallel_->update_scale());
+      data_parallel_->after_update();
+    }
     engine::device_synchronize();
     StepMetrics m = step_metrics(step, loss, norm, lr, seconds_since(t0), peak);
+    m.skipped = !apply;
 
     const bool last = step + 1 == config_.steps;
     if (val_data_ && ((config_.val_interval > 0 && (step + 1) % config_.val_interval == 0) || last)) {

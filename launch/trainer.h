@@ -83,6 +83,9 @@ class Trainer {
   double train_step(std::int64_t step);  // returns the global mean loss
   void finish_gradients();               // and times what the reductions left exposed
   double global_grad_norm();
+  // False for a step to skip (non-finite loss or norm, --on-nonfinite skip);
+  // throws to stop the run (--on-nonfinite stop, or too many skips in a row).
+  bool accept_step(std::int64_t step, double loss, double norm);
   StepMetrics step_metrics(std::int64_t step, double loss, double norm, double lr, double seconds, double peak);
   double validate();
   void write_outputs(RunSummary& summary);  // the model file and the sample, after the last step
@@ -118,6 +121,10 @@ class Trainer {
   std::mt19937_64 sampler_rng_;
   std::int64_t start_step_ = 0;
   double exposed_comm_seconds_ = 0;  // last step's wait in finish_gradients()
+  std::int64_t skipped_in_a_row_ = 0;
+  // Tests only: ENGINE_TEST_POISON_STEPS=k or k-m makes the gradient of
+  // steps k..m (1-based) NaN on rank 0, as an overflow would.
+  std::int64_t poison_first_ = 0, poison_last_ = -1;
   MetricsLog metrics_;
 };
 

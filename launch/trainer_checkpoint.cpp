@@ -2,6 +2,7 @@
 #include "launch/trainer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 #include <string>
 
@@ -36,6 +37,10 @@ void Trainer::resume() {
   }
   ENGINE_CHECK(all_ranks_ok(*host_world_, error.empty()), error.empty() ? "rank 0 found no checkpoint to resume" : error);
   dir = broadcast_string(*host_world_, dir);
+  if (dir.empty()) {  // --resume auto with nothing saved yet
+    if (is_logger()) out_ << "resume     auto: no checkpoint in " << config_.checkpoint_dir << " yet, starting fresh\n";
+    return;
+  }
   const std::size_t n = static_cast<std::size_t>(registry_.total_numel());
   std::vector<float> master(n, 0.0f), m(n, 0.0f), v(n, 0.0f);
   TrainingState state;
@@ -51,7 +56,7 @@ void Trainer::resume() {
   store_->upload_master(master.data());
   data_parallel_->upload_state(optimizer_->m(), m.data());
   data_parallel_->upload_state(optimizer_->v(), v.data());
-  optimizer_->set_steps_taken(state.step);
+  optimizer_->set_steps_taken(state.optimizer_steps >= 0 ? state.optimizer_steps : state.step);
   const std::string restored = optimizer_checkpoint_->resume(dir, state);
   if (is_logger() && !restored.empty()) out_ << restored << "\n";
   if (!state.sampler_rng.empty()) {
@@ -70,8 +75,16 @@ void Trainer::save(std::int64_t steps_done) {
   data_parallel_->download_master(master.data());
   data_parallel_->download_state(optimizer_->m(), m.data());
   data_parallel_->download_state(optimizer_->v(), v.data());
+  // A checkpoint holding a NaN or infinity would be trusted by every resume:
+  // never write one (DESIGN.md, "Failures are expected").
+  bool finite = true;
+  for (const std::vector<float>* values : {&master, &m, &v})
+    finite = finite && std::all_of(values->begin(), values->end(), [](float x) { return std::isfinite(x); });
+  ENGINE_CHECK(all_ranks_ok(*host_world_, finite), "refusing to write the checkpoint of step ", steps_done,
+               ": the weights or optimizer state hold non-finite values (the previous checkpoint is kept)");
   TrainingState state;
   state.step = steps_done;
+  state.optimizer_steps = optimizer_->steps_taken();
   state.run = run_identity();
   state.layout = {{"tp", grid_.tp_size()}, {"pp", grid_.pp_size()}, {"dp", grid_.dp_size()}};
   state.optimizer = optimizer_checkpoint_->describe(steps_done);
