@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <ostream>
-#include <sstream>
 
 #include "engine/device.h"
 #include "engine/ops.h"
@@ -71,6 +70,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
     : config_(config),
       out_(out),
       grid_(size_of(world), rank_of(world), config.tp, config.pp, config.dp),
+      nonfinite_(config),
       metrics_(rank_of(world) == 0 ? config.log_file : std::string()) {
   const model::GptConfig& mc = config.model;
   if (config.device_type == engine::DeviceType::kCuda) engine::cuda_set_device(local_gpu());
@@ -116,11 +116,6 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
   stage_->allocate(activations_);
   pipeline_ = std::make_unique<TrainingStage>(*stage_, *train_data_, batch_, config.seq_len, *data_parallel_);
   sampler_rng_.seed(config.seed);
-  if (const char* poison = std::getenv("ENGINE_TEST_POISON_STEPS")) {
-    char* rest = nullptr;
-    poison_first_ = poison_last_ = std::strtoll(poison, &rest, 10);
-    if (*rest == '-') poison_last_ = std::strtoll(rest + 1, nullptr, 10);
-  }
 
   report_start();
   if (!config.resume.empty()) resume();
@@ -202,7 +197,7 @@ double Trainer::train_step(std::int64_t step) {
   pipeline_->begin_step(step, grad_scale);
   parallel::run_schedule(schedule_, *pipeline_, *comms_.pp);
   finish_gradients();
-  if (step + 1 >= poison_first_ && step + 1 <= poison_last_ && is_logger())
+  if (nonfinite_.poisoned(step) && is_logger())
     engine::ops::fill(store_->grads().flat_slice(data_parallel_->norm_ranges().front().offset, 1), std::nan(""));
   // After the data-parallel reduction has landed (it may still be writing
   // these buffers until then); sums commute, so the order is free.
@@ -211,26 +206,6 @@ double Trainer::train_step(std::int64_t step) {
   // each tensor-parallel group once.
   const bool contributes = range_.has_head && tp_.rank == 0;
   return sum_over_world(contributes ? pipeline_->loss_sum() : 0.0) * grad_scale;
-}
-
-bool Trainer::accept_step(std::int64_t step, double loss, double norm) {
-  // The loss and the norm are global (reduced over every rank), so every
-  // rank takes the same decision.
-  if (std::isfinite(loss) && std::isfinite(norm)) {
-    skipped_in_a_row_ = 0;
-    return true;
-  }
-  std::ostringstream what;
-  what << "step " << step + 1 << " has loss " << loss << " and gradient norm " << norm;
-  ENGINE_CHECK(config_.on_nonfinite == "skip", what.str(), "; stopping without applying or saving it "
-               "(--on-nonfinite stop; try a lower --lr or --grad-clip, or --on-nonfinite skip)");
-  ++skipped_in_a_row_;
-  if (skipped_in_a_row_ <= config_.max_skipped_steps) return false;
-  // The weights and optimizer state are still those of the last applied
-  // step: keep the progress since the last checkpoint before stopping.
-  if (!config_.checkpoint_dir.empty()) save(step + 1);
-  ENGINE_FAIL(what.str(), ", the ", skipped_in_a_row_, "th non-finite step in a row (--max-skipped-steps ",
-              config_.max_skipped_steps, "); stopping", config_.checkpoint_dir.empty() ? "" : " after a checkpoint");
 }
 
 RunSummary Trainer::run() {
@@ -245,7 +220,14 @@ RunSummary Trainer::run() {
     const double loss = train_step(step);
     const double norm = global_grad_norm();
     const double lr = config_.lr_schedule.at(step);
-    const bool apply = accept_step(step, loss, norm);
+    const NonFiniteGuard::Verdict verdict = nonfinite_.judge(step, loss, norm);
+    if (verdict == NonFiniteGuard::Verdict::kSkipLimit) {
+      // The weights and optimizer state are those of the last applied step:
+      // keep the progress since the last checkpoint before stopping.
+      if (!config_.checkpoint_dir.empty()) save(step + 1);
+      ENGINE_FAIL(nonfinite_.last_problem(), "; stopping", config_.checkpoint_dir.empty() ? "" : " after a checkpoint");
+    }
+    const bool apply = verdict == NonFiniteGuard::Verdict::kApply;
     if (apply) {
       data_parallel_->before_update();
       optimizer_->step(lr, optim::clip_factor(norm, config_.grad_clip) * data_parallel_->update_scale());
@@ -271,36 +253,6 @@ RunSummary Trainer::run() {
   }
   write_outputs(summary);
   return summary;
-}
-
-StepMetrics Trainer::step_metrics(std::int64_t step, double loss, double norm, double lr, double seconds,
-                                  double peak) {
-  const double step_flops =
-      model::training_flops_per_step(config_.model, config_.batch_tokens / config_.seq_len, config_.seq_len);
-  const int devices = grid_.world_size();
-  StepMetrics m;
-  m.step = step + 1;
-  m.steps = config_.steps;
-  m.loss = loss;
-  m.grad_norm = norm;
-  m.lr = lr;
-  m.step_seconds = seconds;
-  m.tokens_per_second = static_cast<double>(config_.batch_tokens) / seconds;
-  m.tflops_per_device = step_flops / seconds / devices / 1e12;
-  m.mfu = step_flops / (seconds * devices * peak);
-  m.peak_memory_bytes = engine::memory_stats(config_.device_type).peak;
-  m.peak_rss_bytes = peak_rss_bytes();
-  m.parallel = devices > 1;
-  m.exposed_comm_seconds = exposed_comm_seconds_;
-  if (m.parallel) {
-    const parallel::Communicator* embedding = tied_->comm();
-    m.bubble_fraction = parallel::bubble_fraction(grid_.pp_size(), batch_.micro_batches());
-    m.comm_bytes_tp = sum_over_world(static_cast<double>(comms_.tp->bytes_sent()));
-    m.comm_bytes_dp = sum_over_world(static_cast<double>(comms_.dp->bytes_sent()));
-    m.comm_bytes_pp = sum_over_world(static_cast<double>(comms_.pp->bytes_sent()) +
-                                     (embedding ? static_cast<double>(embedding->bytes_sent()) : 0.0));
-  }
-  return m;
 }
 
 double Trainer::validate() {

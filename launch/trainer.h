@@ -36,6 +36,7 @@
 #include "launch/data_loader.h"
 #include "launch/memory_report.h"
 #include "launch/metrics.h"
+#include "launch/nonfinite_guard.h"
 #include "launch/optimizer_checkpoint.h"
 #include "launch/train_config.h"
 #include "launch/training_stage.h"
@@ -83,9 +84,6 @@ class Trainer {
   double train_step(std::int64_t step);  // returns the global mean loss
   void finish_gradients();               // and times what the reductions left exposed
   double global_grad_norm();
-  // False for a step to skip (non-finite loss or norm, --on-nonfinite skip);
-  // throws to stop the run (--on-nonfinite stop, or too many skips in a row).
-  bool accept_step(std::int64_t step, double loss, double norm);
   StepMetrics step_metrics(std::int64_t step, double loss, double norm, double lr, double seconds, double peak);
   double validate();
   void write_outputs(RunSummary& summary);  // the model file and the sample, after the last step
@@ -121,15 +119,13 @@ class Trainer {
   std::mt19937_64 sampler_rng_;
   std::int64_t start_step_ = 0;
   double exposed_comm_seconds_ = 0;  // last step's wait in finish_gradients()
-  std::int64_t skipped_in_a_row_ = 0;
-  // Tests only: ENGINE_TEST_POISON_STEPS=k or k-m makes the gradient of
-  // steps k..m (1-based) NaN on rank 0, as an overflow would.
-  std::int64_t poison_first_ = 0, poison_last_ = -1;
+  NonFiniteGuard nonfinite_;
   MetricsLog metrics_;
 };
 
 // Checks what can be checked without communicating: the data shards open and
-// hold in-vocabulary headers, an --init-from file has the configured shape.
+// hold in-vocabulary headers, an --init-from file has the configured shape,
+// the checkpoint and metrics folders exist (created if need be) and take writes.
 // Every rank runs it before the job's first collective, so a bad input is
 // reported once and every rank exits (train_main.cpp).
 void check_inputs(const TrainConfig& config);

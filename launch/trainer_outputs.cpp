@@ -1,25 +1,88 @@
-// Trainer: what a run leaves besides its metrics and checkpoints: the model
-// in llm.c's format and a sample of generated text; and the input checks
-// every rank runs before the first collective.
+// Trainer: what a run reports and leaves besides its checkpoints: each
+// step's figures, the model in llm.c's format and a sample of generated
+// text; and the input checks every rank runs before the first collective.
 #include "launch/trainer.h"
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <ostream>
+#include <random>
 
+#include "engine/device.h"
 #include "launch/byte_tokenizer.h"
 #include "launch/checkpoint.h"
 #include "launch/sampler.h"
+#include "model/flops.h"
+#include "parallel/pipeline_schedule.h"
 
 namespace launch {
+
+namespace {
+// Creates `dir` if needed and writes, reads back and removes a small file in
+// it, so an unwritable or missing folder stops the run before any step
+// rather than at its first save.
+void probe_writable_dir(const std::filesystem::path& dir, const char* flag) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  ENGINE_CHECK(!error, flag, " '", dir.string(), "': cannot create the folder: ", error.message());
+  const std::filesystem::path probe = dir / (".write_probe_" + std::to_string(std::random_device{}()));
+  {
+    std::ofstream out(probe, std::ios::binary);
+    out << "probe";
+    out.close();
+    ENGINE_CHECK(out.good(), flag, " '", dir.string(), "': cannot write in the folder (", probe.filename().string(),
+                 "): ", std::strerror(errno));
+  }
+  std::filesystem::remove(probe, error);
+}
+}  // namespace
 
 void check_inputs(const TrainConfig& config) {
   const int T = static_cast<int>(config.seq_len), V = static_cast<int>(config.model.vocab_size);
   DataLoader train(config.train_data, T, V, config.shuffle, config.seed);
   if (!config.val_data.empty()) DataLoader val(config.val_data, T, V, false, config.seed);
+  if (!config.checkpoint_dir.empty()) probe_writable_dir(config.checkpoint_dir, "--checkpoint-dir");
+  if (!config.log_file.empty()) {
+    const std::filesystem::path parent = std::filesystem::path(config.log_file).parent_path();
+    probe_writable_dir(parent.empty() ? "." : parent, "--log-file");
+  }
   if (!config.init_from.empty()) {
     const model::GptConfig found = read_llmc_config(config.init_from);
     ENGINE_CHECK(found == config.model, "--init-from '", config.init_from, "' holds a model of another shape: ",
                  found.describe(), "; this run's model is ", config.model.describe());
   }
+}
+
+StepMetrics Trainer::step_metrics(std::int64_t step, double loss, double norm, double lr, double seconds,
+                                  double peak) {
+  const double step_flops =
+      model::training_flops_per_step(config_.model, config_.batch_tokens / config_.seq_len, config_.seq_len);
+  const int devices = grid_.world_size();
+  StepMetrics m;
+  m.step = step + 1;
+  m.steps = config_.steps;
+  m.loss = loss;
+  m.grad_norm = norm;
+  m.lr = lr;
+  m.step_seconds = seconds;
+  m.tokens_per_second = static_cast<double>(config_.batch_tokens) / seconds;
+  m.tflops_per_device = step_flops / seconds / devices / 1e12;
+  m.mfu = step_flops / (seconds * devices * peak);
+  m.peak_memory_bytes = engine::memory_stats(config_.device_type).peak;
+  m.peak_rss_bytes = peak_rss_bytes();
+  m.parallel = devices > 1;
+  m.exposed_comm_seconds = exposed_comm_seconds_;
+  if (m.parallel) {
+    const parallel::Communicator* embedding = tied_->comm();
+    m.bubble_fraction = parallel::bubble_fraction(grid_.pp_size(), batch_.micro_batches());
+    m.comm_bytes_tp = sum_over_world(static_cast<double>(comms_.tp->bytes_sent()));
+    m.comm_bytes_dp = sum_over_world(static_cast<double>(comms_.dp->bytes_sent()));
+    m.comm_bytes_pp = sum_over_world(static_cast<double>(comms_.pp->bytes_sent()) +
+                                     (embedding ? static_cast<double>(embedding->bytes_sent()) : 0.0));
+  }
+  return m;
 }
 
 // ---- after the last step ----------------------------------------------------------

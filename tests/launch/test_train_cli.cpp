@@ -119,6 +119,21 @@ TEST_F(TrainCli, ZeroConfigurationsThatCannotWork) {
                  "onebit-adam composes with --zero 0 or 1");
 }
 
+TEST_F(TrainCli, UnwritableCheckpointAndLogFoldersBeforeAnyStep) {
+  std::ofstream(dir_ / "a_file") << "not a folder";
+  const std::string args = "--model gpt-micro --micro-batch 2 --seq-len 16 --steps 2 --device cpu --peak-tflops 1 "
+                           "--train-data " + (dir_ / "train_*.bin");
+  expect_refused(args + " --checkpoint-dir " + (dir_ / "a_file/ckpt"), "--checkpoint-dir");
+  expect_refused(base_args(dir_) + " --log-file " + (dir_ / "a_file/metrics.jsonl"), "--log-file");
+  const Outcome bad = run_train(dir_, args + " --checkpoint-dir " + (dir_ / "a_file/ckpt"));
+  EXPECT_EQ(bad.output.find("step 1/"), std::string::npos) << "no step may run before the check:\n" << bad.output;
+}
+
+TEST_F(TrainCli, NonFiniteFlagValues) {
+  expect_refused(base_args(dir_) + " --lr nan", "--lr nan is not a finite number");
+  expect_refused(base_args(dir_) + " --grad-clip inf", "--grad-clip inf is not a finite number");
+}
+
 TEST_F(TrainCli, NoShardMatches) {
   expect_refused(base_args(dir_) + " --train-data " + (dir_ / "missing_*.bin"), "no file matches");
 }
