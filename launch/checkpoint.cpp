@@ -272,8 +272,13 @@ std::string save_checkpoint(const std::string& checkpoint_dir, const TrainingSta
         if (writers[r]) shards.push_back(shard_name(r, "json"));
         if (extra) extras.push_back(extra_name(r, extra->tag, "json"));
       }
-      nlohmann::json index = {{"format", kStateFormat}, {"version", kStateVersion}, {"step", state.step}, {"optimizer_steps", state.optimizer_steps},
-                              {"run", state.run},       {"layout", state.layout}, {"sampler_rng", state.sampler_rng},
+      nlohmann::json index = {{"format", kStateFormat},
+                              {"version", kStateVersion},
+                              {"step", state.step},
+                              {"optimizer_steps", state.optimizer_steps},
+                              {"run", state.run},
+                              {"layout", state.layout},
+                              {"sampler_rng", state.sampler_rng},
                               {"shards", shards}};
       if (!state.optimizer.is_null()) index["optimizer"] = state.optimizer;
       if (extra) index["rank_extras"] = {{extra->tag, extras}};
