@@ -197,7 +197,7 @@ double Trainer::train_step(std::int64_t step) {
   pipeline_->begin_step(step, grad_scale);
   parallel::run_schedule(schedule_, *pipeline_, *comms_.pp);
   finish_gradients();
-  if (nonfinite_.poisoned(step) && is_logger())
+  if (nonfinite_.poisoned(step) && is_logger() && !data_parallel_->norm_ranges().empty())
     engine::ops::fill(store_->grads().flat_slice(data_parallel_->norm_ranges().front().offset, 1), std::nan(""));
   // After the data-parallel reduction has landed (it may still be writing
   // these buffers until then); sums commute, so the order is free.
@@ -213,6 +213,8 @@ RunSummary Trainer::run() {
   summary.first_step = start_step_;
   const double peak = peak_flops_per_device(
       config_, config_.device_type == engine::DeviceType::kCuda ? local_gpu() : 0, is_logger() ? &out_ : nullptr);
+  const double step_flops =
+      model::training_flops_per_step(config_.model, config_.batch_tokens / config_.seq_len, config_.seq_len);
   for (std::int64_t step = start_step_; step < config_.steps; ++step) {
     for (parallel::Communicator* c : {comms_.tp.get(), comms_.dp.get(), comms_.pp.get(), tied_->comm()})
       if (c) c->reset_bytes_sent();
@@ -234,7 +236,7 @@ RunSummary Trainer::run() {
       data_parallel_->after_update();
     }
     engine::device_synchronize();
-    StepMetrics m = step_metrics(step, loss, norm, lr, seconds_since(t0), peak);
+    StepMetrics m = step_metrics(step, loss, norm, lr, seconds_since(t0), step_flops, peak);
     m.skipped = !apply;
 
     const bool last = step + 1 == config_.steps;

@@ -84,7 +84,9 @@ class Trainer {
   double train_step(std::int64_t step);  // returns the global mean loss
   void finish_gradients();               // and times what the reductions left exposed
   double global_grad_norm();
-  StepMetrics step_metrics(std::int64_t step, double loss, double norm, double lr, double seconds, double peak);
+  // step_flops: model FLOPs per step (DESIGN.md, "Numbers"); peak: one device's peak FLOP/s.
+  StepMetrics step_metrics(std::int64_t step, double loss, double norm, double lr, double seconds, double step_flops,
+                           double peak);
   double validate();
   void write_outputs(RunSummary& summary);  // the model file and the sample, after the last step
   std::string sample_text(const model::ParamStore& store);

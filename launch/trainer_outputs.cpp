@@ -14,7 +14,6 @@
 #include "launch/byte_tokenizer.h"
 #include "launch/checkpoint.h"
 #include "launch/sampler.h"
-#include "model/flops.h"
 #include "parallel/pipeline_schedule.h"
 
 namespace launch {
@@ -56,9 +55,7 @@ void check_inputs(const TrainConfig& config) {
 }
 
 StepMetrics Trainer::step_metrics(std::int64_t step, double loss, double norm, double lr, double seconds,
-                                  double peak) {
-  const double step_flops =
-      model::training_flops_per_step(config_.model, config_.batch_tokens / config_.seq_len, config_.seq_len);
+                                  double step_flops, double peak) {
   const int devices = grid_.world_size();
   StepMetrics m;
   m.step = step + 1;
