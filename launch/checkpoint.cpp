@@ -203,17 +203,26 @@ bool all_ranks_ok(parallel::Communicator& world, bool ok) {
   return failed == 0;
 }
 
-std::string broadcast_string(parallel::Communicator& world, const std::string& text) {
+std::string broadcast_string(parallel::Communicator& world, const std::string& text, int root) {
   std::int32_t size = static_cast<std::int32_t>(text.size());
-  world.broadcast(engine::Tensor(&size, engine::Shape{1}, engine::DType::kI32, engine::DeviceType::kCpu), 0);
+  world.broadcast(engine::Tensor(&size, engine::Shape{1}, engine::DType::kI32, engine::DeviceType::kCpu), root);
   // Sent as i32 words (the communicators move numbers, not bytes).
   std::vector<std::int32_t> words(static_cast<std::size_t>((size + 3) / 4), 0);
-  if (world.rank() == 0) std::memcpy(words.data(), text.data(), text.size());
+  if (world.rank() == root) std::memcpy(words.data(), text.data(), text.size());
   if (!words.empty())
     world.broadcast(engine::Tensor(words.data(), engine::Shape{static_cast<std::int64_t>(words.size())},
                                    engine::DType::kI32, engine::DeviceType::kCpu),
-                    0);
+                    root);
   return std::string(reinterpret_cast<const char*>(words.data()), static_cast<std::size_t>(size));
+}
+
+std::string first_error(parallel::Communicator& world, const std::string& error) {
+  // The maximum of (size - rank) over failing ranks picks the lowest one.
+  std::int32_t first = error.empty() ? 0 : world.size() - world.rank();
+  world.all_reduce(engine::Tensor(&first, engine::Shape{1}, engine::DType::kI32, engine::DeviceType::kCpu),
+                   parallel::ReduceOp::kMax);
+  if (first == 0) return "";
+  return broadcast_string(world, error, world.size() - first);
 }
 
 std::string save_checkpoint(const std::string& checkpoint_dir, const TrainingState& state, const GptConfig& config,
@@ -230,24 +239,27 @@ std::string save_checkpoint(const std::string& checkpoint_dir, const TrainingSta
     if (!ec) fs::create_directory(temp_dir, ec);
     if (ec) error = "cannot create checkpoint directory '" + temp_dir + "': " + ec.message();
   }
-  ENGINE_CHECK(all_ranks_ok(world, error.empty()), error.empty() ? "checkpoint: rank 0 could not create " + temp_dir : error);
+  error = first_error(world, error);
+  ENGINE_CHECK(error.empty(), "checkpoint at step ", state.step, " not started (the previous one is intact): ", error);
 
   // Every rank writes its part; a failure anywhere abandons the temporary
   // directory and leaves the previous checkpoint as it was.
   try {
+    ENGINE_CHECK(!role.fail_writes, "cannot write '", temp_dir, "': No space left on device (injected by "
+                 "ENGINE_TEST_FAIL_SAVES)");
     if (role.writes_shard) write_shard(temp_dir, registry, host, role.rank);
     if (role.writes_llmc) write_llmc_model((fs::path(temp_dir) / "model.bin").string(), config, registry, host.master);
     if (extra) write_rank_extra(temp_dir, *extra, role.rank);
   } catch (const std::exception& e) {
     error = e.what();
   }
-  if (!all_ranks_ok(world, error.empty())) {
+  error = first_error(world, error);
+  if (!error.empty()) {
     if (world.rank() == 0) {
       std::error_code ec;
       fs::remove_all(temp_dir, ec);
     }
-    ENGINE_FAIL("checkpoint at step ", state.step, " abandoned (the previous one is intact): ",
-                error.empty() ? "another rank failed to write its shard" : error);
+    ENGINE_FAIL("checkpoint at step ", state.step, " abandoned (the previous one is intact): ", error);
   }
 
   // Who wrote a shard (data-parallel rank 0 of each position), for the index.
@@ -293,8 +305,8 @@ std::string save_checkpoint(const std::string& checkpoint_dir, const TrainingSta
       error = e.what();
     }
   }
-  ENGINE_CHECK(all_ranks_ok(world, error.empty()), "checkpoint at step ", state.step, " not committed: ",
-               error.empty() ? "rank 0 failed to write the index" : error);
+  error = first_error(world, error);
+  ENGINE_CHECK(error.empty(), "checkpoint at step ", state.step, " not committed: ", error);
   return final_dir;
 }
 

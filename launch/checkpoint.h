@@ -101,10 +101,13 @@ struct ShardRole {
   int rank = 0;                 // world rank: names the shard files
   bool writes_shard = true;     // data-parallel rank 0 of its (tp, pp) position
   bool writes_llmc = true;      // holds the whole model (no tp, no pp) and is world rank 0
+  bool fail_writes = false;     // tests: fail as a full disk would (ENGINE_TEST_FAIL_SAVES)
 };
 
 // Collective over `world`: writes <checkpoint_dir>/step_NNNNNNNN and points
-// `latest` at it. Returns the step directory's path.
+// `latest` at it. Returns the step directory's path. On a failure every rank
+// throws the same message (the first failing rank's) and the previous
+// checkpoint is untouched.
 // `extra`, when given, is this rank's RankExtra (then every rank must pass one).
 std::string save_checkpoint(const std::string& checkpoint_dir, const TrainingState& state,
                             const model::GptConfig& config, const model::ParamRegistry& registry,
@@ -113,8 +116,12 @@ std::string save_checkpoint(const std::string& checkpoint_dir, const TrainingSta
 
 // True on every rank of `world` when `ok` is true on every rank (collective).
 bool all_ranks_ok(parallel::Communicator& world, bool ok);
-// `text` of rank 0 of `world`, on every rank (collective).
-std::string broadcast_string(parallel::Communicator& world, const std::string& text);
+// `text` of rank `root` of `world`, on every rank (collective).
+std::string broadcast_string(parallel::Communicator& world, const std::string& text, int root = 0);
+// The error of the lowest rank whose `error` is not empty, on every rank; ""
+// when no rank failed (collective). Lets a job-wide failure be reported once,
+// with the words of a rank that saw it.
+std::string first_error(parallel::Communicator& world, const std::string& error);
 
 // "latest" -> the directory `latest` names inside checkpoint_dir; a path is
 // returned as is. Throws when there is nothing to resume from, except for

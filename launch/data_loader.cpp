@@ -101,12 +101,40 @@ std::int64_t DataLoader::sequence_at(std::int64_t stream_position) const {
   return permutation_[static_cast<std::size_t>(index)];
 }
 
-void DataLoader::copy_sequence(std::int64_t g, std::int32_t* inputs, std::int32_t* targets) const {
-  // The shard holding g: the last s with first_sequence_of_shard_[s] <= g.
-  // (Shards too short for one sequence share their start with the next shard;
-  // upper_bound skips past them to the one that really holds g.)
+std::size_t DataLoader::shard_of(std::int64_t g) const {
+  // The last s with first_sequence_of_shard_[s] <= g. (Shards too short for
+  // one sequence share their start with the next shard; upper_bound skips
+  // past them to the one that really holds g.)
   const auto after = std::upper_bound(first_sequence_of_shard_.begin(), first_sequence_of_shard_.end(), g);
-  const auto s = static_cast<std::size_t>(after - first_sequence_of_shard_.begin() - 1);
+  return static_cast<std::size_t>(after - first_sequence_of_shard_.begin() - 1);
+}
+
+void DataLoader::verify_shard(std::size_t s) const {
+  std::lock_guard<std::mutex> lock(verified_mutex_);
+  if (verified_.empty()) verified_.assign(shards_.size(), 0);
+  if (verified_[s]) return;
+  const std::span<const std::uint16_t> tokens = shards_[s].tokens();
+  // One pass for the maximum (vectorises), a second only to locate a bad one.
+  std::uint16_t largest = 0;
+  for (const std::uint16_t id : tokens) largest = std::max(largest, id);
+  if (largest >= vocab_size_) {
+    const auto bad = std::find_if(tokens.begin(), tokens.end(), [&](std::uint16_t id) { return id >= vocab_size_; });
+    ENGINE_FAIL("token shard ", shards_[s].path(), ": token ", bad - tokens.begin(), " is ", *bad,
+                ", outside the vocabulary of size ", vocab_size_);
+  }
+  verified_[s] = 1;
+}
+
+void DataLoader::verify_sequences(std::int64_t first_sequence, std::int64_t count) const {
+  for (std::int64_t k = 0; k < count; ++k) verify_shard(shard_of(sequence_at(first_sequence + k)));
+}
+
+void DataLoader::verify_all() const {
+  for (std::size_t s = 0; s < shards_.size(); ++s) verify_shard(s);
+}
+
+void DataLoader::copy_sequence(std::int64_t g, std::int32_t* inputs, std::int32_t* targets) const {
+  const std::size_t s = shard_of(g);
   const TokenShard& shard = shards_[s];
   const std::int64_t first_token = (g - first_sequence_of_shard_[s]) * seq_len_;
   const std::uint16_t* tokens = shard.tokens().data() + first_token;

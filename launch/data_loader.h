@@ -40,6 +40,16 @@ class DataLoader {
   void read_sequences(std::int64_t first_sequence, std::int64_t count, std::int32_t* inputs /* (count, T) */,
                       std::int32_t* targets /* (count, T) */) const;
 
+  // Checks every token of each shard that the `count` sequences from stream
+  // position `first_sequence` read, the first time the shard is needed: a
+  // shard is scanned whole, once, so a bad one is found before any of its
+  // tokens is used (the trainer calls this before each step). Throws
+  // engine::Error naming the file, the token's index, its value and the
+  // vocab size.
+  void verify_sequences(std::int64_t first_sequence, std::int64_t count) const;
+  // Checks every token of every shard (validation data, at start-up).
+  void verify_all() const;
+
   // The global sequence index g in [0, N) that stream position p reads.
   std::int64_t sequence_at(std::int64_t stream_position) const;
 
@@ -60,6 +70,10 @@ class DataLoader {
  private:
   // Fisher-Yates permutation of [0, N) for `epoch`, from mt19937_64.
   std::vector<std::uint32_t> make_permutation(std::int64_t epoch) const;
+  // The shard holding global sequence g.
+  std::size_t shard_of(std::int64_t g) const;
+  // Scans shard s for out-of-vocabulary tokens unless already done.
+  void verify_shard(std::size_t s) const;
   // Copies global sequence g into one (T) row of inputs and targets.
   void copy_sequence(std::int64_t g, std::int32_t* inputs, std::int32_t* targets) const;
 
@@ -80,6 +94,9 @@ class DataLoader {
   mutable std::mutex permutation_mutex_;
   mutable std::int64_t permutation_epoch_ = -1;
   mutable std::vector<std::uint32_t> permutation_;
+  // Which shards verify_shard has scanned (1) so far.
+  mutable std::mutex verified_mutex_;
+  mutable std::vector<char> verified_;
 };
 
 // Which stream positions one rank reads for one micro-batch of one optimizer

@@ -5,10 +5,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <nlohmann/json.hpp>
 
 #include "engine/buffer.h"
 #include "engine/check.h"
+#include "launch/atomic_file.h"
 
 namespace launch {
 
@@ -71,6 +71,36 @@ void MetricsLog::record(const StepMetrics& m) {
 void MetricsLog::record_validation(std::int64_t step, double val_loss) {
   if (!file_.is_open()) return;
   file_ << nlohmann::json{{"step", step}, {"val_loss", val_loss}}.dump() << '\n';
+  check_written();
+}
+
+void MetricsLog::restart_at(std::int64_t step, const nlohmann::json& event) {
+  if (path_.empty()) return;
+  file_.close();
+  std::string kept;
+  {
+    std::ifstream in(path_);
+    std::string line;
+    while (std::getline(in, line)) {
+      const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (!record.is_object()) continue;  // a line cut short by a crash
+      if (record.contains("step") && record["step"].is_number() && record["step"].get<std::int64_t>() > step) continue;
+      kept += line + '\n';
+    }
+  }
+  // Rewritten whole under a temporary name: a crash now leaves either the
+  // old file or the new one.
+  AtomicFile rewritten(path_);
+  rewritten.write(kept);
+  rewritten.commit();
+  file_.open(path_, std::ios::app);
+  ENGINE_CHECK(file_.good(), "cannot open metrics file '", path_, "' for appending: ", std::strerror(errno));
+  record_event(event);
+}
+
+void MetricsLog::record_event(const nlohmann::json& event) {
+  if (!file_.is_open()) return;
+  file_ << event.dump() << '\n';
   check_written();
 }
 

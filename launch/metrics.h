@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
@@ -37,6 +38,14 @@ class MetricsLog {
   void record(const StepMetrics& m);
   // A validation-only record (step, val_loss).
   void record_validation(std::int64_t step, double val_loss);
+  // A run that resumes from `step` (0: starts over under --resume auto) drops
+  // every record past `step` (what a failed attempt did after its last
+  // checkpoint and is about to do again, and any line it left half-written),
+  // so the file never holds a step twice; then records `event`, which should
+  // say {"event": "resume", "step": step, ...}.
+  void restart_at(std::int64_t step, const nlohmann::json& event);
+  // Any other record without step figures ({"event": "stopped", ...}).
+  void record_event(const nlohmann::json& event);
   static std::string format_line(const StepMetrics& m);
 
  private:

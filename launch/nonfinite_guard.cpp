@@ -5,6 +5,8 @@
 #include <sstream>
 
 #include "engine/check.h"
+#include "launch/exit_codes.h"
+#include "launch/job_error.h"
 
 namespace launch {
 
@@ -24,8 +26,10 @@ NonFiniteGuard::Verdict NonFiniteGuard::judge(std::int64_t step, double loss, do
   }
   std::ostringstream what;
   what << "step " << step + 1 << " has loss " << loss << " and gradient norm " << norm;
-  ENGINE_CHECK(skip_, what.str(), "; stopping without applying or saving it (--on-nonfinite stop; try a lower "
-               "--lr or --grad-clip, or --on-nonfinite skip)");
+  // Every rank judges the same reduced values: a job-wide error, printed once.
+  if (!skip_)
+    throw JobError(kExitFailed, what.str() + "; stopping without applying or saving it (--on-nonfinite stop; try a "
+                                             "lower --lr or --grad-clip, or --on-nonfinite skip)");
   if (++skipped_in_a_row_ <= max_skipped_) return Verdict::kSkip;
   what << ", the " << skipped_in_a_row_ << "th non-finite step in a row (--max-skipped-steps " << max_skipped_ << ")";
   problem_ = what.str();

@@ -81,6 +81,10 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
                  "checkpoint if there is one, else start fresh (for restarts under launch/supervise)")
       ->group(kCkpt);
   app.add_option("--save-model", c.save_model, "Write the final model here in llm.c's GPT-2 format")->group(kCkpt);
+  app.add_option("--max-failed-saves", c.max_failed_saves,
+                 "A checkpoint that cannot be written (disk full) is abandoned with a warning, the previous one "
+                 "kept, and training goes on; stop after this many failed saves in a row")
+      ->group(kCkpt)->capture_default_str();
 
   const char* kPar = "Parallelism";
   app.add_option("--tp", c.tp, "Tensor-parallel size (splits heads, MLP and vocabulary)")->group(kPar)->capture_default_str();
@@ -121,6 +125,10 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--precision", c.precision, "auto (bf16 on cuda, fp32 on cpu), fp32 or bf16")
       ->group(kRun)->capture_default_str()->check(CLI::IsMember({"auto", "fp32", "bf16"}));
   app.add_option("--log-file", c.log_file, "Append one JSON object per step (JSONL) to this file")->group(kRun);
+  app.add_option("--collective-timeout", c.collective_timeout,
+                 "Seconds a rank may wait in one collective or pipeline transfer before the job ends (exit 124) "
+                 "naming the step, the phase and the ranks that did not arrive (0 = wait forever)")
+      ->group(kRun)->capture_default_str();
   app.add_option("--peak-tflops", c.peak_tflops, "Peak TFLOP/s per device for MFU (0 = GPU table / CPU measured)")
       ->group(kRun)->capture_default_str();
   app.add_option("--sample-tokens", c.sample_tokens, "Generate this many tokens at the end (0 = none)")
@@ -145,7 +153,8 @@ void TrainConfig::resolve(int cuda_devices, int world) {
   for (const auto& [flag, value] : {std::pair<const char*, double>{"--lr", lr}, {"--min-lr-ratio", min_lr_ratio},
                                     {"--weight-decay", weight_decay}, {"--beta1", beta1}, {"--beta2", beta2},
                                     {"--adam-eps", adam_eps}, {"--grad-clip", grad_clip}, {"--bucket-mb", bucket_mb},
-                                    {"--peak-tflops", peak_tflops}, {"--temperature", temperature}})
+                                    {"--peak-tflops", peak_tflops}, {"--temperature", temperature},
+                                    {"--collective-timeout", collective_timeout}})
     ENGINE_CHECK(std::isfinite(value), flag, " ", value, " is not a finite number");
 
   if (seq_len == 0) seq_len = model.max_seq_len;
@@ -189,6 +198,8 @@ void TrainConfig::resolve(int cuda_devices, int world) {
   ENGINE_CHECK(on_nonfinite == "stop" || on_nonfinite == "skip", "--on-nonfinite '", on_nonfinite,
                "': expected stop or skip");
   ENGINE_CHECK(max_skipped_steps >= 1, "--max-skipped-steps must be >= 1, got ", max_skipped_steps);
+  ENGINE_CHECK(max_failed_saves >= 1, "--max-failed-saves must be >= 1, got ", max_failed_saves);
+  ENGINE_CHECK(collective_timeout >= 0, "--collective-timeout must be >= 0 seconds, got ", collective_timeout);
   ENGINE_CHECK(sample_tokens >= 0 && top_k >= 0 && temperature > 0,
                "sampling needs --sample-tokens >= 0, --top-k >= 0 and --temperature > 0");
   ENGINE_CHECK(peak_tflops >= 0, "--peak-tflops must be >= 0, got ", peak_tflops);

@@ -57,6 +57,9 @@ struct TrainConfig {
   std::int64_t checkpoint_interval = 0;  // steps; 0 = only at the end (when checkpoint_dir is set)
   std::string resume;                     // "", "latest", "auto" (latest if any, else fresh), or a directory
   std::string init_from;                  // llm.c GPT-2 model file to start from
+  // A save that fails (disk full) keeps the previous checkpoint and training
+  // goes on; this many failures in a row stop the run.
+  std::int64_t max_failed_saves = 3;
 
   // Parallel layout (world = tp x dp x pp) and communication.
   int tp = 1, pp = 1;
@@ -78,6 +81,9 @@ struct TrainConfig {
   std::string log_file;            // JSONL metrics, one object per step
   std::string save_model;          // write the final model in llm.c's format here
   double peak_tflops = 0;          // per device; 0 = table (GPU) or measured (CPU)
+  // Seconds one collective or pipeline transfer may wait before the job ends
+  // (parallel/watchdog.h); 0 = forever.
+  double collective_timeout = 300;
   std::int64_t sample_tokens = 0;  // generate this many tokens at the end
   std::string sample_prompt = "\n";
   double temperature = 0.8;

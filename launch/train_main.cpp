@@ -1,12 +1,16 @@
 // The `train` program: flags (or a JSON config) in, a trained GPT out, on one
-// process or under mpirun.
+// process or under mpirun. Exit codes: launch/exit_codes.h.
 //
 // Errors never leave ranks waiting (DESIGN.md): everything that can be checked
 // without communicating (flags, the layout, the data and model files) is
 // checked by every rank alike; the ranks then agree on the outcome, the first
-// failing rank prints its message once, and all exit non-zero. A later error
-// on one rank prints with its rank and aborts the whole job.
+// failing rank prints its message once, and all exit non-zero. Later, an
+// error the ranks reach together (launch/job_error.h) is printed once by rank
+// 0 and every rank exits cleanly; an error only one rank sees prints with its
+// rank and aborts the whole job. A rank that stops answering is found by the
+// collective watchdog (parallel/watchdog.h).
 #include <mpi.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <iostream>
@@ -16,17 +20,27 @@
 
 #include "engine/check.h"
 #include "engine/device.h"
+#include "launch/exit_codes.h"
+#include "launch/job_error.h"
+#include "launch/stop_request.h"
 #include "launch/train_config.h"
 #include "launch/trainer.h"
+#include "parallel/watchdog.h"
 
 namespace {
+
+// One write per line: lines from several ranks never interleave mid-line.
+void print_line(const std::string& text) {
+  const std::string line = text + "\n";
+  [[maybe_unused]] const ssize_t n = write(STDERR_FILENO, line.data(), line.size());
+}
 
 // Returns true on every rank if no rank failed; the lowest failing rank
 // prints its error.
 bool all_ranks_passed(const std::string& error, int rank) {
   int first_failed = error.empty() ? 1 << 30 : rank;
   MPI_Allreduce(MPI_IN_PLACE, &first_failed, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (first_failed == rank) std::cerr << "error: " << error << std::endl;
+  if (first_failed == rank) print_line("error: " + error);
   return first_failed == 1 << 30;
 }
 
@@ -38,6 +52,8 @@ int main(int argc, char** argv) {
   int rank = 0, world = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
+  // Before anything slow: a signal during start-up is honoured between steps.
+  launch::install_stop_handlers();
 
   CLI::App app{"Train a GPT-2 style model on token shards (llm.c format), on one process or under mpirun."};
   launch::TrainConfig config;
@@ -53,30 +69,43 @@ int main(int argc, char** argv) {
     return status;
   }
 
+  // Flags first (a usage error), then the inputs they name (bad input):
+  // neither is helped by a restart (launch/exit_codes.h).
   std::string error;
+  int failure = launch::kExitUsage;
   try {
     config.resolve(config.device == "cpu" ? 0 : engine::cuda_device_count(), world);
+    failure = launch::kExitBadInput;
     launch::check_inputs(config);
   } catch (const std::exception& e) {
     error = e.what();
   }
+  // Every rank failed at the same stage or passed it; agree on the code too.
+  MPI_Allreduce(MPI_IN_PLACE, &failure, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (!all_ranks_passed(error, rank)) {
     MPI_Finalize();
-    return 1;
+    return failure;
   }
+  parallel::install_watchdog(MPI_COMM_WORLD, {config.collective_timeout, launch::kExitCollectiveTimeout});
 
   // The trainer outlives the try block: were it destroyed while unwinding,
   // its pending communication would wait for ranks that will never join,
   // and MPI_Abort below would never run.
   std::optional<launch::Trainer> trainer;
+  int exit_code = launch::kExitDone;
   try {
     trainer.emplace(config, std::cout, MPI_COMM_WORLD);
-    trainer->run();
+    exit_code = trainer->run().exit_code;
+  } catch (const launch::JobError& e) {
+    // Every rank is here, with the same message.
+    if (rank == 0) print_line(std::string("error: ") + e.what());
+    exit_code = e.exit_code();
   } catch (const std::exception& e) {
-    std::cerr << "[rank " << rank << "] error: " << e.what() << std::endl;
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    print_line("[rank " + std::to_string(rank) + "] error: " + e.what());
+    MPI_Abort(MPI_COMM_WORLD, launch::kExitFailed);
   }
   trainer.reset();
+  parallel::uninstall_watchdog();
   MPI_Finalize();
-  return 0;
+  return exit_code;
 }

@@ -8,14 +8,17 @@
 #include "engine/device.h"
 #include "engine/ops.h"
 #include "launch/checkpoint.h"
+#include "launch/job_error.h"
 #include "launch/optimizer_setup.h"
 #include "launch/peak_flops.h"
+#include "launch/stop_request.h"
 #include "model/flat_layout.h"
 #include "model/flops.h"
 #include "model/gpt_params.h"
 #include "optim/grad_clip.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/pipeline_runner.h"
+#include "parallel/watchdog.h"
 #ifdef ENGINE_WITH_NCCL
 #include "parallel/nccl_communicator.h"
 #endif
@@ -71,7 +74,8 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
       out_(out),
       grid_(size_of(world), rank_of(world), config.tp, config.pp, config.dp),
       nonfinite_(config),
-      metrics_(rank_of(world) == 0 ? config.log_file : std::string()) {
+      metrics_(rank_of(world) == 0 ? config.log_file : std::string()),
+      faults_(FaultInjection::from_environment(rank_of(world), size_of(world))) {
   const model::GptConfig& mc = config.model;
   if (config.device_type == engine::DeviceType::kCuda) engine::cuda_set_device(local_gpu());
   host_world_ = std::make_unique<parallel::MpiCommunicator>(world, "world");
@@ -119,6 +123,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
 
   report_start();
   if (!config.resume.empty()) resume();
+  faults_.start_failure_clock();
 }
 
 Trainer::~Trainer() = default;
@@ -174,6 +179,7 @@ double Trainer::sum_over_world(double local) {
 }
 
 void Trainer::finish_gradients() {
+  parallel::WatchdogPhase phase("gradient reduction");
   // Whatever of the reductions backward did not hide is exposed here.
   engine::device_synchronize();
   const auto t0 = Clock::now();
@@ -183,6 +189,7 @@ void Trainer::finish_gradients() {
 }
 
 double Trainer::global_grad_norm() {
+  parallel::WatchdogPhase phase("gradient norm");
   double local = 0;
   for (const parallel::FlatRange& r : data_parallel_->norm_ranges())
     local += optim::grad_sum_of_squares(store_->grads().flat_slice(r.offset, r.count));
@@ -208,6 +215,26 @@ double Trainer::train_step(std::int64_t step) {
   return sum_over_world(contributes ? pipeline_->loss_sum() : 0.0) * grad_scale;
 }
 
+Trainer::StepGate Trainer::agree_between_steps(bool my_data_is_bad) {
+  parallel::WatchdogPhase phase("between steps");
+  std::int32_t flags[2] = {stop_requested(), my_data_is_bad ? 1 : 0};
+  host_world_->all_reduce(engine::Tensor(flags, engine::Shape{2}, engine::DType::kI32, engine::DeviceType::kCpu),
+                          parallel::ReduceOp::kMax);
+  return {flags[0], flags[1] != 0};
+}
+
+std::string Trainer::check_step_data(std::int64_t step) {
+  // Each shard is scanned whole the first time one of its sequences is
+  // needed, so a bad one stops the run before any of its tokens is used.
+  try {
+    for (int micro = 0; micro < batch_.micro_batches(); ++micro)
+      train_data_->verify_sequences(batch_.first_sequence(step, micro), batch_.micro_batch);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
 RunSummary Trainer::run() {
   RunSummary summary;
   summary.first_step = start_step_;
@@ -216,6 +243,12 @@ RunSummary Trainer::run() {
   const double step_flops =
       model::training_flops_per_step(config_.model, config_.batch_tokens / config_.seq_len, config_.seq_len);
   for (std::int64_t step = start_step_; step < config_.steps; ++step) {
+    parallel::watchdog_set_step(step + 1);
+    faults_.at_step_start(step + 1);
+    const std::string data_problem = check_step_data(step);
+    const StepGate gate = agree_between_steps(!data_problem.empty());
+    if (gate.stop_signal != 0 || gate.bad_input) return stop_early(step, gate, data_problem, std::move(summary));
+
     for (parallel::Communicator* c : {comms_.tp.get(), comms_.dp.get(), comms_.pp.get(), tied_->comm()})
       if (c) c->reset_bytes_sent();
     const auto t0 = Clock::now();
@@ -226,16 +259,18 @@ RunSummary Trainer::run() {
     if (verdict == NonFiniteGuard::Verdict::kSkipLimit) {
       // The weights and optimizer state are those of the last applied step:
       // keep the progress since the last checkpoint before stopping.
-      if (!config_.checkpoint_dir.empty()) save(step + 1);
-      ENGINE_FAIL(nonfinite_.last_problem(), "; stopping", config_.checkpoint_dir.empty() ? "" : " after a checkpoint");
+      const std::string saved = config_.checkpoint_dir.empty() ? "" : " after a checkpoint (" + save(step + 1) + ")";
+      throw JobError(kExitFailed, nonfinite_.last_problem() + "; stopping" + saved);
     }
     const bool apply = verdict == NonFiniteGuard::Verdict::kApply;
     if (apply) {
+      parallel::WatchdogPhase phase("optimizer");
       data_parallel_->before_update();
       optimizer_->step(lr, optim::clip_factor(norm, config_.grad_clip) * data_parallel_->update_scale());
       data_parallel_->after_update();
     }
     engine::device_synchronize();
+    parallel::watchdog_set_phase("metrics");
     StepMetrics m = step_metrics(step, loss, norm, lr, seconds_since(t0), step_flops, peak);
     m.skipped = !apply;
 
@@ -249,15 +284,40 @@ RunSummary Trainer::run() {
       metrics_.record(m);
     }
     summary.losses.push_back(loss);
-    if (!config_.checkpoint_dir.empty() &&
-        ((config_.checkpoint_interval > 0 && (step + 1) % config_.checkpoint_interval == 0) || last))
-      save(step + 1);
+    if (config_.checkpoint_dir.empty()) continue;
+    if (last)
+      save(step + 1);  // the run's result: a failure here is an error
+    else if (config_.checkpoint_interval > 0 && (step + 1) % config_.checkpoint_interval == 0)
+      save_or_warn(step + 1);
   }
+  parallel::WatchdogPhase phase("final outputs");
   write_outputs(summary);
   return summary;
 }
 
+RunSummary Trainer::stop_early(std::int64_t steps_done, const StepGate& gate, const std::string& data_problem,
+                               RunSummary summary) {
+  std::string saved = "no --checkpoint-dir, nothing saved";
+  if (!config_.checkpoint_dir.empty())
+    saved = last_saved_step_ == steps_done ? "checkpoint of step " + std::to_string(steps_done) + " already saved"
+                                           : "checkpoint " + save(steps_done);
+  if (gate.bad_input) {
+    // Every rank stops here; the lowest rank that found bad data says what.
+    const std::string problem = first_error(*host_world_, data_problem);
+    throw JobError(kExitBadInput, problem + "; stopped before step " + std::to_string(steps_done + 1) + " (" +
+                                      saved + ")");
+  }
+  if (is_logger()) {
+    out_ << "stopped    on request (" << signal_name(gate.stop_signal) << ") after step " << steps_done << " of "
+         << config_.steps << "; " << saved << "; continue with --resume auto" << std::endl;
+    metrics_.record_event({{"event", "stopped"}, {"step", steps_done}, {"signal", signal_name(gate.stop_signal)}});
+  }
+  summary.exit_code = kExitStopped;
+  return summary;
+}
+
 double Trainer::validate() {
+  parallel::WatchdogPhase phase("validation");
   const std::int64_t B = config_.micro_batch, T = config_.seq_len;
   const std::int64_t batches =
       std::max<std::int64_t>(1, std::min(config_.val_batches, val_data_->sequences_per_epoch() / B));

@@ -34,6 +34,8 @@
 
 #include "engine/buffer.h"
 #include "launch/data_loader.h"
+#include "launch/exit_codes.h"
+#include "launch/fault_injection.h"
 #include "launch/memory_report.h"
 #include "launch/metrics.h"
 #include "launch/nonfinite_guard.h"
@@ -58,6 +60,7 @@ struct RunSummary {
   std::int64_t first_step = 0; // step the run started from (non-zero after resume)
   double final_val_loss = -1;  // -1 when there was no validation
   std::string sample;          // generated text, when asked for (rank 0)
+  int exit_code = kExitDone;   // kExitStopped when a stop was requested (launch/exit_codes.h)
 };
 
 class Trainer {
@@ -92,7 +95,25 @@ class Trainer {
   std::string sample_text(const model::ParamStore& store);
   void initialize_weights();
   void report_start();
-  void save(std::int64_t steps_done);
+  // Between two steps every rank says whether it must stop (a stop signal, a
+  // bad shard among the next step's data); all agree (collective).
+  struct StepGate {
+    int stop_signal = 0;     // the signal some rank received, or 0
+    bool bad_input = false;  // some rank's data for the next step is bad
+  };
+  StepGate agree_between_steps(bool my_data_is_bad);
+  // "" if every shard this rank's share of `step` reads is good, else why not.
+  std::string check_step_data(std::int64_t step);
+  // Checkpoints `steps_done` (unless just saved), reports and returns the
+  // summary with kExitStopped; throws JobError(kExitBadInput) for bad data.
+  RunSummary stop_early(std::int64_t steps_done, const StepGate& gate, const std::string& data_problem,
+                        RunSummary summary);
+  // Writes a checkpoint and returns its directory; throws on failure (the
+  // same error on every rank, the previous checkpoint untouched).
+  std::string save(std::int64_t steps_done);
+  // A periodic save: a failure (disk full) is a warning and training goes on,
+  // until --max-failed-saves failures in a row end the run.
+  void save_or_warn(std::int64_t steps_done);
   void resume();
   nlohmann::json run_identity() const;
   double sum_over_world(double local);
@@ -123,6 +144,9 @@ class Trainer {
   double exposed_comm_seconds_ = 0;  // last step's wait in finish_gradients()
   NonFiniteGuard nonfinite_;
   MetricsLog metrics_;
+  FaultInjection faults_;              // test-only failures (launch/fault_injection.h)
+  std::int64_t failed_saves_in_a_row_ = 0;
+  std::int64_t last_saved_step_ = -1;  // the checkpoint written or resumed from last
 };
 
 // Checks what can be checked without communicating: the data shards open and

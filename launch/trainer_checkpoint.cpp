@@ -3,11 +3,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iostream>
 #include <sstream>
 #include <string>
 
 #include "engine/ops.h"
 #include "launch/checkpoint.h"
+#include "launch/fault_injection.h"
+#include "launch/job_error.h"
+#include "parallel/watchdog.h"
 
 namespace launch {
 
@@ -24,6 +28,7 @@ nlohmann::json Trainer::run_identity() const {
 // ---- checkpoints --------------------------------------------------------------------
 
 void Trainer::resume() {
+  parallel::WatchdogPhase phase("resume");
   // Rank 0 decides which checkpoint (ranks may see `latest` at different
   // moments on a network file system); every rank loads its part; all agree
   // on the outcome before anyone goes on, so a failure on one rank stops all.
@@ -35,10 +40,16 @@ void Trainer::resume() {
       error = e.what();
     }
   }
-  ENGINE_CHECK(all_ranks_ok(*host_world_, error.empty()), error.empty() ? "rank 0 found no checkpoint to resume" : error);
+  // Failures every rank agrees on are job-wide errors: printed once.
+  error = first_error(*host_world_, error);
+  if (!error.empty()) throw JobError(kExitFailed, error);
   dir = broadcast_string(*host_world_, dir);
   if (dir.empty()) {  // --resume auto with nothing saved yet
-    if (is_logger()) out_ << "resume     auto: no checkpoint in " << config_.checkpoint_dir << " yet, starting fresh\n";
+    if (is_logger()) {
+      out_ << "resume     auto: no checkpoint in " << config_.checkpoint_dir << " yet, starting fresh\n";
+      // Steps an earlier attempt logged before it failed will be taken again.
+      metrics_.restart_at(0, {{"event", "resume"}, {"step", 0}, {"from", nullptr}, {"attempt", restart_count()}});
+    }
     return;
   }
   const std::size_t n = static_cast<std::size_t>(registry_.total_numel());
@@ -49,10 +60,13 @@ void Trainer::resume() {
   } catch (const std::exception& e) {
     error = e.what();
   }
-  ENGINE_CHECK(all_ranks_ok(*host_world_, error.empty()),
-               error.empty() ? "another rank could not load checkpoint '" + dir + "'" : error);
-  ENGINE_CHECK(state.step < config_.steps, "checkpoint '", dir, "' is at step ", state.step,
-               ", nothing left to do for --steps ", config_.steps);
+  error = first_error(*host_world_, error);
+  if (!error.empty()) throw JobError(kExitFailed, error);
+  // A checkpoint past --steps belongs to a longer run; one at --steps is a
+  // finished run (a restart after the last save): only the outputs remain.
+  if (state.step > config_.steps)
+    throw JobError(kExitUsage, "checkpoint '" + dir + "' is at step " + std::to_string(state.step) +
+                                   ", past --steps " + std::to_string(config_.steps));
   store_->upload_master(master.data());
   data_parallel_->upload_state(optimizer_->m(), m.data());
   data_parallel_->upload_state(optimizer_->v(), v.data());
@@ -64,10 +78,16 @@ void Trainer::resume() {
     in >> sampler_rng_;
   }
   start_step_ = state.step;
-  if (is_logger()) out_ << "resumed    from " << dir << " at step " << state.step << "\n";
+  last_saved_step_ = state.step;
+  if (is_logger()) {
+    out_ << "resumed    from " << dir << " at step " << state.step << "\n";
+    metrics_.restart_at(state.step,
+                        {{"event", "resume"}, {"step", state.step}, {"from", dir}, {"attempt", restart_count()}});
+  }
 }
 
-void Trainer::save(std::int64_t steps_done) {
+std::string Trainer::save(std::int64_t steps_done) {
+  parallel::WatchdogPhase phase("checkpoint");
   // Checkpoints hold whole tensors: the strategy gathers whatever is sharded
   // (collective over dp), and dp rank 0 of each (tp, pp) position writes.
   const std::size_t n = static_cast<std::size_t>(registry_.total_numel());
@@ -80,8 +100,10 @@ void Trainer::save(std::int64_t steps_done) {
   bool finite = true;
   for (const std::vector<float>* values : {&master, &m, &v})
     finite = finite && std::all_of(values->begin(), values->end(), [](float x) { return std::isfinite(x); });
-  ENGINE_CHECK(all_ranks_ok(*host_world_, finite), "refusing to write the checkpoint of step ", steps_done,
-               ": the weights or optimizer state hold non-finite values (the previous checkpoint is kept)");
+  if (!all_ranks_ok(*host_world_, finite))
+    throw JobError(kExitFailed, "refusing to write the checkpoint of step " + std::to_string(steps_done) +
+                                    ": the weights or optimizer state hold non-finite values (the previous "
+                                    "checkpoint is kept)");
   TrainingState state;
   state.step = steps_done;
   state.optimizer_steps = optimizer_->steps_taken();
@@ -92,13 +114,34 @@ void Trainer::save(std::int64_t steps_done) {
   rng << sampler_rng_;
   state.sampler_rng = rng.str();
   const ShardRole role{grid_.world_rank(), grid_.dp_rank() == 0,
-                       grid_.world_rank() == 0 && grid_.tp_size() == 1 && grid_.pp_size() == 1};
+                       grid_.world_rank() == 0 && grid_.tp_size() == 1 && grid_.pp_size() == 1,
+                       faults_.save_fails(steps_done)};
   // Rank-own optimizer state (1-bit Adam's error buffers): every rank saves its own.
   const std::optional<RankExtra> extra = optimizer_checkpoint_->rank_extra(steps_done);
   const std::string dir = save_checkpoint(config_.checkpoint_dir, state, config_.model, registry_,
                                           {master.data(), m.data(), v.data()}, role, *host_world_,
                                           extra ? &*extra : nullptr);
   if (is_logger()) out_ << "checkpoint " << dir << "\n";
+  last_saved_step_ = steps_done;
+  failed_saves_in_a_row_ = 0;
+  return dir;
+}
+
+void Trainer::save_or_warn(std::int64_t steps_done) {
+  try {
+    save(steps_done);
+  } catch (const JobError&) {
+    throw;
+  } catch (const std::exception& e) {
+    // save_checkpoint fails on every rank alike, with the same message.
+    ++failed_saves_in_a_row_;
+    if (failed_saves_in_a_row_ >= config_.max_failed_saves)
+      throw JobError(kExitFailed, std::string(e.what()) + "; " + std::to_string(failed_saves_in_a_row_) +
+                                      " saves failed in a row (--max-failed-saves), stopping");
+    if (is_logger())
+      std::cerr << "warning: " << e.what() << "; training goes on (" << failed_saves_in_a_row_ << " of "
+                << config_.max_failed_saves << " failed saves in a row allowed by --max-failed-saves)" << std::endl;
+  }
 }
 
 }  // namespace launch

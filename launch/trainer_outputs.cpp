@@ -41,7 +41,10 @@ void probe_writable_dir(const std::filesystem::path& dir, const char* flag) {
 void check_inputs(const TrainConfig& config) {
   const int T = static_cast<int>(config.seq_len), V = static_cast<int>(config.model.vocab_size);
   DataLoader train(config.train_data, T, V, config.shuffle, config.seed);
-  if (!config.val_data.empty()) DataLoader val(config.val_data, T, V, false, config.seed);
+  // Validation data is small and read again and again: check every token now
+  // rather than find a bad one after the first interval of training. (The
+  // training shards are checked as each is first needed, see Trainer::run.)
+  if (!config.val_data.empty()) DataLoader(config.val_data, T, V, false, config.seed).verify_all();
   if (!config.checkpoint_dir.empty()) probe_writable_dir(config.checkpoint_dir, "--checkpoint-dir");
   if (!config.log_file.empty()) {
     const std::filesystem::path parent = std::filesystem::path(config.log_file).parent_path();

@@ -1,5 +1,6 @@
 #include "parallel/mpi_communicator.h"
 
+#include <algorithm>
 #include <bit>
 #include <climits>
 #include <cstdint>
@@ -10,6 +11,7 @@
 
 #include "engine/check.h"
 #include "engine/device.h"
+#include "parallel/watchdog.h"
 
 #ifdef ENGINE_WITH_CUDA
 #include <cuda_runtime.h>
@@ -157,7 +159,9 @@ namespace {
 // steps that move results from staging into the caller's tensors.
 class MpiPending final : public PendingOp {
  public:
-  explicit MpiPending(std::string comm_name) : comm_name_(std::move(comm_name)) {}
+  // `operation`: a string literal ("all_reduce", "send/recv"), for messages.
+  MpiPending(const std::string& comm_name, MPI_Comm comm, const char* operation)
+      : comm_name_(comm_name), comm_(comm), operation_(operation) {}
   ~MpiPending() override {
     // While an exception unwinds, the peers of this operation may never post
     // theirs: waiting would hang the job instead of letting it abort.
@@ -173,7 +177,9 @@ class MpiPending final : public PendingOp {
   void wait() override {
     if (done_) return;
     done_ = true;
-    check_mpi(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
+    // Not MPI_Waitall: it busy-polls forever if a peer never arrives. The
+    // watchdog's wait backs off and ends a stalled job (parallel/watchdog.h).
+    check_mpi(wait_for_requests(static_cast<int>(requests.size()), requests.data(), [this] { return describe(); }),
               "MPI_Waitall", comm_name_);
     for (const auto& step : unstage) step();
     unstage.clear();
@@ -195,9 +201,27 @@ class MpiPending final : public PendingOp {
   std::vector<MPI_Request> requests;
   std::vector<StagingPool::Lease> leases;
   std::vector<std::function<void()>> unstage;
+  int peer = -1;  // point to point: the first peer, as a rank of this group
 
  private:
+  // "pp send/recv with world rank 3", "dp all_reduce": what the watchdog
+  // reports when this operation never completes.
+  std::string describe() const {
+    std::string text = comm_name_ + " " + operation_;
+    if (peer < 0) return text;
+    int world_peer = peer;
+    MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+    MPI_Comm_group(comm_, &group);
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    MPI_Group_translate_ranks(group, 1, &peer, world, &world_peer);
+    MPI_Group_free(&group);
+    MPI_Group_free(&world);
+    return text + " with world rank " + std::to_string(world_peer);
+  }
+
   std::string comm_name_;
+  MPI_Comm comm_;
+  const char* operation_;
   bool done_ = false;
 };
 
@@ -293,7 +317,7 @@ MpiCommunicator::~MpiCommunicator() {
 // ---- operations --------------------------------------------------------------------
 
 CommHandle MpiCommunicator::start_all_reduce(const Tensor& inout, ReduceOp op) {
-  auto pending = std::make_unique<MpiPending>(name());
+  auto pending = std::make_unique<MpiPending>(name(), comm_, "all_reduce");
   const Wire w = stage(*pending, *staging_, inout, true, true, true, "all_reduce");
   check_mpi(MPI_Iallreduce(MPI_IN_PLACE, w.ptr, w.count, w.type, mpi_op(op), comm_, pending->new_request()),
             "MPI_Iallreduce", name());
@@ -301,7 +325,7 @@ CommHandle MpiCommunicator::start_all_reduce(const Tensor& inout, ReduceOp op) {
 }
 
 CommHandle MpiCommunicator::start_reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) {
-  auto pending = std::make_unique<MpiPending>(name());
+  auto pending = std::make_unique<MpiPending>(name(), comm_, "reduce_scatter");
   const Wire wi = stage(*pending, *staging_, in, true, true, false, "reduce_scatter");
   // MPI forbids aliasing between send and receive buffers: an in-place
   // reduce-scatter (out = my slice of in) receives into staging.
@@ -313,7 +337,7 @@ CommHandle MpiCommunicator::start_reduce_scatter(const Tensor& in, const Tensor&
 }
 
 CommHandle MpiCommunicator::start_all_gather(const Tensor& in, const Tensor& out) {
-  auto pending = std::make_unique<MpiPending>(name());
+  auto pending = std::make_unique<MpiPending>(name(), comm_, "all_gather");
   // In place (in = my slice of out): send from a copy of my slice.
   const Wire wi = stage(*pending, *staging_, in, false, true, false, "all_gather", overlaps(in, out));
   const Wire wo = stage(*pending, *staging_, out, false, false, true, "all_gather");
@@ -324,7 +348,7 @@ CommHandle MpiCommunicator::start_all_gather(const Tensor& in, const Tensor& out
 }
 
 CommHandle MpiCommunicator::start_broadcast(const Tensor& t, int root) {
-  auto pending = std::make_unique<MpiPending>(name());
+  auto pending = std::make_unique<MpiPending>(name(), comm_, "broadcast");
   const bool is_root = rank_ == root;
   const Wire w = stage(*pending, *staging_, t, false, is_root, !is_root, "broadcast");
   check_mpi(MPI_Ibcast(w.ptr, w.count, w.type, root, comm_, pending->new_request()), "MPI_Ibcast", name());
@@ -332,7 +356,7 @@ CommHandle MpiCommunicator::start_broadcast(const Tensor& t, int root) {
 }
 
 CommHandle MpiCommunicator::start_all_to_all(const Tensor& in, const Tensor& out) {
-  auto pending = std::make_unique<MpiPending>(name());
+  auto pending = std::make_unique<MpiPending>(name(), comm_, "all_to_all");
   const Wire wi = stage(*pending, *staging_, in, false, true, false, "all_to_all");
   const Wire wo = stage(*pending, *staging_, out, false, false, true, "all_to_all");
   const int block = wi.count / size_;
@@ -342,7 +366,10 @@ CommHandle MpiCommunicator::start_all_to_all(const Tensor& in, const Tensor& out
 }
 
 CommHandle MpiCommunicator::start_p2p(std::span<const P2POp> ops) {
-  auto pending = std::make_unique<MpiPending>(name());
+  const bool sends_only = std::all_of(ops.begin(), ops.end(), [](const P2POp& op) { return op.kind == P2POp::Kind::kSend; });
+  const bool recvs_only = std::all_of(ops.begin(), ops.end(), [](const P2POp& op) { return op.kind == P2POp::Kind::kRecv; });
+  auto pending = std::make_unique<MpiPending>(name(), comm_, sends_only ? "send" : recvs_only ? "recv" : "send/recv");
+  pending->peer = ops.front().peer;
   pending->requests.reserve(ops.size());
   for (const P2POp& op : ops) {
     if (op.kind == P2POp::Kind::kSend) {
@@ -358,7 +385,11 @@ CommHandle MpiCommunicator::start_p2p(std::span<const P2POp> ops) {
   return pending;
 }
 
-void MpiCommunicator::do_barrier() { check_mpi(MPI_Barrier(comm_), "MPI_Barrier", name()); }
+void MpiCommunicator::do_barrier() {
+  MpiPending pending(name(), comm_, "barrier");
+  check_mpi(MPI_Ibarrier(comm_, pending.new_request()), "MPI_Ibarrier", name());
+  pending.wait();
+}
 
 // ---- the grid's communicators ----------------------------------------------------------
 

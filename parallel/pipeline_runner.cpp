@@ -1,6 +1,7 @@
 #include "parallel/pipeline_runner.h"
 
 #include "engine/check.h"
+#include "parallel/watchdog.h"
 
 namespace parallel {
 
@@ -35,10 +36,14 @@ void run_schedule(const std::vector<Action>& actions, Stage& stage, Communicator
         batch.push_back(P2POp::send(stage.backward_output_grad(a.micro), peer(prev, a)));
         break;
       case ActionKind::kForward:
+        // The messages this compute waits for belong to its phase (for the
+        // watchdog's message).
+        watchdog_set_phase("forward");
         flush();
         stage.forward(a.micro);
         break;
       case ActionKind::kBackward:
+        watchdog_set_phase("backward");
         flush();
         stage.backward(a.micro);
         break;

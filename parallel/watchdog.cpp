@@ -1,0 +1,237 @@
+#include "parallel/watchdog.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+namespace parallel {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Short waits (a layer's all-reduce, a pipeline hand-off) finish well within
+// this, at full speed; a long MPI transfer that needs the poll to progress
+// also keeps its speed this long. Beyond it a wait is a stall in the making.
+constexpr double kSpinSeconds = 0.5;
+constexpr auto kSleep = std::chrono::milliseconds(1);
+// How often (in polls) the spinning phase looks for roll calls.
+constexpr int kProbeEvery = 64;
+
+constexpr int kRollCallTag = 1;  // "no progress here; this is where I wait"
+
+// What a rank says of itself in a roll call. Plain bytes: every
+// rank runs the same binary, so the layout is the same on both ends.
+struct Report {
+  std::int32_t rank = -1;
+  std::int32_t timed_out = 0;  // 1: its own wait timed out; 0: it joined another's roll call
+  std::int64_t step = 0;
+  double waited_seconds = 0;
+  char phase[32] = {};
+  char operation[96] = {};
+};
+
+void copy_text(char* dst, std::size_t size, const std::string& text) {
+  std::snprintf(dst, size, "%s", text.c_str());
+}
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+class Watchdog {
+ public:
+  void install(MPI_Comm world, const WatchdogOptions& options) {
+    options_ = options;
+    MPI_Comm_dup(world, &comm_);
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+  }
+
+  void uninstall() {
+    if (comm_ == MPI_COMM_NULL) return;
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Comm_free(&comm_);
+    comm_ = MPI_COMM_NULL;
+  }
+
+  bool installed() const { return comm_ != MPI_COMM_NULL; }
+
+  int wait(int count, MPI_Request* requests, const std::function<std::string()>& describe) {
+    const Clock::time_point start = Clock::now();
+    for (long poll = 0;; ++poll) {
+      int done = 0;
+      const int rc = MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE);
+      if (rc != MPI_SUCCESS || done) return rc;
+      const double waited = seconds_between(start, Clock::now());
+      const bool spinning = waited < kSpinSeconds;
+      if (installed() && (!spinning || poll % kProbeEvery == 0) && roll_call_pending())
+        roll_call(describe, waited, /*timed_out=*/false);
+      if (installed() && options_.timeout_seconds > 0 && waited > options_.timeout_seconds)
+        roll_call(describe, waited, /*timed_out=*/true);
+      if (spinning)
+        sched_yield();
+      else
+        std::this_thread::sleep_for(kSleep);
+    }
+  }
+
+  std::atomic<std::int64_t> step{0};
+  std::atomic<const char*> phase{"start-up"};
+
+ private:
+  Report my_report(const std::function<std::string()>& describe, double waited, bool timed_out) const {
+    Report r;
+    r.rank = rank_;
+    r.timed_out = timed_out ? 1 : 0;
+    r.step = step.load();
+    r.waited_seconds = waited;
+    copy_text(r.phase, sizeof r.phase, phase.load());
+    copy_text(r.operation, sizeof r.operation, describe());
+    return r;
+  }
+
+  bool roll_call_pending() const {
+    int flag = 0;
+    MPI_Iprobe(MPI_ANY_SOURCE, kRollCallTag, comm_, &flag, MPI_STATUS_IGNORE);
+    return flag != 0;
+  }
+
+  // Records every roll call that has arrived.
+  void receive_roll_calls() {
+    for (;;) {
+      int flag = 0;
+      MPI_Status status;
+      if (MPI_Iprobe(MPI_ANY_SOURCE, kRollCallTag, comm_, &flag, &status) != MPI_SUCCESS || !flag) return;
+      Report report;
+      MPI_Recv(&report, sizeof report, MPI_BYTE, status.MPI_SOURCE, kRollCallTag, comm_, MPI_STATUS_IGNORE);
+      heard_[status.MPI_SOURCE] = report;
+    }
+  }
+
+  // Entered when this rank's wait timed out, or when another rank's roll
+  // call reached it while it waited (it joins: the job is ending anyway, and
+  // joining is how it answers). Never returns.
+  [[noreturn]] void roll_call(const std::function<std::string()>& describe, double waited, bool timed_out) {
+    const Report me = my_report(describe, waited, timed_out);
+    heard_[rank_] = me;
+    // Small and eager: each send completes locally even if its peer is
+    // stopped or gone. The requests are never waited for.
+    std::vector<MPI_Request> sends(static_cast<std::size_t>(size_), MPI_REQUEST_NULL);
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_) MPI_Isend(&me, sizeof me, MPI_BYTE, r, kRollCallTag, comm_, &sends[r]);
+
+    // Long enough for every live rank to reach a poll (they probe every few
+    // milliseconds while waiting), short next to the timeout.
+    const double grace = std::clamp(options_.timeout_seconds / 2, 2.0, 30.0);
+    const Clock::time_point start = Clock::now();
+    while (seconds_between(start, Clock::now()) < grace && static_cast<int>(heard_.size()) < size_) {
+      receive_roll_calls();
+      std::this_thread::sleep_for(kSleep);
+    }
+    // The reporter is the lowest rank that timed out on its own. Every live
+    // rank receives every roll call, so all agree on it; a rank that only
+    // joined (perhaps the stalled one, woken by the launcher's SIGCONT as it
+    // kills the job) never reports.
+    int reporter = -1;
+    for (const auto& [r, report] : heard_)
+      if (report.timed_out) {
+        reporter = r;
+        break;
+      }
+    if (reporter == rank_) {
+      const std::string line = "error: " + message(me) + "\n";
+      std::fwrite(line.data(), 1, line.size(), stderr);
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, options_.exit_code);
+    }
+    // The reporter aborts the job; should it die before it can, do it here.
+    const Clock::time_point idle = Clock::now();
+    while (seconds_between(idle, Clock::now()) < 2 * grace) {
+      receive_roll_calls();
+      std::this_thread::sleep_for(kSleep);
+    }
+    MPI_Abort(MPI_COMM_WORLD, options_.exit_code);
+    std::abort();  // MPI_Abort does not return
+  }
+
+  static std::string where(const Report& r) {
+    std::ostringstream out;
+    char waited[32];
+    std::snprintf(waited, sizeof waited, "%.1f", r.waited_seconds);
+    out << "rank " << r.rank << " in " << r.operation << " (" << r.phase << ", step " << r.step << ") for " << waited
+        << " s";
+    return out.str();
+  }
+
+  std::string message(const Report& me) const {
+    std::vector<int> missing;
+    for (int r = 0; r < size_; ++r)
+      if (!heard_.count(r)) missing.push_back(r);
+    std::ostringstream out;
+    char timeout[32];
+    std::snprintf(timeout, sizeof timeout, "%g", options_.timeout_seconds);
+    out << "collective timeout (--collective-timeout " << timeout << " s) at step " << me.step << ", phase "
+        << me.phase << ": ";
+    if (!missing.empty()) {
+      out << (missing.size() == 1 ? "rank " : "ranks ");
+      for (std::size_t i = 0; i < missing.size() && i < 16; ++i) out << (i ? "," : "") << missing[i];
+      if (missing.size() > 16) out << ",... (" << missing.size() << " in all)";
+      out << " did not arrive (stopped, hung or dead); ";
+    } else {
+      out << "every rank answered but they wait in different operations (a deadlock); ";
+    }
+    // Where the waiting ranks are, this one first, a few at most.
+    out << where(me);
+    int listed = 1;
+    for (const auto& [r, report] : heard_) {
+      if (r == rank_) continue;
+      if (listed == 4) {
+        out << "; " << heard_.size() - 4 << " more waiting";
+        break;
+      }
+      out << "; " << where(report);
+      ++listed;
+    }
+    return out.str();
+  }
+
+  WatchdogOptions options_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+  std::map<int, Report> heard_;  // who took part in the roll call, by rank
+};
+
+Watchdog& watchdog() {
+  static Watchdog instance;
+  return instance;
+}
+
+}  // namespace
+
+void install_watchdog(MPI_Comm world, const WatchdogOptions& options) { watchdog().install(world, options); }
+void uninstall_watchdog() { watchdog().uninstall(); }
+bool watchdog_installed() { return watchdog().installed(); }
+
+void watchdog_set_step(std::int64_t step) { watchdog().step.store(step); }
+void watchdog_set_phase(const char* phase) { watchdog().phase.store(phase); }
+
+WatchdogPhase::WatchdogPhase(const char* phase) : previous_(watchdog().phase.exchange(phase)) {}
+WatchdogPhase::~WatchdogPhase() { watchdog().phase.store(previous_); }
+
+int wait_for_requests(int count, MPI_Request* requests, const std::function<std::string()>& describe) {
+  return watchdog().wait(count, requests, describe);
+}
+
+}  // namespace parallel
