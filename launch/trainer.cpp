@@ -297,8 +297,13 @@ RunSummary Trainer::run() {
 
 RunSummary Trainer::stop_early(std::int64_t steps_done, const StepGate& gate, const std::string& data_problem,
                                RunSummary summary) {
+  // Nothing is lost: the progress since the last checkpoint is saved. With
+  // no step taken since start-up there is none, and `latest` (perhaps
+  // another run's) stays as it was.
   std::string saved = "no --checkpoint-dir, nothing saved";
-  if (!config_.checkpoint_dir.empty())
+  if (steps_done == start_step_)
+    saved = "no step taken, nothing to save";
+  else if (!config_.checkpoint_dir.empty())
     saved = last_saved_step_ == steps_done ? "checkpoint of step " + std::to_string(steps_done) + " already saved"
                                            : "checkpoint " + save(steps_done);
   if (gate.bad_input) {

@@ -2,6 +2,7 @@
 #include "launch/trainer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <iostream>
 #include <sstream>
@@ -88,6 +89,7 @@ void Trainer::resume() {
 
 std::string Trainer::save(std::int64_t steps_done) {
   parallel::WatchdogPhase phase("checkpoint");
+  const auto start = std::chrono::steady_clock::now();
   // Checkpoints hold whole tensors: the strategy gathers whatever is sharded
   // (collective over dp), and dp rank 0 of each (tp, pp) position writes.
   const std::size_t n = static_cast<std::size_t>(registry_.total_numel());
@@ -121,7 +123,12 @@ std::string Trainer::save(std::int64_t steps_done) {
   const std::string dir = save_checkpoint(config_.checkpoint_dir, state, config_.model, registry_,
                                           {master.data(), m.data(), v.data()}, role, *host_world_,
                                           extra ? &*extra : nullptr);
-  if (is_logger()) out_ << "checkpoint " << dir << "\n";
+  if (is_logger()) {
+    // What a save costs: the δ of Young/Daly's checkpoint interval (examples/benchmarks/goodput.py).
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    out_ << "checkpoint " << dir << "\n";
+    metrics_.record_event({{"event", "checkpoint"}, {"step", steps_done}, {"seconds", seconds}});
+  }
   last_saved_step_ = steps_done;
   failed_saves_in_a_row_ = 0;
   return dir;
