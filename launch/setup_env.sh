@@ -12,6 +12,7 @@ ENGINE_APT_PACKAGES=(
   libopenmpi-dev openmpi-bin                    # mpirun and MPI for multi-rank runs
   libcli11-dev nlohmann-json3-dev               # flags, JSON configs and metrics
   libgtest-dev                                  # the test suite
+  python3                                       # launch/supervise (restarts, goodput) and its tests
   fortunes fortunes-min                         # the demo's English text corpus
 )
 
