@@ -240,7 +240,9 @@ std::string save_checkpoint(const std::string& checkpoint_dir, const TrainingSta
     if (ec) error = "cannot create checkpoint directory '" + temp_dir + "': " + ec.message();
   }
   error = first_error(world, error);
-  ENGINE_CHECK(error.empty(), "checkpoint at step ", state.step, " not started (the previous one is intact): ", error);
+  if (!error.empty())
+    throw CheckpointError("checkpoint at step " + std::to_string(state.step) +
+                          " not started (the previous one is intact): " + error);
 
   // Every rank writes its part; a failure anywhere abandons the temporary
   // directory and leaves the previous checkpoint as it was.
@@ -259,7 +261,8 @@ std::string save_checkpoint(const std::string& checkpoint_dir, const TrainingSta
       std::error_code ec;
       fs::remove_all(temp_dir, ec);
     }
-    ENGINE_FAIL("checkpoint at step ", state.step, " abandoned (the previous one is intact): ", error);
+    throw CheckpointError("checkpoint at step " + std::to_string(state.step) +
+                          " abandoned (the previous one is intact): " + error);
   }
 
   // Who wrote a shard (data-parallel rank 0 of each position), for the index.
@@ -306,7 +309,8 @@ std::string save_checkpoint(const std::string& checkpoint_dir, const TrainingSta
     }
   }
   error = first_error(world, error);
-  ENGINE_CHECK(error.empty(), "checkpoint at step ", state.step, " not committed: ", error);
+  if (!error.empty())
+    throw CheckpointError("checkpoint at step " + std::to_string(state.step) + " not committed: " + error);
   return final_dir;
 }
 

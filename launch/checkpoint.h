@@ -35,6 +35,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/check.h"
 #include "model/gpt_config.h"
 #include "model/param_registry.h"
 #include "parallel/communicator.h"
@@ -96,6 +97,15 @@ struct LoadedRankExtra {
   const std::vector<float>* find(const std::string& name) const;   // null when absent
 };
 
+// A save that failed on every rank alike, after the ranks agreed on it: the
+// same message everywhere, the temporary directory removed, the previous
+// checkpoint untouched. Only this may be survived (Trainer::save_or_warn);
+// any other error during a save is one rank's and aborts the job.
+class CheckpointError : public engine::Error {
+ public:
+  using engine::Error::Error;
+};
+
 // What this rank contributes to a checkpoint.
 struct ShardRole {
   int rank = 0;                 // world rank: names the shard files
@@ -106,8 +116,8 @@ struct ShardRole {
 
 // Collective over `world`: writes <checkpoint_dir>/step_NNNNNNNN and points
 // `latest` at it. Returns the step directory's path. On a failure every rank
-// throws the same message (the first failing rank's) and the previous
-// checkpoint is untouched.
+// throws the same CheckpointError (the first failing rank's message) and the
+// previous checkpoint is untouched.
 // `extra`, when given, is this rank's RankExtra (then every rank must pass one).
 std::string save_checkpoint(const std::string& checkpoint_dir, const TrainingState& state,
                             const model::GptConfig& config, const model::ParamRegistry& registry,

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "engine/buffer.h"
 #include "engine/check.h"
@@ -77,16 +78,27 @@ void MetricsLog::record_validation(std::int64_t step, double val_loss) {
 void MetricsLog::restart_at(std::int64_t step, const nlohmann::json& event) {
   if (path_.empty()) return;
   file_.close();
-  std::string kept;
+  // Only this run's records may go: those after the last resume marker (an
+  // earlier attempt of this run, or the run itself if it never resumed).
+  // Earlier runs appended to the same file keep theirs.
+  std::vector<std::string> lines;
+  std::size_t ours = 0;  // index of the first line that belongs to this run
   {
     std::ifstream in(path_);
-    std::string line;
-    while (std::getline(in, line)) {
+    for (std::string line; std::getline(in, line);) {
       const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
       if (!record.is_object()) continue;  // a line cut short by a crash
-      if (record.contains("step") && record["step"].is_number() && record["step"].get<std::int64_t>() > step) continue;
-      kept += line + '\n';
+      lines.push_back(line);
+      if (record.value("event", "") == "resume") ours = lines.size();
     }
+  }
+  std::string kept;
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    if (i >= ours) {
+      const nlohmann::json record = nlohmann::json::parse(lines[i]);
+      if (record.contains("step") && record["step"].is_number() && record["step"].get<std::int64_t>() > step) continue;
+    }
+    kept += lines[i] + '\n';
   }
   // Rewritten whole under a temporary name: a crash now leaves either the
   // old file or the new one.

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -11,17 +12,20 @@ namespace launch {
 
 namespace {
 
-volatile std::sig_atomic_t requested = 0;
+// Lock-free, so safe in a handler, and well-defined when the signal lands on
+// another thread (MPI's, CUDA's) than the one that polls it.
+std::atomic<int> requested{0};
+static_assert(std::atomic<int>::is_always_lock_free);
 
 void on_signal(int signal) {
-  if (requested != 0) {
+  if (requested.load() != 0) {
     // The second request: the person (or the scheduler) will not wait for
     // the step to end. Only async-signal-safe calls here.
     static const char message[] = "error: second stop signal: aborting at once\n";
     [[maybe_unused]] const ssize_t n = write(STDERR_FILENO, message, sizeof message - 1);
     _exit(128 + signal);
   }
-  requested = signal;
+  requested.store(signal);
 }
 
 }  // namespace
@@ -35,7 +39,7 @@ void install_stop_handlers() {
   for (int signal : {SIGTERM, SIGINT, SIGUSR1}) sigaction(signal, &action, nullptr);
 }
 
-int stop_requested() { return requested; }
+int stop_requested() { return requested.load(); }
 
 const char* signal_name(int signal) {
   switch (signal) {

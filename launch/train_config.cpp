@@ -126,8 +126,9 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
       ->group(kRun)->capture_default_str()->check(CLI::IsMember({"auto", "fp32", "bf16"}));
   app.add_option("--log-file", c.log_file, "Append one JSON object per step (JSONL) to this file")->group(kRun);
   app.add_option("--collective-timeout", c.collective_timeout,
-                 "Seconds a rank may wait in one collective or pipeline transfer before the job ends (exit 124) "
-                 "naming the step, the phase and the ranks that did not arrive (0 = wait forever)")
+                 "Seconds a rank may wait in one collective or pipeline transfer of the MPI transport (not yet "
+                 "NCCL's) before the job ends (exit 124) naming the step, the phase and the ranks that did not "
+                 "arrive; 10x longer in checkpoints (0 = wait forever)")
       ->group(kRun)->capture_default_str();
   app.add_option("--peak-tflops", c.peak_tflops, "Peak TFLOP/s per device for MFU (0 = GPU table / CPU measured)")
       ->group(kRun)->capture_default_str();

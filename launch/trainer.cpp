@@ -199,6 +199,7 @@ double Trainer::global_grad_norm() {
 double Trainer::train_step(std::int64_t step) {
   // Each token's loss enters the objective with weight 1/(tokens per step).
   const double grad_scale = 1.0 / static_cast<double>(config_.batch_tokens);
+  parallel::watchdog_set_phase("forward");
   store_->zero_grads();
   data_parallel_->begin_step();
   pipeline_->begin_step(step, grad_scale);
@@ -211,6 +212,7 @@ double Trainer::train_step(std::int64_t step) {
   stage_->reduce_sequence_parallel_grads();
   // Every data-parallel replica's last stage holds part of the loss; count
   // each tensor-parallel group once.
+  parallel::watchdog_set_phase("loss");
   const bool contributes = range_.has_head && tp_.rank == 0;
   return sum_over_world(contributes ? pipeline_->loss_sum() : 0.0) * grad_scale;
 }
@@ -259,7 +261,8 @@ RunSummary Trainer::run() {
     if (verdict == NonFiniteGuard::Verdict::kSkipLimit) {
       // The weights and optimizer state are those of the last applied step:
       // keep the progress since the last checkpoint before stopping.
-      const std::string saved = config_.checkpoint_dir.empty() ? "" : " after a checkpoint (" + save(step + 1) + ")";
+      const std::string saved =
+          config_.checkpoint_dir.empty() ? "" : " after a checkpoint (" + save_or_stop(step + 1) + ")";
       throw JobError(kExitFailed, nonfinite_.last_problem() + "; stopping" + saved);
     }
     const bool apply = verdict == NonFiniteGuard::Verdict::kApply;
@@ -286,11 +289,11 @@ RunSummary Trainer::run() {
     summary.losses.push_back(loss);
     if (config_.checkpoint_dir.empty()) continue;
     if (last)
-      save(step + 1);  // the run's result: a failure here is an error
+      save_or_stop(step + 1);  // the run's result: a failure here is an error
     else if (config_.checkpoint_interval > 0 && (step + 1) % config_.checkpoint_interval == 0)
       save_or_warn(step + 1);
   }
-  parallel::WatchdogPhase phase("final outputs");
+  parallel::WatchdogPhase phase("final outputs", parallel::kWatchdogFileIoScale);
   write_outputs(summary);
   return summary;
 }
@@ -301,17 +304,28 @@ RunSummary Trainer::stop_early(std::int64_t steps_done, const StepGate& gate, co
   // no step taken since start-up there is none, and `latest` (perhaps
   // another run's) stays as it was.
   std::string saved = "no --checkpoint-dir, nothing saved";
-  if (steps_done == start_step_)
+  bool save_failed = false;
+  if (steps_done == start_step_) {
     saved = "no step taken, nothing to save";
-  else if (!config_.checkpoint_dir.empty())
-    saved = last_saved_step_ == steps_done ? "checkpoint of step " + std::to_string(steps_done) + " already saved"
-                                           : "checkpoint " + save(steps_done);
+  } else if (!config_.checkpoint_dir.empty() && last_saved_step_ == steps_done) {
+    saved = "checkpoint of step " + std::to_string(steps_done) + " already saved";
+  } else if (!config_.checkpoint_dir.empty()) {
+    try {
+      saved = "checkpoint " + save(steps_done);
+    } catch (const CheckpointError& e) {  // every rank alike
+      saved = e.what();
+      save_failed = true;
+    }
+  }
   if (gate.bad_input) {
     // Every rank stops here; the lowest rank that found bad data says what.
     const std::string problem = first_error(*host_world_, data_problem);
     throw JobError(kExitBadInput, problem + "; stopped before step " + std::to_string(steps_done + 1) + " (" +
                                       saved + ")");
   }
+  if (save_failed)
+    throw JobError(kExitFailed, std::string("stop requested (") + signal_name(gate.stop_signal) + ") after step " +
+                                    std::to_string(steps_done) + ", but " + saved);
   if (is_logger()) {
     out_ << "stopped    on request (" << signal_name(gate.stop_signal) << ") after step " << steps_done << " of "
          << config_.steps << "; " << saved << "; continue with --resume auto" << std::endl;

@@ -114,6 +114,9 @@ class Trainer {
   // A periodic save: a failure (disk full) is a warning and training goes on,
   // until --max-failed-saves failures in a row end the run.
   void save_or_warn(std::int64_t steps_done);
+  // A save the run cannot go on without (the last step's): a failure is a
+  // job-wide error.
+  std::string save_or_stop(std::int64_t steps_done);
   void resume();
   nlohmann::json run_identity() const;
   double sum_over_world(double local);

@@ -29,7 +29,7 @@ nlohmann::json Trainer::run_identity() const {
 // ---- checkpoints --------------------------------------------------------------------
 
 void Trainer::resume() {
-  parallel::WatchdogPhase phase("resume");
+  parallel::WatchdogPhase phase("resume", parallel::kWatchdogFileIoScale);
   // Rank 0 decides which checkpoint (ranks may see `latest` at different
   // moments on a network file system); every rank loads its part; all agree
   // on the outcome before anyone goes on, so a failure on one rank stops all.
@@ -88,7 +88,7 @@ void Trainer::resume() {
 }
 
 std::string Trainer::save(std::int64_t steps_done) {
-  parallel::WatchdogPhase phase("checkpoint");
+  parallel::WatchdogPhase phase("checkpoint", parallel::kWatchdogFileIoScale);
   const auto start = std::chrono::steady_clock::now();
   // Checkpoints hold whole tensors: the strategy gathers whatever is sharded
   // (collective over dp), and dp rank 0 of each (tp, pp) position writes.
@@ -137,10 +137,9 @@ std::string Trainer::save(std::int64_t steps_done) {
 void Trainer::save_or_warn(std::int64_t steps_done) {
   try {
     save(steps_done);
-  } catch (const JobError&) {
-    throw;
-  } catch (const std::exception& e) {
-    // save_checkpoint fails on every rank alike, with the same message.
+  } catch (const CheckpointError& e) {
+    // Every rank is here with the same message; any other error is one
+    // rank's and ends the job.
     ++failed_saves_in_a_row_;
     if (failed_saves_in_a_row_ >= config_.max_failed_saves)
       throw JobError(kExitFailed, std::string(e.what()) + "; " + std::to_string(failed_saves_in_a_row_) +
@@ -148,6 +147,14 @@ void Trainer::save_or_warn(std::int64_t steps_done) {
     if (is_logger())
       std::cerr << "warning: " << e.what() << "; training goes on (" << failed_saves_in_a_row_ << " of "
                 << config_.max_failed_saves << " failed saves in a row allowed by --max-failed-saves)" << std::endl;
+  }
+}
+
+std::string Trainer::save_or_stop(std::int64_t steps_done) {
+  try {
+    return save(steps_done);
+  } catch (const CheckpointError& e) {
+    throw JobError(kExitFailed, e.what());
   }
 }
 

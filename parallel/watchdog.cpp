@@ -22,6 +22,10 @@ using Clock = std::chrono::steady_clock;
 // this, at full speed; a long MPI transfer that needs the poll to progress
 // also keeps its speed this long. Beyond it a wait is a stall in the making.
 constexpr double kSpinSeconds = 0.5;
+// Then it sleeps between polls, 10 us at first, doubling up to 1 ms: a long
+// transfer that moves only inside MPI calls slows down gradually, a stalled
+// one costs almost no CPU.
+constexpr auto kFirstSleep = std::chrono::microseconds(10);
 constexpr auto kSleep = std::chrono::milliseconds(1);
 // How often (in polls) the spinning phase looks for roll calls.
 constexpr int kProbeEvery = 64;
@@ -69,6 +73,7 @@ class Watchdog {
 
   int wait(int count, MPI_Request* requests, const std::function<std::string()>& describe) {
     const Clock::time_point start = Clock::now();
+    std::chrono::microseconds sleep = kFirstSleep;
     for (long poll = 0;; ++poll) {
       int done = 0;
       const int rc = MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE);
@@ -77,17 +82,23 @@ class Watchdog {
       const bool spinning = waited < kSpinSeconds;
       if (installed() && (!spinning || poll % kProbeEvery == 0) && roll_call_pending())
         roll_call(describe, waited, /*timed_out=*/false);
-      if (installed() && options_.timeout_seconds > 0 && waited > options_.timeout_seconds)
+      if (installed() && options_.timeout_seconds > 0 && waited > timeout())
         roll_call(describe, waited, /*timed_out=*/true);
-      if (spinning)
+      if (spinning) {
         sched_yield();
-      else
-        std::this_thread::sleep_for(kSleep);
+      } else {
+        std::this_thread::sleep_for(sleep);
+        sleep = std::min<std::chrono::microseconds>(sleep * 2, kSleep);
+      }
     }
   }
 
+  // The timeout in force: the configured one, stretched in file I/O phases.
+  double timeout() const { return options_.timeout_seconds * timeout_scale.load(); }
+
   std::atomic<std::int64_t> step{0};
   std::atomic<const char*> phase{"start-up"};
+  std::atomic<double> timeout_scale{1.0};
 
  private:
   Report my_report(const std::function<std::string()>& describe, double waited, bool timed_out) const {
@@ -133,7 +144,7 @@ class Watchdog {
 
     // Long enough for every live rank to reach a poll (they probe every few
     // milliseconds while waiting), short next to the timeout.
-    const double grace = std::clamp(options_.timeout_seconds / 2, 2.0, 30.0);
+    const double grace = std::clamp(timeout() / 2, 2.0, 30.0);
     const Clock::time_point start = Clock::now();
     while (seconds_between(start, Clock::now()) < grace && static_cast<int>(heard_.size()) < size_) {
       receive_roll_calls();
@@ -180,8 +191,8 @@ class Watchdog {
       if (!heard_.count(r)) missing.push_back(r);
     std::ostringstream out;
     char timeout[32];
-    std::snprintf(timeout, sizeof timeout, "%g", options_.timeout_seconds);
-    out << "collective timeout (--collective-timeout " << timeout << " s) at step " << me.step << ", phase "
+    std::snprintf(timeout, sizeof timeout, "%g", this->timeout());
+    out << "collective timeout (no progress for " << timeout << " s, --collective-timeout) at step " << me.step << ", phase "
         << me.phase << ": ";
     if (!missing.empty()) {
       out << (missing.size() == 1 ? "rank " : "ranks ");
@@ -227,8 +238,12 @@ bool watchdog_installed() { return watchdog().installed(); }
 void watchdog_set_step(std::int64_t step) { watchdog().step.store(step); }
 void watchdog_set_phase(const char* phase) { watchdog().phase.store(phase); }
 
-WatchdogPhase::WatchdogPhase(const char* phase) : previous_(watchdog().phase.exchange(phase)) {}
-WatchdogPhase::~WatchdogPhase() { watchdog().phase.store(previous_); }
+WatchdogPhase::WatchdogPhase(const char* phase, double timeout_scale)
+    : previous_(watchdog().phase.exchange(phase)), previous_scale_(watchdog().timeout_scale.exchange(timeout_scale)) {}
+WatchdogPhase::~WatchdogPhase() {
+  watchdog().phase.store(previous_);
+  watchdog().timeout_scale.store(previous_scale_);
+}
 
 int wait_for_requests(int count, MPI_Request* requests, const std::function<std::string()>& describe) {
   return watchdog().wait(count, requests, describe);

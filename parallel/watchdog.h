@@ -69,16 +69,24 @@ void watchdog_set_step(std::int64_t step);  // 1-based step being run; 0 before 
 void watchdog_set_phase(const char* phase);
 
 // Sets the phase for a scope and restores the previous one after it.
+// `timeout_scale` stretches the timeout within the scope: in a checkpoint
+// some ranks write files while the others wait for them, which on a slow
+// shared file system may take far longer than any collective.
 class WatchdogPhase {
  public:
-  explicit WatchdogPhase(const char* phase);
+  explicit WatchdogPhase(const char* phase, double timeout_scale = 1.0);
   ~WatchdogPhase();
   WatchdogPhase(const WatchdogPhase&) = delete;
   WatchdogPhase& operator=(const WatchdogPhase&) = delete;
 
  private:
   const char* previous_;
+  double previous_scale_;
 };
+
+// How much longer waits may take in phases where ranks do file I/O
+// (checkpoint, resume, the final model file).
+inline constexpr double kWatchdogFileIoScale = 10.0;
 
 // Waits until all `count` requests are complete, as MPI_Waitall does, and
 // returns its error code. `describe` names the operation for the timeout
