@@ -16,6 +16,7 @@
 // the others (DESIGN.md, "Layout-independent data"; see BatchLayout below).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -97,6 +98,7 @@ class DataLoader {
   // Which shards verify_shard has scanned (1) so far.
   mutable std::mutex verified_mutex_;
   mutable std::vector<char> verified_;
+  mutable std::atomic<bool> all_verified_{false};
 };
 
 // Which stream positions one rank reads for one micro-batch of one optimizer

@@ -148,8 +148,8 @@ TEST_F(Failures, StoppedRankEndsTheJobNamingIt) {
   // Past the short spinning phase the waiting rank sleeps between polls.
   std::this_thread::sleep_for(std::chrono::seconds(1));
   auto cpu_seconds = [](pid_t pid) {
-    std::istringstream stat(read_text("/proc/" + std::to_string(pid) + "/stat").substr(
-        read_text("/proc/" + std::to_string(pid) + "/stat").rfind(')') + 2));
+    const std::string text = read_text("/proc/" + std::to_string(pid) + "/stat");
+    std::istringstream stat(text.substr(text.rfind(')') + 2));  // fields from 3 (state) on
     std::string field;
     double ticks = 0;
     for (int i = 3; i <= 15 && stat >> field; ++i)
