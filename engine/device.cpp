@@ -1,5 +1,6 @@
 #include "engine/device.h"
 
+#include <cstdlib>
 #include <cstring>
 
 namespace engine {
@@ -13,6 +14,13 @@ std::string cuda_device_name(int) { return "none"; }
 void* device_malloc(std::size_t) { ENGINE_FAIL("device memory needs an engine built with CUDA"); }
 void device_free(void*) {}
 void device_synchronize() {}
+void* host_staging_malloc(std::size_t bytes, DeviceType device) {
+  ENGINE_CHECK(device == DeviceType::kCpu, "page-locked host memory needs an engine built with CUDA");
+  void* ptr = bytes ? std::malloc(bytes) : nullptr;
+  ENGINE_CHECK(ptr != nullptr || bytes == 0, "out of host memory allocating ", bytes, " bytes");
+  return ptr;
+}
+void host_staging_free(void* ptr, DeviceType) { std::free(ptr); }
 void copy_bytes(void* dst, DeviceType dst_device, const void* src, DeviceType src_device,
                 std::size_t bytes) {
   ENGINE_CHECK(dst_device == DeviceType::kCpu && src_device == DeviceType::kCpu,

@@ -24,6 +24,13 @@ void* device_malloc(std::size_t bytes);
 void device_free(void* ptr);
 void device_synchronize();
 
+// Host memory that device-to-host copies land in at full speed (checkpoint
+// snapshots): page-locked (cudaMallocHost) when `device` is kCuda, so the copy
+// needs no driver staging buffer; ordinary memory for kCpu. Free it with the
+// same `device`.
+void* host_staging_malloc(std::size_t bytes, DeviceType device);
+void host_staging_free(void* ptr, DeviceType device);
+
 // Copies `bytes` between any two of host/device memory.
 void copy_bytes(void* dst, DeviceType dst_device, const void* src, DeviceType src_device,
                 std::size_t bytes);

@@ -33,9 +33,10 @@ void AtomicFile::write(const void* data, std::size_t bytes) {
   ENGINE_CHECK(std::fwrite(data, 1, bytes, file_) == bytes, "writing '", temp_path_, "' failed: ",
                std::strerror(errno));
   written_ += bytes;
+  checksum_.update(data, bytes);
 }
 
-void AtomicFile::commit() {
+WrittenFile AtomicFile::commit() {
   ENGINE_CHECK(file_ != nullptr, "'", path_, "' committed twice");
   const bool flushed = std::fflush(file_) == 0 && ::fsync(::fileno(file_)) == 0;
   const int saved_errno = errno;
@@ -51,6 +52,7 @@ void AtomicFile::commit() {
     ENGINE_FAIL("renaming '", temp_path_, "' to '", path_, "' failed: ", std::strerror(e));
   }
   sync_directory(fs::path(path_).parent_path().empty() ? "." : fs::path(path_).parent_path().string());
+  return {written_, checksum_.hex()};
 }
 
 void sync_directory(const std::string& dir) {

@@ -8,7 +8,16 @@
 #include <cstdio>
 #include <string>
 
+#include "launch/checksum.h"
+
 namespace launch {
+
+// What a committed file holds: its size and XXH3 checksum (launch/checksum.h),
+// which a checkpoint's state.json records for every file.
+struct WrittenFile {
+  std::size_t bytes = 0;
+  std::string xxh3;
+};
 
 class AtomicFile {
  public:
@@ -20,13 +29,17 @@ class AtomicFile {
   void write(const void* data, std::size_t bytes);
   void write(const std::string& text) { write(text.data(), text.size()); }
   std::size_t bytes_written() const { return written_; }
+  // XXH3 of every byte written so far (launch/checksum.h): a checkpoint
+  // records it for each file, at no extra pass over the data.
+  std::string checksum() const { return checksum_.hex(); }
   // Flushes, fsyncs and renames the temporary onto the final path.
-  void commit();
+  WrittenFile commit();
 
  private:
   std::string path_, temp_path_;
   std::FILE* file_ = nullptr;
   std::size_t written_ = 0;
+  StreamingChecksum checksum_;
 };
 
 // Replaces directory `final_dir` by `temp_dir` (fully written): an existing

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "engine/check.h"
+#include "engine/ops.h"
 
 namespace launch {
 
@@ -38,8 +39,14 @@ std::optional<RankExtra> OneBitCheckpoint::rank_extra(std::int64_t steps_done) c
                       {"server_offset", c.server_offset()},
                       {"server_count", c.server_count()}});
     const std::string prefix = "group_" + std::to_string(i) + ".";
-    extra.arrays.push_back({prefix + "worker_error", c.worker_error().data_as<float>(), c.n()});
-    extra.arrays.push_back({prefix + "server_error", c.server_error().data_as<float>(), c.server_count()});
+    // Host copies (the buffers may live on the GPU): an asynchronous save
+    // writes them while the next steps update the buffers.
+    RankArray worker{prefix + "worker_error", std::vector<float>(static_cast<std::size_t>(c.n()))};
+    RankArray server{prefix + "server_error", std::vector<float>(static_cast<std::size_t>(c.server_count()))};
+    engine::ops::copy(engine::host_f32(worker.values.data(), c.n()), c.worker_error());
+    engine::ops::copy(engine::host_f32(server.values.data(), c.server_count()), c.server_error());
+    extra.arrays.push_back(std::move(worker));
+    extra.arrays.push_back(std::move(server));
   }
   extra.meta = {{"layout", layout_},
                 {"step", steps_done},
@@ -49,7 +56,16 @@ std::optional<RankExtra> OneBitCheckpoint::rank_extra(std::int64_t steps_done) c
   return extra;
 }
 
+void OneBitCheckpoint::reset_error_buffers() {
+  for (std::size_t i = 0; i < optimizer_.groups().size(); ++i) {
+    parallel::CompressedAllReduce& c = optimizer_.compressor(i);
+    engine::ops::fill(c.worker_error(), 0.0);
+    engine::ops::fill(c.server_error(), 0.0);
+  }
+}
+
 std::string OneBitCheckpoint::resume(const std::string& dir, const TrainingState& state) {
+  reset_error_buffers();  // whatever an earlier, damaged candidate left
   const std::int64_t freeze = freeze_step_;
   if (state.step <= freeze) return "";  // the error buffers are still zero: any layout will do
   const nlohmann::json& written = state.optimizer;
@@ -61,13 +77,20 @@ std::string OneBitCheckpoint::resume(const std::string& dir, const TrainingState
   ENGINE_CHECK(written_freeze == freeze, "checkpoint '", dir, "' froze 1-bit Adam's variance at step ",
                written_freeze, ", this run says --freeze-step ", freeze, "; resume with --freeze-step ",
                written_freeze);
-  const std::optional<LoadedRankExtra> extra = load_rank_extra(dir, "onebit", world_rank_);
-  const nlohmann::json theirs = extra ? extra->meta.at("layout") : written.value("layout", nlohmann::json());
-  ENGINE_CHECK(extra && theirs == layout_, "checkpoint '", dir, "' is in 1-bit Adam's compression stage (step ",
-               state.step, " > freeze step ", freeze, "); its error-feedback buffers differ on every rank and only "
-               "fit the layout that wrote them, ", theirs.dump(), ", but this run is ", layout_.dump(),
-               ". Resume under the same world size, tp, pp, dp and ZeRO stage (or, to change the layout, "
-               "continue with --optimizer adamw from it)");
+  // The frozen variance and the momentum are whole tensors in the shards and
+  // follow any layout. The error-feedback buffers do not: each is one rank's
+  // residual of compressing its own slice of its own dp group's chunking
+  // (Tang et al. 2021, Algorithm 1), with no meaning under another cutting.
+  // Under another layout they restart from zero, as DeepSpeed's 1-bit Adam
+  // does on every load: error feedback converges from any starting residual,
+  // and what is dropped is at most one step's compression error.
+  const nlohmann::json theirs = written.value("layout", nlohmann::json());
+  if (theirs != layout_)
+    return "resumed    1-bit Adam compression stage under another layout (checkpoint " + theirs.dump() + ", this run " +
+           layout_.dump() + "): error-feedback buffers restart from zero";
+  const std::optional<RankExtra> extra = load_rank_extra(dir, "onebit", world_rank_);
+  ENGINE_CHECK(extra && extra->meta.at("layout") == layout_, "checkpoint '", dir, "' was written under ",
+               theirs.dump(), " but has no 1-bit Adam error buffers for rank ", world_rank_);
   const nlohmann::json& groups = extra->meta.at("groups");
   ENGINE_CHECK(groups.size() == optimizer_.groups().size(), "checkpoint '", dir, "': rank ", world_rank_, " saved ",
                groups.size(), " compression groups, this run has ", optimizer_.groups().size());
@@ -80,8 +103,8 @@ std::string OneBitCheckpoint::resume(const std::string& dir, const TrainingState
                      static_cast<std::int64_t>(server->size()) == c.server_count(),
                  "checkpoint '", dir, "': rank ", world_rank_, "'s 1-bit Adam group '", optimizer_.groups()[i].name,
                  "' has error buffers of another size than this run's (", c.n(), ", ", c.server_count(), ")");
-    std::copy(worker->begin(), worker->end(), c.worker_error().data_as<float>());
-    std::copy(server->begin(), server->end(), c.server_error().data_as<float>());
+    engine::ops::copy(c.worker_error(), engine::host_f32(const_cast<float*>(worker->data()), c.n()));
+    engine::ops::copy(c.server_error(), engine::host_f32(const_cast<float*>(server->data()), c.server_count()));
   }
   return "resumed    1-bit Adam compression stage with every rank's error buffers";
 }

@@ -1,9 +1,10 @@
 // 1-bit Adam's part of a checkpoint (optim/onebit_adam.h): its freeze step,
 // whether it was compressing, and once compression has run, every rank's
 // error-feedback buffers (RankExtra "onebit"). Those differ on every rank and
-// only fit the layout that wrote them, so a resume past the freeze step must
-// keep the world size, tp, pp, dp and ZeRO stage; before it the buffers are
-// still zero and any layout will do.
+// only fit the layout that wrote them: a resume under the same world size,
+// tp, pp, dp and ZeRO stage restores them and continues bit for bit; under
+// any other layout they restart from zero (see resume() for why that is
+// sound). Before the freeze step they are still zero and any layout will do.
 #pragma once
 
 #include "launch/optimizer_checkpoint.h"
@@ -22,6 +23,7 @@ class OneBitCheckpoint : public OptimizerCheckpoint {
   std::string resume(const std::string& dir, const TrainingState& state) override;
 
  private:
+  void reset_error_buffers();
   optim::OneBitAdam& optimizer_;
   std::int64_t freeze_step_;
   int world_rank_, dp_rank_;

@@ -11,6 +11,7 @@ ENGINE_APT_PACKAGES=(
   libopenblas-openmp-dev                        # BLAS for the CPU backend (OpenMP build)
   libopenmpi-dev openmpi-bin                    # mpirun and MPI for multi-rank runs
   libcli11-dev nlohmann-json3-dev               # flags, JSON configs and metrics
+  libxxhash-dev                                 # checkpoint checksums (XXH3)
   libgtest-dev                                  # the test suite
   python3                                       # launch/supervise (restarts, goodput) and its tests
   fortunes fortunes-min                         # the demo's English text corpus

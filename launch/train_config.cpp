@@ -80,7 +80,16 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
                  "Resume from 'latest' (in --checkpoint-dir), a checkpoint directory, or 'auto': the latest "
                  "checkpoint if there is one, else start fresh (for restarts under launch/supervise)")
       ->group(kCkpt);
-  app.add_option("--save-model", c.save_model, "Write the final model here in llm.c's GPT-2 format")->group(kCkpt);
+  app.add_option("--keep-checkpoints", c.keep_checkpoints,
+                 "Keep the newest K checkpoints, deleting older ones once a newer one is complete (0 = keep all)")
+      ->group(kCkpt)->capture_default_str();
+  app.add_option("--async-checkpoint", c.async_checkpoint,
+                 "Periodic saves only copy the state to host memory in the step loop and write it on a background "
+                 "thread (true/false)")
+      ->group(kCkpt)->capture_default_str();
+  app.add_option("--save-model", c.save_model,
+                 "Write the final model here in llm.c's GPT-2 format (any layout: rank 0 gathers the slices)")
+      ->group(kCkpt);
   app.add_option("--max-failed-saves", c.max_failed_saves,
                  "A checkpoint that cannot be written (disk full) is abandoned with a warning, the previous one "
                  "kept, and training goes on; stop after this many failed saves in a row")
@@ -174,9 +183,6 @@ void TrainConfig::resolve(int cuda_devices, int world) {
     ENGINE_CHECK(problems.empty(), problems);
   }
   if (dp == 0) dp = world / (tp * pp);
-  ENGINE_CHECK(save_model.empty() || (tp == 1 && pp == 1),
-               "--save-model writes the whole model from one rank and needs tp = pp = 1 (got tp ", tp, ", pp ", pp,
-               "); checkpoints hold every layout");
   const std::int64_t micro_tokens = micro_batch * seq_len;
   if (batch_tokens == 0) batch_tokens = micro_tokens * dp;
   ENGINE_CHECK(batch_tokens > 0 && batch_tokens % (micro_tokens * dp) == 0, "--batch-tokens ", batch_tokens,
@@ -200,6 +206,7 @@ void TrainConfig::resolve(int cuda_devices, int world) {
                "': expected stop or skip");
   ENGINE_CHECK(max_skipped_steps >= 1, "--max-skipped-steps must be >= 1, got ", max_skipped_steps);
   ENGINE_CHECK(max_failed_saves >= 1, "--max-failed-saves must be >= 1, got ", max_failed_saves);
+  ENGINE_CHECK(keep_checkpoints >= 0, "--keep-checkpoints must be >= 0 (0 = keep all), got ", keep_checkpoints);
   ENGINE_CHECK(collective_timeout >= 0, "--collective-timeout must be >= 0 seconds, got ", collective_timeout);
   ENGINE_CHECK(sample_tokens >= 0 && top_k >= 0 && temperature > 0,
                "sampling needs --sample-tokens >= 0, --top-k >= 0 and --temperature > 0");
@@ -270,6 +277,8 @@ std::string TrainConfig::describe() const {
   if (!checkpoint_dir.empty())
     out << "\ncheckpoint " << checkpoint_dir << " every "
         << (checkpoint_interval ? std::to_string(checkpoint_interval) + " steps" : std::string("run (at the end)"))
+        << ", keep " << (keep_checkpoints ? std::to_string(keep_checkpoints) : std::string("all"))
+        << (async_checkpoint ? ", written in the background" : ", written synchronously")
         << (resume.empty() ? "" : ", resume " + resume);
   return out.str();
 }

@@ -60,6 +60,12 @@ struct TrainConfig {
   // A save that fails (disk full) keeps the previous checkpoint and training
   // goes on; this many failures in a row stop the run.
   std::int64_t max_failed_saves = 3;
+  // The newest this many checkpoints are kept (0: all); an older one is
+  // deleted only once a newer one is complete.
+  std::int64_t keep_checkpoints = 3;
+  // Periodic saves copy the state to host memory and write it on a
+  // background thread while training goes on (launch/checkpoint_saver.h).
+  bool async_checkpoint = true;
 
   // Parallel layout (world = tp x dp x pp) and communication.
   int tp = 1, pp = 1;

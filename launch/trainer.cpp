@@ -8,6 +8,8 @@
 #include "engine/device.h"
 #include "engine/ops.h"
 #include "launch/checkpoint.h"
+#include "launch/llmc_model.h"
+#include "launch/rank_agreement.h"
 #include "launch/job_error.h"
 #include "launch/optimizer_setup.h"
 #include "launch/peak_flops.h"
@@ -105,6 +107,11 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
   optimizer_checkpoint_ = std::move(optimization.checkpoint);
   data_parallel_ = std::move(optimization.data_parallel);
   initialize_weights();
+  if (!config.checkpoint_dir.empty())
+    saver_ = std::make_unique<CheckpointSaver>(
+        CheckpointSaver::Options{config.checkpoint_dir, static_cast<int>(config.keep_checkpoints),
+                                 config.async_checkpoint},
+        mc, registry_, *host_world_, config.device_type);
 
   // The schedule decides how many micro-batches are alive at once, and so
   // how many activation slots the stage needs.
@@ -219,10 +226,10 @@ double Trainer::train_step(std::int64_t step) {
 
 Trainer::StepGate Trainer::agree_between_steps(bool my_data_is_bad) {
   parallel::WatchdogPhase phase("between steps");
-  std::int32_t flags[2] = {stop_requested(), my_data_is_bad ? 1 : 0};
-  host_world_->all_reduce(engine::Tensor(flags, engine::Shape{2}, engine::DType::kI32, engine::DeviceType::kCpu),
+  std::int32_t flags[3] = {stop_requested(), my_data_is_bad ? 1 : 0, saver_ && !saver_->written() ? 1 : 0};
+  host_world_->all_reduce(engine::Tensor(flags, engine::Shape{3}, engine::DType::kI32, engine::DeviceType::kCpu),
                           parallel::ReduceOp::kMax);
-  return {flags[0], flags[1] != 0};
+  return {flags[0], flags[1] != 0, flags[2] != 0};
 }
 
 std::string Trainer::check_step_data(std::int64_t step) {
@@ -250,6 +257,9 @@ RunSummary Trainer::run() {
     const std::string data_problem = check_step_data(step);
     const StepGate gate = agree_between_steps(!data_problem.empty());
     if (gate.stop_signal != 0 || gate.bad_input) return stop_early(step, gate, data_problem, std::move(summary));
+    // A background checkpoint write every rank has finished: commit it now,
+    // between steps, rather than make the next save wait for it.
+    if (saver_ && saver_->in_flight() && !gate.writes_pending) finish_save_in_flight();
 
     for (parallel::Communicator* c : {comms_.tp.get(), comms_.dp.get(), comms_.pp.get(), tied_->comm()})
       if (c) c->reset_bytes_sent();
@@ -305,13 +315,20 @@ RunSummary Trainer::stop_early(std::int64_t steps_done, const StepGate& gate, co
   // another run's) stays as it was.
   std::string saved = "no --checkpoint-dir, nothing saved";
   bool save_failed = false;
+  try {
+    finish_save_in_flight();  // perhaps the very checkpoint of steps_done
+  } catch (const JobError&) {
+    // Too many failed saves in a row: the stop's own save below says whether
+    // this one fails too.
+  }
   if (steps_done == start_step_) {
     saved = "no step taken, nothing to save";
   } else if (!config_.checkpoint_dir.empty() && last_saved_step_ == steps_done) {
     saved = "checkpoint of step " + std::to_string(steps_done) + " already saved";
   } else if (!config_.checkpoint_dir.empty()) {
     try {
-      saved = "checkpoint " + save(steps_done);
+      start_save(steps_done);
+      saved = "checkpoint " + finish_save();
     } catch (const CheckpointError& e) {  // every rank alike
       saved = e.what();
       save_failed = true;

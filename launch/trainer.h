@@ -39,6 +39,7 @@
 #include "launch/memory_report.h"
 #include "launch/metrics.h"
 #include "launch/nonfinite_guard.h"
+#include "launch/checkpoint_saver.h"
 #include "launch/optimizer_checkpoint.h"
 #include "launch/train_config.h"
 #include "launch/training_stage.h"
@@ -96,10 +97,12 @@ class Trainer {
   void initialize_weights();
   void report_start();
   // Between two steps every rank says whether it must stop (a stop signal, a
-  // bad shard among the next step's data); all agree (collective).
+  // bad shard among the next step's data) and whether its checkpoint write
+  // is still running; all agree (collective, one small all-reduce).
   struct StepGate {
-    int stop_signal = 0;     // the signal some rank received, or 0
-    bool bad_input = false;  // some rank's data for the next step is bad
+    int stop_signal = 0;          // the signal some rank received, or 0
+    bool bad_input = false;       // some rank's data for the next step is bad
+    bool writes_pending = false;  // some rank's background checkpoint write is still running
   };
   StepGate agree_between_steps(bool my_data_is_bad);
   // "" if every shard this rank's share of `step` reads is good, else why not.
@@ -108,16 +111,28 @@ class Trainer {
   // summary with kExitStopped; throws JobError(kExitBadInput) for bad data.
   RunSummary stop_early(std::int64_t steps_done, const StepGate& gate, const std::string& data_problem,
                         RunSummary summary);
-  // Writes a checkpoint and returns its directory; throws on failure (the
-  // same error on every rank, the previous checkpoint untouched).
-  std::string save(std::int64_t steps_done);
+  // Saving (launch/checkpoint_saver.h). start_save copies the state into the
+  // saver's host buffers and starts the write; finish_save waits for it and
+  // commits, returning the directory. Both throw CheckpointError (the same on
+  // every rank, the previous checkpoint untouched).
+  void start_save(std::int64_t steps_done);
+  std::string finish_save();
+  // Commits a save still in flight, surviving its failure as save_or_warn does.
+  void finish_save_in_flight();
   // A periodic save: a failure (disk full) is a warning and training goes on,
-  // until --max-failed-saves failures in a row end the run.
+  // until --max-failed-saves failures in a row end the run. Asynchronous
+  // unless --async-checkpoint off.
   void save_or_warn(std::int64_t steps_done);
-  // A save the run cannot go on without (the last step's): a failure is a
-  // job-wide error.
+  void survive_failed_save(const CheckpointError& e);  // counts it, or throws JobError
+  // A save the run cannot go on without (a stop, the last step): written and
+  // committed before it returns; a failure is a job-wide error.
   std::string save_or_stop(std::int64_t steps_done);
+  // Resuming: tries each candidate checkpoint, newest first, falling back
+  // past damaged ones (--resume latest|auto).
   void resume();
+  TrainingState load_into_store(const std::string& dir, std::string& restored);
+  void finish_resume(const std::string& dir, const TrainingState& state, const std::string& restored,
+                     const std::vector<std::string>& damage_reports);
   nlohmann::json run_identity() const;
   double sum_over_world(double local);
   bool is_logger() const { return grid_.world_rank() == 0; }
@@ -135,6 +150,7 @@ class Trainer {
   std::unique_ptr<model::ParamStore> store_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<OptimizerCheckpoint> optimizer_checkpoint_;
+  std::unique_ptr<CheckpointSaver> saver_;  // null without --checkpoint-dir
   std::unique_ptr<parallel::DataParallel> data_parallel_;  // before stage_, which may acquire through it
   std::unique_ptr<model::GptStage> stage_;
   engine::Arena activations_;

@@ -1,17 +1,20 @@
-// Trainer: saving and resuming the training state (launch/checkpoint.h has the format).
+// Trainer: saving and resuming the training state (launch/checkpoint.h has
+// the format, launch/checkpoint_saver.h the asynchronous saves).
 #include "launch/trainer.h"
 
-#include <algorithm>
 #include <chrono>
-#include <cmath>
+#include <filesystem>
 #include <iostream>
 #include <sstream>
 #include <string>
 
-#include "engine/ops.h"
+#include "engine/device.h"
 #include "launch/checkpoint.h"
+#include "launch/checkpoint_files.h"
+#include "launch/checkpoint_saver.h"
 #include "launch/fault_injection.h"
 #include "launch/job_error.h"
+#include "launch/rank_agreement.h"
 #include "parallel/watchdog.h"
 
 namespace launch {
@@ -26,26 +29,43 @@ nlohmann::json Trainer::run_identity() const {
           {"train_data", train_data_->fingerprint()}};
 }
 
-// ---- checkpoints --------------------------------------------------------------------
+// ---- resuming -------------------------------------------------------------------------
+
+namespace {
+std::string join_lines(const std::vector<std::string>& lines) {
+  std::string out;
+  for (const std::string& l : lines) out += (out.empty() ? "" : "\n") + l;
+  return out;
+}
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) out.push_back(line);
+  return out;
+}
+}  // namespace
 
 void Trainer::resume() {
   parallel::WatchdogPhase phase("resume", parallel::kWatchdogFileIoScale);
-  // Rank 0 decides which checkpoint (ranks may see `latest` at different
-  // moments on a network file system); every rank loads its part; all agree
-  // on the outcome before anyone goes on, so a failure on one rank stops all.
-  std::string dir, error;
+  // Rank 0 decides where to look (ranks may see the directory at different
+  // moments on a network file system); every rank loads its part of each
+  // candidate in turn; all agree on the outcome before anyone goes on.
+  std::vector<std::string> candidates, notes;
+  std::string error;
   if (grid_.world_rank() == 0) {
     try {
-      dir = resolve_checkpoint(config_.resume, config_.checkpoint_dir);
+      candidates = resume_candidates(config_.resume, config_.checkpoint_dir, notes);
     } catch (const std::exception& e) {
       error = e.what();
     }
+    for (const std::string& note : notes) std::cerr << "warning: " << note << std::endl;
   }
   // Failures every rank agrees on are job-wide errors: printed once.
   error = first_error(*host_world_, error);
   if (!error.empty()) throw JobError(kExitFailed, error);
-  dir = broadcast_string(*host_world_, dir);
-  if (dir.empty()) {  // --resume auto with nothing saved yet
+  candidates = split_lines(broadcast_string(*host_world_, join_lines(candidates)));
+  if (candidates.empty()) {  // --resume auto with nothing saved yet
     if (is_logger()) {
       out_ << "resume     auto: no checkpoint in " << config_.checkpoint_dir << " yet, starting fresh\n";
       // Steps an earlier attempt logged before it failed will be taken again.
@@ -53,106 +73,178 @@ void Trainer::resume() {
     }
     return;
   }
+  const bool named = config_.resume != "latest" && config_.resume != "auto";
+  std::vector<std::string> damage_reports;
+  for (const std::string& dir : candidates) {
+    std::string damage, hard;
+    std::string restored;
+    std::optional<TrainingState> state;
+    try {
+      state = load_into_store(dir, restored);
+    } catch (const DamagedCheckpoint& e) {
+      damage = e.what();
+    } catch (const std::exception& e) {
+      hard = e.what();
+    }
+    // Another run's checkpoint, a model of another shape, a layout 1-bit Adam
+    // cannot take: an older checkpoint would not do better. Stop.
+    hard = first_error(*host_world_, hard);
+    if (!hard.empty()) throw JobError(kExitFailed, hard);
+    damage = first_error(*host_world_, damage);
+    if (damage.empty()) {
+      finish_resume(dir, *state, restored, damage_reports);
+      return;
+    }
+    if (named) throw JobError(kExitFailed, damage + " (--resume names it, so no other checkpoint is tried)");
+    damage_reports.push_back(damage);
+    if (is_logger()) {
+      // Set aside, not deleted: kept for inspection, never tried again, and
+      // not counted by --keep-checkpoints.
+      const std::string aside = dir + ".damaged";
+      std::error_code ec;
+      std::filesystem::remove_all(aside, ec);
+      std::filesystem::rename(dir, aside, ec);
+      std::cerr << "warning: " << damage << "; not loaded" << (ec ? "" : ", set aside as " + aside)
+                << "; falling back to an older checkpoint" << std::endl;
+      metrics_.record_event({{"event", "damaged_checkpoint"}, {"dir", dir}, {"error", damage}});
+    }
+  }
+  std::string reasons;
+  for (const std::string& r : damage_reports) reasons += "\n  " + r;
+  throw JobError(kExitFailed, "no intact checkpoint to resume from in '" + config_.checkpoint_dir + "':" + reasons);
+}
+
+TrainingState Trainer::load_into_store(const std::string& dir, std::string& restored) {
   const std::size_t n = static_cast<std::size_t>(registry_.total_numel());
   std::vector<float> master(n, 0.0f), m(n, 0.0f), v(n, 0.0f);
-  TrainingState state;
-  try {
-    state = load_checkpoint(dir, run_identity(), registry_, {master.data(), m.data(), v.data()});
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  error = first_error(*host_world_, error);
-  if (!error.empty()) throw JobError(kExitFailed, error);
+  const TrainingState state = load_checkpoint(dir, run_identity(), registry_, {master.data(), m.data(), v.data()});
+  restored = optimizer_checkpoint_->resume(dir, state);
+  store_->upload_master(master.data());
+  data_parallel_->upload_state(optimizer_->m(), m.data());
+  data_parallel_->upload_state(optimizer_->v(), v.data());
+  optimizer_->set_steps_taken(state.optimizer_steps >= 0 ? state.optimizer_steps : state.step);
+  return state;
+}
+
+void Trainer::finish_resume(const std::string& dir, const TrainingState& state, const std::string& restored,
+                            const std::vector<std::string>& damage_reports) {
   // A checkpoint past --steps belongs to a longer run; one at --steps is a
   // finished run (a restart after the last save): only the outputs remain.
   if (state.step > config_.steps)
     throw JobError(kExitUsage, "checkpoint '" + dir + "' is at step " + std::to_string(state.step) +
                                    ", past --steps " + std::to_string(config_.steps));
-  store_->upload_master(master.data());
-  data_parallel_->upload_state(optimizer_->m(), m.data());
-  data_parallel_->upload_state(optimizer_->v(), v.data());
-  optimizer_->set_steps_taken(state.optimizer_steps >= 0 ? state.optimizer_steps : state.step);
-  const std::string restored = optimizer_checkpoint_->resume(dir, state);
-  if (is_logger() && !restored.empty()) out_ << restored << "\n";
   if (!state.sampler_rng.empty()) {
     std::istringstream in(state.sampler_rng);
     in >> sampler_rng_;
   }
   start_step_ = state.step;
   last_saved_step_ = state.step;
-  if (is_logger()) {
-    out_ << "resumed    from " << dir << " at step " << state.step << "\n";
-    metrics_.restart_at(state.step,
-                        {{"event", "resume"}, {"step", state.step}, {"from", dir}, {"attempt", restart_count()}});
-  }
+  if (!is_logger()) return;
+  if (!restored.empty()) out_ << restored << "\n";
+  out_ << "resumed    from " << dir << " at step " << state.step;
+  if (state.layout.is_object()) out_ << " (written under " << state.layout.dump() << ")";
+  if (!damage_reports.empty()) out_ << ", after " << damage_reports.size() << " damaged newer checkpoint(s)";
+  out_ << "\n";
+  metrics_.restart_at(state.step, {{"event", "resume"},
+                                   {"step", state.step},
+                                   {"from", dir},
+                                   {"attempt", restart_count()},
+                                   {"damaged_skipped", damage_reports.size()}});
 }
 
-std::string Trainer::save(std::int64_t steps_done) {
+// ---- saving -----------------------------------------------------------------------------
+
+void Trainer::start_save(std::int64_t steps_done) {
   parallel::WatchdogPhase phase("checkpoint", parallel::kWatchdogFileIoScale);
-  const auto start = std::chrono::steady_clock::now();
+  const auto t0 = std::chrono::steady_clock::now();
   // Checkpoints hold whole tensors: the strategy gathers whatever is sharded
-  // (collective over dp), and dp rank 0 of each (tp, pp) position writes.
-  const std::size_t n = static_cast<std::size_t>(registry_.total_numel());
-  std::vector<float> master(n), m(n), v(n);
-  data_parallel_->download_master(master.data());
-  data_parallel_->download_state(optimizer_->m(), m.data());
-  data_parallel_->download_state(optimizer_->v(), v.data());
-  // A checkpoint holding a NaN or infinity would be trusted by every resume:
-  // never write one (DESIGN.md, "Failures are expected").
-  bool finite = true;
-  for (const std::vector<float>* values : {&master, &m, &v})
-    finite = finite && std::all_of(values->begin(), values->end(), [](float x) { return std::isfinite(x); });
-  if (!all_ranks_ok(*host_world_, finite))
-    throw JobError(kExitFailed, "refusing to write the checkpoint of step " + std::to_string(steps_done) +
-                                    ": the weights or optimizer state hold non-finite values (the previous "
-                                    "checkpoint is kept)");
+  // (collective over dp), and dp rank 0 of each (tp, pp) position keeps it.
+  const bool writes_shard = grid_.dp_rank() == 0;
+  const HostState host = saver_->snapshot_buffers();
+  data_parallel_->download_master(writes_shard ? host.master : nullptr);
+  data_parallel_->download_state(optimizer_->m(), writes_shard ? host.adam_m : nullptr);
+  data_parallel_->download_state(optimizer_->v(), writes_shard ? host.adam_v : nullptr);
+  engine::device_synchronize();
   TrainingState state;
   state.step = steps_done;
   state.optimizer_steps = optimizer_->steps_taken();
   state.run = run_identity();
-  state.layout = {{"tp", grid_.tp_size()}, {"pp", grid_.pp_size()}, {"dp", grid_.dp_size()}};
+  state.layout = {{"tp", grid_.tp_size()},
+                  {"pp", grid_.pp_size()},
+                  {"dp", grid_.dp_size()},
+                  {"zero", config_.zero},
+                  {"sequence_parallel", config_.sequence_parallel}};
   state.optimizer = optimizer_checkpoint_->describe(steps_done);
   std::ostringstream rng;
   rng << sampler_rng_;
   state.sampler_rng = rng.str();
-  const ShardRole role{grid_.world_rank(), grid_.dp_rank() == 0,
+  const ShardRole role{grid_.world_rank(), writes_shard,
                        grid_.world_rank() == 0 && grid_.tp_size() == 1 && grid_.pp_size() == 1,
                        faults_.save_fails(steps_done)};
   // Rank-own optimizer state (1-bit Adam's error buffers): every rank saves its own.
-  const std::optional<RankExtra> extra = optimizer_checkpoint_->rank_extra(steps_done);
-  const std::string dir = save_checkpoint(config_.checkpoint_dir, state, config_.model, registry_,
-                                          {master.data(), m.data(), v.data()}, role, *host_world_,
-                                          extra ? &*extra : nullptr);
+  saver_->start(state, role, optimizer_checkpoint_->rank_extra(steps_done),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
+std::string Trainer::finish_save() {
+  parallel::WatchdogPhase phase("checkpoint", parallel::kWatchdogFileIoScale);
+  const CheckpointSaver::Committed c = saver_->finish();
   if (is_logger()) {
-    // What a save costs: the δ of Young/Daly's checkpoint interval (examples/benchmarks/goodput.py).
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    out_ << "checkpoint " << dir << "\n";
-    metrics_.record_event({{"event", "checkpoint"}, {"step", steps_done}, {"seconds", seconds}});
+    // What a save costs the step loop: the δ of Young/Daly's checkpoint
+    // interval (examples/benchmarks/goodput.py); the write itself overlaps
+    // training when asynchronous.
+    out_ << "checkpoint " << c.dir << " (blocked " << c.blocking_seconds << " s, wrote in " << c.write_seconds
+         << " s" << (saver_->async() ? " in the background)" : ")") << "\n";
+    metrics_.record_event({{"event", "checkpoint"},
+                           {"step", c.step},
+                           {"seconds", c.blocking_seconds},
+                           {"write_seconds", c.write_seconds},
+                           {"async", saver_->async()}});
   }
-  last_saved_step_ = steps_done;
+  last_saved_step_ = c.step;
   failed_saves_in_a_row_ = 0;
-  return dir;
+  return c.dir;
+}
+
+void Trainer::survive_failed_save(const CheckpointError& e) {
+  // Every rank is here with the same message; any other error is one rank's
+  // and ends the job. A state with a NaN in it is not a full disk: stop.
+  if (dynamic_cast<const NonFiniteStateError*>(&e)) throw JobError(kExitFailed, e.what());
+  ++failed_saves_in_a_row_;
+  if (failed_saves_in_a_row_ >= config_.max_failed_saves)
+    throw JobError(kExitFailed, std::string(e.what()) + "; " + std::to_string(failed_saves_in_a_row_) +
+                                    " saves failed in a row (--max-failed-saves), stopping");
+  if (is_logger())
+    std::cerr << "warning: " << e.what() << "; training goes on (" << failed_saves_in_a_row_ << " of "
+              << config_.max_failed_saves << " failed saves in a row allowed by --max-failed-saves)" << std::endl;
+}
+
+void Trainer::finish_save_in_flight() {
+  if (!saver_ || !saver_->in_flight()) return;
+  try {
+    finish_save();
+  } catch (const CheckpointError& e) {
+    survive_failed_save(e);
+  }
 }
 
 void Trainer::save_or_warn(std::int64_t steps_done) {
+  finish_save_in_flight();  // the next save waits for the previous write
   try {
-    save(steps_done);
+    start_save(steps_done);
+    if (!saver_->async()) finish_save();
   } catch (const CheckpointError& e) {
-    // Every rank is here with the same message; any other error is one
-    // rank's and ends the job.
-    ++failed_saves_in_a_row_;
-    if (failed_saves_in_a_row_ >= config_.max_failed_saves)
-      throw JobError(kExitFailed, std::string(e.what()) + "; " + std::to_string(failed_saves_in_a_row_) +
-                                      " saves failed in a row (--max-failed-saves), stopping");
-    if (is_logger())
-      std::cerr << "warning: " << e.what() << "; training goes on (" << failed_saves_in_a_row_ << " of "
-                << config_.max_failed_saves << " failed saves in a row allowed by --max-failed-saves)" << std::endl;
+    survive_failed_save(e);
   }
 }
 
 std::string Trainer::save_or_stop(std::int64_t steps_done) {
+  finish_save_in_flight();
+  if (last_saved_step_ == steps_done)
+    return (std::filesystem::path(config_.checkpoint_dir) / checkpoint_files::step_dir_name(steps_done)).string();
   try {
-    return save(steps_done);
+    start_save(steps_done);
+    return finish_save();
   } catch (const CheckpointError& e) {
     throw JobError(kExitFailed, e.what());
   }

@@ -12,7 +12,9 @@
 
 #include "engine/device.h"
 #include "launch/byte_tokenizer.h"
-#include "launch/checkpoint.h"
+#include "launch/llmc_model.h"
+#include "launch/whole_model.h"
+#include "model/gpt_params.h"
 #include "launch/sampler.h"
 #include "parallel/pipeline_schedule.h"
 
@@ -88,31 +90,25 @@ StepMetrics Trainer::step_metrics(std::int64_t step, double loss, double norm, d
 // ---- after the last step ----------------------------------------------------------
 
 void Trainer::write_outputs(RunSummary& summary) {
-  const bool whole_model_here = grid_.tp_size() == 1 && grid_.pp_size() == 1;
-  const bool sample = config_.sample_tokens > 0 && whole_model_here;
-  // The whole master weights, for the model file, or for a sampler when this
-  // rank's store holds only its shard of them (ZeRO-3). Collective over dp
-  // where they are sharded; only rank 0 keeps a copy.
-  std::vector<float> master;
-  if (!config_.save_model.empty() || (sample && store_->weights_sharded())) {
-    if (is_logger()) master.resize(static_cast<std::size_t>(registry_.total_numel()));
-    data_parallel_->download_master(is_logger() ? master.data() : nullptr);
-  }
+  if (config_.save_model.empty() && config_.sample_tokens == 0) return;
+  // The whole model on rank 0, under any layout: each (tp, pp) position's
+  // data-parallel rank 0 downloads its master weights (collective over dp
+  // where they are sharded) and sends its slices to rank 0.
+  const bool contributes = grid_.dp_rank() == 0;
+  std::vector<float> master(contributes ? static_cast<std::size_t>(registry_.total_numel()) : 0);
+  data_parallel_->download_master(contributes ? master.data() : nullptr);
+  const model::ParamRegistry whole_registry = model::build_gpt_registry(config_.model);
+  const std::vector<float> whole =
+      gather_whole_model(*host_world_, registry_, contributes ? master.data() : nullptr, whole_registry);
   if (!is_logger()) return;
   if (!config_.save_model.empty()) {
-    write_llmc_model(config_.save_model, config_.model, registry_, master.data());
+    write_llmc_model(config_.save_model, config_.model, whole_registry, whole.data());
     out_ << "model      written to " << config_.save_model << " (llm.c GPT-2 format)\n";
   }
-  if (config_.sample_tokens > 0 && !whole_model_here)
-    out_ << "sample     skipped: sampling needs the whole model on one rank (tp = pp = 1)\n";
-  if (!sample) return;
-  if (store_->weights_sharded()) {
-    model::ParamStore whole(registry_, config_.device_type, config_.precision_mode);
-    whole.upload_master(master.data());
-    summary.sample = sample_text(whole);
-  } else {
-    summary.sample = sample_text(*store_);
-  }
+  if (config_.sample_tokens == 0) return;
+  model::ParamStore store(whole_registry, config_.device_type, config_.precision_mode);
+  store.upload_master(whole.data());
+  summary.sample = sample_text(store);
   out_ << "sample     ----\n" << summary.sample << "\n----" << std::endl;
 }
 

@@ -49,7 +49,7 @@ void OneBitCompression::download_state(const engine::Tensor& state, float* host)
     return;
   }
   complete_momentum();  // whole on every rank, even under ZeRO-1
-  engine::ops::copy(engine::host_f32(host, state.numel()), state);
+  if (host) engine::ops::copy(engine::host_f32(host, state.numel()), state);
 }
 
 void OneBitCompression::upload_state(const engine::Tensor& state, const float* host) {

@@ -97,7 +97,8 @@ class DataParallel {
   // Collective over dp where the weights are sharded: every rank of the
   // group calls it; `host` may be null on ranks that do not want the copy.
   virtual void download_master(float* host) = 0;
-  // The same for an optimizer moment laid out as sharding().state says.
+  // The same for an optimizer moment laid out as sharding().state says
+  // (`host` may be null too).
   virtual void download_state(const engine::Tensor& state, float* host) = 0;
   // Loads a whole moment from the host, keeping this rank's chunks when sharded.
   virtual void upload_state(const engine::Tensor& state, const float* host);

@@ -33,7 +33,7 @@ void BucketedAllReduce::download_master(float* host) {
 }
 
 void BucketedAllReduce::download_state(const engine::Tensor& state, float* host) {
-  engine::ops::copy(engine::host_f32(host, state.numel()), state);
+  if (host) engine::ops::copy(engine::host_f32(host, state.numel()), state);
 }
 
 }  // namespace parallel

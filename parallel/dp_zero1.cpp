@@ -65,7 +65,7 @@ void ZeroOptimizerShards::download_state(const engine::Tensor& state, float* hos
   engine::Buffer full(state.device(), static_cast<std::size_t>(n) * engine::dtype_size(state.dtype()));
   const engine::Tensor whole = full.as_tensor(engine::Shape{n}, state.dtype());
   buckets_->gather(whole, state);
-  engine::ops::copy(engine::host_f32(host, n), whole);
+  if (host) engine::ops::copy(engine::host_f32(host, n), whole);
 }
 
 }  // namespace parallel

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 
 #include "engine/cuda/context.h"
@@ -61,6 +62,32 @@ void* device_malloc(std::size_t bytes) {
 void device_free(void* ptr) {
   // Never throws (called from destructors). cudaFree synchronises the device.
   if (ptr != nullptr && cudaFree(ptr) != cudaSuccess) (void)cudaGetLastError();
+}
+
+void* host_staging_malloc(std::size_t bytes, DeviceType device) {
+  if (bytes == 0) return nullptr;
+  void* ptr = nullptr;
+  if (device == DeviceType::kCuda) {
+    const cudaError_t err = cudaMallocHost(&ptr, bytes);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      ENGINE_FAIL("cudaMallocHost of ", format_bytes(bytes), " (page-locked host memory) failed: ",
+                  cudaGetErrorString(err));
+    }
+    return ptr;
+  }
+  ptr = std::malloc(bytes);
+  ENGINE_CHECK(ptr != nullptr, "out of host memory allocating ", format_bytes(bytes));
+  return ptr;
+}
+
+void host_staging_free(void* ptr, DeviceType device) {
+  if (ptr == nullptr) return;
+  if (device != DeviceType::kCuda) {
+    std::free(ptr);
+    return;
+  }
+  if (cudaFreeHost(ptr) != cudaSuccess) (void)cudaGetLastError();  // never throws (destructors)
 }
 
 void device_synchronize() {

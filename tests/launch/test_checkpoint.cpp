@@ -8,6 +8,7 @@
 
 #include "engine/rng.h"
 #include "launch/checkpoint.h"
+#include "launch/llmc_model.h"
 #include "model/gpt_params.h"
 #include "parallel/mpi_communicator.h"
 #include "training_fixture.h"
@@ -20,6 +21,12 @@ std::vector<float> random_params(const model::ParamRegistry& reg, std::uint64_t 
   std::vector<float> p(reg.total_numel());
   engine::fill_normal(p.data(), reg.total_numel(), engine::rng_key(seed, "ckpt"), 0, 0.0, 1.0);
   return p;
+}
+
+// The checkpoint `--resume latest` would try first.
+std::string latest(const std::string& checkpoint_dir) {
+  std::vector<std::string> notes;
+  return launch::resume_candidates("latest", checkpoint_dir, notes).front();
 }
 
 std::vector<char> file_bytes(const std::string& path) {
@@ -90,7 +97,7 @@ TEST(TrainingState, SaveLoadRoundTripAndAtomicLatest) {
   parallel::MpiCommunicator self(MPI_COMM_SELF, "self");
   const std::string saved =
       launch::save_checkpoint(dir / "ckpt", state, config, reg, {p.data(), m.data(), v.data()}, launch::ShardRole{}, self);
-  EXPECT_EQ(launch::resolve_checkpoint("latest", dir / "ckpt"), saved);
+  EXPECT_EQ(latest(dir / "ckpt"), saved);
 
   std::vector<float> p2(p.size()), m2(p.size()), v2(p.size());
   const launch::TrainingState back = launch::load_checkpoint(saved, state.run, reg, {p2.data(), m2.data(), v2.data()});
@@ -119,7 +126,8 @@ TEST(TrainingState, SaveLoadRoundTripAndAtomicLatest) {
 TEST(TrainingState, ResumeLatestWithoutCheckpointIsAClearError) {
   TempDir dir("state_none");
   try {
-    launch::resolve_checkpoint("latest", dir / "nothing");
+    std::vector<std::string> notes;
+    launch::resume_candidates("latest", dir / "nothing", notes);
     FAIL();
   } catch (const engine::Error& e) {
     EXPECT_NE(std::string(e.what()).find("no checkpoint to resume from"), std::string::npos) << e.what();
@@ -139,7 +147,7 @@ TEST(TrainingState, SavingTheSameStepAgainReplacesItWhole) {
     launch::save_checkpoint(dir / "ckpt", state, config, reg, {p->data(), p->data(), p->data()}, launch::ShardRole{},
                             self);
   std::vector<float> back(first.size()), m(first.size()), v(first.size());
-  launch::load_checkpoint(launch::resolve_checkpoint("latest", dir / "ckpt"), state.run, reg,
+  launch::load_checkpoint(latest(dir / "ckpt"), state.run, reg,
                           {back.data(), m.data(), v.data()});
   for (const model::ParamInfo& e : reg.entries())
     EXPECT_EQ(std::memcmp(back.data() + e.offset, second.data() + e.offset, e.numel() * 4), 0) << e.name;
