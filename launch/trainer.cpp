@@ -245,6 +245,21 @@ std::string Trainer::check_step_data(std::int64_t step) {
 }
 
 RunSummary Trainer::run() {
+  try {
+    return run_steps();
+  } catch (const JobError&) {
+    // A job-wide error (every rank is here, agreed): a checkpoint whose
+    // write finished is still committed, so nothing saved is lost. Errors
+    // of one rank only skip this (the others are not here to agree).
+    try {
+      finish_save_in_flight();
+    } catch (const std::exception&) {
+    }
+    throw;
+  }
+}
+
+RunSummary Trainer::run_steps() {
   RunSummary summary;
   summary.first_step = start_step_;
   const double peak = peak_flops_per_device(

@@ -85,6 +85,7 @@ class Trainer {
   void download_master(float* host) { data_parallel_->download_master(host); }
 
  private:
+  RunSummary run_steps();                // run() without the last commit on a job-wide error
   double train_step(std::int64_t step);  // returns the global mean loss
   void finish_gradients();               // and times what the reductions left exposed
   double global_grad_norm();

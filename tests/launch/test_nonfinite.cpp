@@ -105,6 +105,7 @@ TEST(NonFinite, SkipGoesOnAndCheckpointsStayFinite) {
   config.on_nonfinite = "skip";
   config.checkpoint_dir = dir / "ckpt";
   config.checkpoint_interval = 1;
+  config.keep_checkpoints = 0;  // every step's checkpoint is inspected
   const Finished f = train(config, "3-4");
   ASSERT_EQ(f.summary.losses.size(), 6u);
   EXPECT_TRUE(std::isfinite(f.summary.losses.back()));
@@ -132,6 +133,7 @@ TEST(NonFinite, StopEndsTheRunWithoutSavingTheBadStep) {
   launch::TrainConfig config = tiny_config(dir, 5);
   config.checkpoint_dir = dir / "ckpt";
   config.checkpoint_interval = 1;
+  config.keep_checkpoints = 0;  // every step's checkpoint is inspected
   try {
     train(config, "3");
     FAIL() << "expected the run to stop";
