@@ -3,6 +3,7 @@
 #include "launch/trainer.h"
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <sstream>
@@ -193,8 +194,10 @@ std::string Trainer::finish_save() {
     // What a save costs the step loop: the δ of Young/Daly's checkpoint
     // interval (examples/benchmarks/goodput.py); the write itself overlaps
     // training when asynchronous.
-    out_ << "checkpoint " << c.dir << " (blocked " << c.blocking_seconds << " s, wrote in " << c.write_seconds
-         << " s" << (saver_->async() ? " in the background)" : ")") << "\n";
+    char timing[96];
+    std::snprintf(timing, sizeof timing, " (blocked %.3f s, wrote in %.3f s%s)", c.blocking_seconds, c.write_seconds,
+                  saver_->async() ? " in the background" : "");
+    out_ << "checkpoint " << c.dir << timing << "\n";
     metrics_.record_event({{"event", "checkpoint"},
                            {"step", c.step},
                            {"seconds", c.blocking_seconds},
