@@ -1,5 +1,8 @@
 #include "launch/checksum.h"
 
+// Header-only xxHash: its functions compile into this file, so only the
+// header is needed (no library to find or carry to a GPU machine).
+#define XXH_INLINE_ALL
 #include <xxhash.h>
 
 #include <cstdio>
