@@ -154,8 +154,10 @@ std::string save_checkpoint(const std::string& checkpoint_dir, const TrainingSta
                             const RankExtra* extra = nullptr, int keep = 0);
 
 // Deletes the oldest complete checkpoints (step_NNNNNNNN with a state.json)
-// of `checkpoint_dir` until `keep` remain, never `newest` (the one just
-// committed). Returns what it deleted. Rank 0 calls it after a commit.
+// of `checkpoint_dir` older than `newest` (the one just committed) until
+// `keep` remain counting `newest`, and temporary directories crashed saves
+// left. Newer ones are left alone. Returns what it deleted. Rank 0 calls it
+// after a commit.
 std::vector<std::string> remove_old_checkpoints(const std::string& checkpoint_dir, int keep, const std::string& newest);
 
 // ---- reading (launch/checkpoint_reader.cpp) ------------------------------------

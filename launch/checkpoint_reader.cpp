@@ -59,14 +59,19 @@ nlohmann::json read_state(const std::string& step_dir) {
   const nlohmann::json state = parse(read_text(path, step_dir), path, step_dir);
   if (!state.is_object() || state.value("format", "") != kStateFormat)
     damaged("checkpoint '", step_dir, "': '", kStateFile, "' is not a ", kStateFormat, " file");
-  const int version = state.value("version", 0);
-  ENGINE_CHECK(version == kStateVersion, "checkpoint '", step_dir, "' has format version ", version, "; this engine reads ",
-               "version ", kStateVersion, " (with checksums) only");
-  const std::string stored = state.value("checksum", "");
+  // Version 1 had no checksums at all: not damaged, just not trusted.
+  ENGINE_CHECK(state.contains("checksum") || !state.contains("version") || state.at("version") != 1, "checkpoint '",
+               step_dir, "' has format version 1 (no checksums); this engine reads version ", kStateVersion, " only");
+  // The checksum first, so a damaged version number reads as damage.
+  const std::string stored = state.contains("checksum") && state.at("checksum").is_string()
+                                 ? state.at("checksum").get<std::string>() : "";
   const std::string computed = state_checksum(state);
   if (stored != computed)
     damaged("checkpoint '", step_dir, "': '", kStateFile, "' fails its checksum (stored '", stored, "', computed '",
             computed, "'): it was changed after it was written");
+  const nlohmann::json version = state.value("version", nlohmann::json());
+  ENGINE_CHECK(version == kStateVersion, "checkpoint '", step_dir, "' has format version ", version.dump(),
+               "; this engine reads version ", kStateVersion, " only");
   return state;
 }
 
@@ -189,6 +194,13 @@ std::vector<std::string> resume_candidates(const std::string& resume, const std:
     if (latest_step < 0 || step < latest_step) out.push_back(path);
   ENGINE_CHECK(!out.empty() || resume == "auto", "--resume latest: no checkpoint to resume from in '",
                checkpoint_dir, "'");
+  // "auto" starts fresh only where nothing was ever saved: a `latest` or a
+  // set-aside damaged checkpoint means a run was here, and starting over
+  // would silently throw its progress away.
+  if (out.empty() && fs::exists(latest))
+    ENGINE_FAIL("--resume auto: '", checkpoint_dir, "' has a 'latest' file but no intact checkpoint to resume from "
+                "(damaged ones are set aside as step_*.damaged); refusing to start fresh over it. Restore a "
+                "checkpoint, or remove '", latest.string(), "' to start over");
   return out;
 }
 

@@ -138,9 +138,14 @@ void write_state_and_rename(const std::string& checkpoint_dir, const std::string
   state_file.write(index.dump(1));
   state_file.commit();
   commit_directory(temp_dir, final_dir);
-  AtomicFile latest((fs::path(checkpoint_dir) / kLatestFile).string());
-  latest.write(fs::path(final_dir).filename().string() + "\n");
-  latest.commit();
+  try {
+    AtomicFile latest((fs::path(checkpoint_dir) / kLatestFile).string());
+    latest.write(fs::path(final_dir).filename().string() + "\n");
+    latest.commit();
+  } catch (const std::exception& e) {
+    ENGINE_FAIL("'", final_dir, "' is complete, but '", kLatestFile, "' still names the previous checkpoint: ",
+                e.what());
+  }
   // Only now, with a newer checkpoint complete, may an older one go.
   try {
     remove_old_checkpoints(checkpoint_dir, keep, fs::path(final_dir).filename().string());
@@ -202,6 +207,7 @@ std::string commit_checkpoint(const std::string& checkpoint_dir, const TrainingS
   std::string error = first_error(world, mine.error);
   if (!error.empty()) {
     const bool nonfinite = !all_ranks_ok(world, !mine.nonfinite);
+    if (nonfinite) error = first_error(world, mine.nonfinite ? mine.error : "");
     if (world.rank() == 0) {
       std::error_code ec;
       fs::remove_all(temp_dir, ec);
@@ -217,6 +223,8 @@ std::string commit_checkpoint(const std::string& checkpoint_dir, const TrainingS
       write_state_and_rename(checkpoint_dir, temp_dir, final_dir, state, per_rank, keep);
     } catch (const std::exception& e) {
       error = e.what();
+      std::error_code ec;
+      fs::remove_all(temp_dir, ec);  // a full disk must not stay full of an abandoned save
     }
   }
   error = first_error(world, error);
@@ -237,6 +245,7 @@ std::vector<std::string> remove_old_checkpoints(const std::string& checkpoint_di
                                                 const std::string& newest) {
   std::vector<std::string> removed;
   std::vector<std::pair<std::int64_t, fs::path>> complete;
+  const std::optional<std::int64_t> newest_step = step_of_dir_name(newest);
   for (const fs::directory_entry& entry : fs::directory_iterator(checkpoint_dir)) {
     const std::string name = entry.path().filename().string();
     if (!entry.is_directory()) continue;
@@ -248,8 +257,13 @@ std::vector<std::string> remove_old_checkpoints(const std::string& checkpoint_di
       if (fs::remove_all(entry.path(), ec) > 0 && !ec) removed.push_back(name);
       continue;
     }
+    // Only those older than `newest`: newer ones belong to a timeline a
+    // resume from an older checkpoint abandoned, which no resume will pick
+    // (launch/checkpoint_reader.cpp) and which must not push out the
+    // checkpoints this run can go back to. They are left alone.
     const std::optional<std::int64_t> step = step_of_dir_name(name);
-    if (step && name != newest && fs::exists(entry.path() / kStateFile)) complete.emplace_back(*step, entry.path());
+    if (step && newest_step && *step < *newest_step && fs::exists(entry.path() / kStateFile))
+      complete.emplace_back(*step, entry.path());
   }
   if (keep <= 0) return removed;
   std::sort(complete.begin(), complete.end(), [](const auto& a, const auto& b) { return a.first > b.first; });

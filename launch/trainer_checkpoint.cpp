@@ -242,7 +242,11 @@ void Trainer::save_or_warn(std::int64_t steps_done) {
 }
 
 std::string Trainer::save_or_stop(std::int64_t steps_done) {
-  finish_save_in_flight();
+  try {
+    finish_save_in_flight();
+  } catch (const JobError&) {
+    // Too many failed saves in a row: this save, which the run needs, decides.
+  }
   if (last_saved_step_ == steps_done)
     return (std::filesystem::path(config_.checkpoint_dir) / checkpoint_files::step_dir_name(steps_done)).string();
   try {

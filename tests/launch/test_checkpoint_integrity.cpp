@@ -180,6 +180,13 @@ TEST(CheckpointIntegrity, RetentionKeepsExactlyTheNewestK) {
     std::sort(expected.begin(), expected.end());
     EXPECT_EQ(names, expected) << "after the save of step " << step;
   }
+  // A run resumed from an older checkpoint: the newer ones of the abandoned
+  // timeline are left alone and do not push out the ones it can go back to.
+  s.state.step = 3;
+  launch::save_checkpoint(dir / "ckpt", s.state, s.config, s.registry, s.host(), launch::ShardRole{}, self, nullptr,
+                          /*keep=*/2);
+  for (std::int64_t step : {3, 10, 12})
+    EXPECT_TRUE(fs::exists(dir.path() / "ckpt" / launch::checkpoint_files::step_dir_name(step))) << step;
 }
 
 TEST(CheckpointIntegrity, AsynchronousSaveWritesTheSameBytesAsASynchronousOne) {
@@ -382,5 +389,13 @@ TEST(CheckpointIntegrity, ResumeFallsBackPastDamagedCheckpointsAndContinuesBitFo
     ADD_FAILURE() << "a run with only damaged checkpoints started";
   } catch (const launch::JobError& e) {
     EXPECT_MENTIONS(e.what(), "no intact checkpoint to resume from");
+  }
+  // Restarted again (as launch/supervise would), --resume auto must not
+  // take the set-aside checkpoints for "nothing saved yet" and start over.
+  try {
+    train(again);
+    ADD_FAILURE() << "--resume auto started fresh over damaged checkpoints";
+  } catch (const launch::JobError& e) {
+    EXPECT_MENTIONS(e.what(), "refusing to start fresh");
   }
 }
