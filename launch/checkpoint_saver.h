@@ -48,7 +48,8 @@ class CheckpointSaver {
 
   bool async() const { return options_.async; }
   // Host buffers to copy the state into before start(), laid out by the
-  // registry. Only while no save is in flight.
+  // registry; allocated on first use, so ranks that write no shard never
+  // hold them. Only while no save is in flight.
   HostState snapshot_buffers();
   // Collective. Begins the checkpoint of `state` (which the snapshot buffers
   // hold) and writes this rank's part: on a background thread when async,

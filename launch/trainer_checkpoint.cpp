@@ -160,11 +160,12 @@ void Trainer::start_save(std::int64_t steps_done) {
   const auto t0 = std::chrono::steady_clock::now();
   // Checkpoints hold whole tensors: the strategy gathers whatever is sharded
   // (collective over dp), and dp rank 0 of each (tp, pp) position keeps it.
+  // The other replicas take part in the gather but keep no host copy.
   const bool writes_shard = grid_.dp_rank() == 0;
-  const HostState host = saver_->snapshot_buffers();
-  data_parallel_->download_master(writes_shard ? host.master : nullptr);
-  data_parallel_->download_state(optimizer_->m(), writes_shard ? host.adam_m : nullptr);
-  data_parallel_->download_state(optimizer_->v(), writes_shard ? host.adam_v : nullptr);
+  const HostState host = writes_shard ? saver_->snapshot_buffers() : HostState{nullptr, nullptr, nullptr};
+  data_parallel_->download_master(host.master);
+  data_parallel_->download_state(optimizer_->m(), host.adam_m);
+  data_parallel_->download_state(optimizer_->v(), host.adam_v);
   engine::device_synchronize();
   TrainingState state;
   state.step = steps_done;

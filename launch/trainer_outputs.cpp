@@ -106,9 +106,13 @@ void Trainer::write_outputs(RunSummary& summary) {
     out_ << "model      written to " << config_.save_model << " (llm.c GPT-2 format)\n";
   }
   if (config_.sample_tokens == 0) return;
-  model::ParamStore store(whole_registry, config_.device_type, config_.precision_mode);
-  store.upload_master(whole.data());
-  summary.sample = sample_text(store);
+  if (grid_.tp_size() == 1 && grid_.pp_size() == 1 && !store_->weights_sharded()) {
+    summary.sample = sample_text(*store_);  // already the whole model: no second copy on the device
+  } else {
+    model::ParamStore store(whole_registry, config_.device_type, config_.precision_mode);
+    store.upload_master(whole.data());
+    summary.sample = sample_text(store);
+  }
   out_ << "sample     ----\n" << summary.sample << "\n----" << std::endl;
 }
 

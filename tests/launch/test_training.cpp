@@ -12,13 +12,8 @@ using namespace test_support;
 
 namespace {
 
-launch::RunSummary train(launch::TrainConfig config, std::string* log = nullptr) {
-  config.resolve(0);
-  std::ostringstream out;
-  launch::Trainer trainer(config, out);
-  launch::RunSummary summary = trainer.run();
-  if (log) *log = out.str();
-  return summary;
+launch::RunSummary train(const launch::TrainConfig& config, std::string* log = nullptr) {
+  return train_one_process(config, log);
 }
 
 // Entropy (nats) of the byte distribution: the loss of the best model that

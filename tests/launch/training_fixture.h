@@ -5,12 +5,14 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "launch/byte_tokenizer.h"
 #include "launch/token_shard.h"
 #include "launch/train_config.h"
+#include "launch/trainer.h"
 
 namespace test_support {
 
@@ -70,6 +72,17 @@ inline launch::TrainConfig tiny_config(const TempDir& dir, std::int64_t steps) {
   c.device = "cpu";
   c.peak_tflops = 1.0;  // skip the start-up measurement
   return c;
+}
+
+// Trains `config` in this process alone; `log` (optional) receives what the
+// trainer printed.
+inline launch::RunSummary train_one_process(launch::TrainConfig config, std::string* log = nullptr) {
+  config.resolve(0, 1);
+  std::ostringstream out;
+  launch::Trainer trainer(config, out, MPI_COMM_SELF);
+  launch::RunSummary summary = trainer.run();
+  if (log) *log = out.str();
+  return summary;
 }
 
 }  // namespace test_support
