@@ -8,6 +8,11 @@
 #   launch/train.sh --steps 2000 --lr 1e-3   # any `train` flag overrides the demo's
 #   launch/train.sh 4                        # the demo under `mpirun -np 4` on the CPU (dp = 4)
 #   launch/train.sh 4 --tp 2 --pp 2          # ... on a tensor x pipeline grid
+#
+# Whatever the ranks, the demo keeps its global batch (2048 tokens a step):
+# each data-parallel rank takes 16/dp sequences of each step. The run folder
+# is runs/demo (RUN_DIR=... for another); running the script again continues
+# the run there (--resume auto) under any layout, --overwrite starts it afresh.
 set -euo pipefail
 source "$(dirname "$0")/setup_env.sh"
 
@@ -30,7 +35,24 @@ if ! ls "$DATA_DIR"/fortunes_train_*.bin >/dev/null 2>&1; then
 fi
 
 RUN_DIR=${RUN_DIR:-$ENGINE_ROOT/runs/demo}
-mkdir -p "$RUN_DIR"
+
+# The data-parallel size the flags ask for, to split the demo's 16 sequences
+# a step over the replicas (a --micro-batch given here still wins).
+tp=1 pp=1 dp=0 start=(--resume auto)
+args=("$@")
+for ((i = 0; i < ${#args[@]}; i++)); do
+  case ${args[i]} in
+    --tp|--pp|--dp) declare "${args[i]#--}=${args[i + 1]:-}" ;;
+    --tp=*|--pp=*|--dp=*) flag=${args[i]%%=*}; declare "${flag#--}=${args[i]#*=}" ;;
+    --overwrite|--resume|--resume=*) start=() ;;
+  esac
+done
+[ "$dp" -gt 0 ] 2>/dev/null || dp=$(( RANKS / (tp * pp) > 0 ? RANKS / (tp * pp) : 1 ))
+if (( 16 % dp != 0 )); then
+  echo "launch/train.sh: the demo's 16 sequences a step do not split over dp $dp; give --micro-batch and --batch-tokens" >&2
+  exit 64
+fi
+
 launcher=()
 if [ "$RANKS" -gt 1 ]; then
   # mpirun refuses root unless told; each rank gets its share of the cores.
@@ -42,6 +64,7 @@ exec "${launcher[@]}" "$ENGINE_BUILD_DIR/launch/train" \
   --config "$ENGINE_ROOT/examples/configs/demo.json" \
   --train-data "$DATA_DIR/fortunes_train_*.bin" \
   --val-data "$DATA_DIR/fortunes_val_*.bin" \
-  --log-file "$RUN_DIR/metrics.jsonl" \
-  --checkpoint-dir "$RUN_DIR/checkpoints" \
+  --micro-batch $(( 16 / dp )) \
+  --run-dir "$RUN_DIR" \
+  "${start[@]}" \
   "$@"

@@ -1,9 +1,13 @@
 #include "launch/train_config.h"
 
 #include <cmath>
+#include <map>
 #include <memory>
-#include <utility>
+#include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "engine/check.h"
 #include "launch/json_config.h"
@@ -11,6 +15,27 @@
 #include "parallel/process_grid.h"
 
 namespace launch {
+
+namespace {
+
+// The floating-point flags and the fields they set: checked for finiteness,
+// and written exactly by resolved_config_json (CLI11 would print them with
+// six significant digits).
+std::vector<std::pair<const char*, double*>> floating_options(TrainConfig& c) {
+  return {{"lr", &c.lr},
+          {"min-lr-ratio", &c.min_lr_ratio},
+          {"weight-decay", &c.weight_decay},
+          {"beta1", &c.beta1},
+          {"beta2", &c.beta2},
+          {"adam-eps", &c.adam_eps},
+          {"grad-clip", &c.grad_clip},
+          {"bucket-mb", &c.bucket_mb},
+          {"peak-tflops", &c.peak_tflops},
+          {"temperature", &c.temperature},
+          {"collective-timeout", &c.collective_timeout}};
+}
+
+}  // namespace
 
 void add_train_options(CLI::App& app, TrainConfig& c) {
   // A flag given twice (or in the config file and on the command line) takes the last value.
@@ -70,7 +95,10 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--val-data", c.val_data, "Validation token shards: a file or a glob")->group(kData);
   app.add_option("--shuffle", c.shuffle, "Shuffle sequences each epoch (true/false)")->group(kData)->capture_default_str();
   app.add_option("--val-interval", c.val_interval, "Validate every N steps (0 = at the end only)")->group(kData)->capture_default_str();
-  app.add_option("--val-batches", c.val_batches, "Micro-batches per validation")->group(kData)->capture_default_str();
+  app.add_option("--val-tokens", c.val_tokens,
+                 "Tokens each validation scores: the first val-tokens / seq-len sequences of --val-data (all of it "
+                 "if shorter), the same for every layout and micro-batch")
+      ->group(kData)->capture_default_str();
 
   const char* kCkpt = "Checkpoints";
   app.add_option("--checkpoint-dir", c.checkpoint_dir, "Directory for checkpoints (step_NNNNNNNN/ and 'latest')")->group(kCkpt);
@@ -125,7 +153,8 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_flag("--sequence-parallel", c.sequence_parallel,
                "With --tp > 1: layer norms and residual adds work on 1/tp of the tokens, the all-reduces become "
                "all-gather + reduce-scatter (Korthikanti et al. 2023)")
-      ->group(kMemory);
+      ->group(kMemory)
+      ->default_function([&c] { return std::string(c.sequence_parallel ? "true" : "false"); });
 
   const char* kRun = "Run";
   app.add_option("--seed", c.seed, "Seed for initialisation, shuffling and sampling")->group(kRun)->capture_default_str();
@@ -133,7 +162,24 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_option("--precision", c.precision, "auto (bf16 on cuda, fp32 on cpu), fp32 or bf16")
       ->group(kRun)->capture_default_str()->check(CLI::IsMember({"auto", "fp32", "bf16"}));
-  app.add_option("--log-file", c.log_file, "Append one JSON object per step (JSONL) to this file")->group(kRun);
+  app.add_option("--run-dir", c.run_dir,
+                 "Run folder: the resolved configuration (config.json, which --config accepts), metrics.jsonl, a "
+                 "copy of the text log (train.log), summary.json and checkpoints/ (unless --log-file or "
+                 "--checkpoint-dir name other places)")
+      ->group(kRun);
+  app.add_option("--log-file", c.log_file, "Write one JSON object per step (JSONL) to this file")->group(kRun);
+  app.add_flag("--overwrite", c.overwrite,
+               "Start afresh even where another run's checkpoints or metrics are found: they are deleted (without "
+               "it, or --resume, such a start is refused)")
+      ->group(kRun);
+  app.add_flag("--eval-only", c.eval_only,
+               "Score the model (--init-from FILE, or --resume DIR|latest) on --val-data over --val-tokens and "
+               "exit; writes nothing (but --log-file, if given)")
+      ->group(kRun);
+  app.add_option("--log-interval", c.log_interval,
+                 "Print every K-th step (and the first, the last and those with validation); the JSONL keeps every "
+                 "step")
+      ->group(kRun)->capture_default_str();
   app.add_option("--collective-timeout", c.collective_timeout,
                  "Seconds a rank may wait in one collective or pipeline transfer of the MPI transport (not yet "
                  "NCCL's) before the job ends (exit 124) naming the step, the phase and the ranks that did not "
@@ -150,6 +196,14 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
 
 void TrainConfig::resolve(int cuda_devices, int world) {
   world_size = world;
+  // A run folder: what is not named elsewhere goes into it.
+  if (!run_dir.empty()) {
+    checkpoint_dir_from_run_dir = checkpoint_dir.empty();
+    if (checkpoint_dir_from_run_dir) checkpoint_dir = run_dir + "/checkpoints";
+    // --eval-only writes nothing but an explicitly named --log-file.
+    log_file_from_run_dir = log_file.empty() && !eval_only;
+    if (log_file_from_run_dir) log_file = run_dir + "/metrics.jsonl";
+  }
   model = model::gpt_preset(preset);
   if (n_layer) model.n_layer = n_layer;
   if (n_head) model.n_head = n_head;
@@ -160,12 +214,8 @@ void TrainConfig::resolve(int cuda_devices, int world) {
 
   // A NaN or infinite flag value would pass every range check below (all
   // comparisons with NaN are false) and poison the run from step 1.
-  for (const auto& [flag, value] : {std::pair<const char*, double>{"--lr", lr}, {"--min-lr-ratio", min_lr_ratio},
-                                    {"--weight-decay", weight_decay}, {"--beta1", beta1}, {"--beta2", beta2},
-                                    {"--adam-eps", adam_eps}, {"--grad-clip", grad_clip}, {"--bucket-mb", bucket_mb},
-                                    {"--peak-tflops", peak_tflops}, {"--temperature", temperature},
-                                    {"--collective-timeout", collective_timeout}})
-    ENGINE_CHECK(std::isfinite(value), flag, " ", value, " is not a finite number");
+  for (const auto& [flag, value] : floating_options(*this))
+    ENGINE_CHECK(std::isfinite(*value), "--", flag, " ", *value, " is not a finite number");
 
   if (seq_len == 0) seq_len = model.max_seq_len;
   ENGINE_CHECK(seq_len >= 1 && seq_len <= model.max_seq_len, "--seq-len ", seq_len, " must be in [1, ",
@@ -195,10 +245,20 @@ void TrainConfig::resolve(int cuda_devices, int world) {
   ENGINE_CHECK(!sequence_parallel || (micro_batch * seq_len) % tp == 0, "--sequence-parallel: the micro-batch's ",
                micro_batch, " x ", seq_len, " tokens do not split evenly over tp ", tp);
   ENGINE_CHECK(zero >= 0 && zero <= 3, "--zero ", zero, ": expected a ZeRO stage 0, 1, 2 or 3");
-  ENGINE_CHECK(steps >= 1, "--steps must be >= 1, got ", steps);
+  ENGINE_CHECK(steps >= 1, "--steps must be >= 1, got ", steps, eval_only ? "" : " (to score a model without training, give --eval-only)");
+  ENGINE_CHECK(log_interval >= 1, "--log-interval must be >= 1, got ", log_interval);
   ENGINE_CHECK(grad_clip >= 0, "--grad-clip must be >= 0 (0 = off), got ", grad_clip);
-  ENGINE_CHECK(!train_data.empty(), "--train-data is required: a token shard file or glob (see `prepare`)");
-  ENGINE_CHECK(val_interval >= 0 && val_batches >= 1, "--val-interval must be >= 0 and --val-batches >= 1");
+  ENGINE_CHECK(eval_only || !train_data.empty(), "--train-data is required: a token shard file or glob (see `prepare`)");
+  ENGINE_CHECK(val_interval >= 0, "--val-interval must be >= 0, got ", val_interval);
+  ENGINE_CHECK(val_tokens >= seq_len, "--val-tokens ", val_tokens, " is less than one sequence of --seq-len ", seq_len);
+  if (eval_only) {
+    ENGINE_CHECK(!val_data.empty(), "--eval-only scores the model on --val-data, which is not given");
+    ENGINE_CHECK(!init_from.empty() || !resume.empty(),
+                 "--eval-only needs a model to score: --init-from FILE, or --resume DIR|latest");
+    ENGINE_CHECK(resume != "auto", "--eval-only --resume auto: name the checkpoint (DIR or latest); 'auto' would "
+                 "score an untrained model where none is found");
+  }
+  ENGINE_CHECK(!(overwrite && !resume.empty()), "--overwrite starts afresh and --resume continues: give one of them");
   ENGINE_CHECK(checkpoint_interval >= 0, "--checkpoint-interval must be >= 0, got ", checkpoint_interval);
   ENGINE_CHECK((resume != "latest" && resume != "auto") || !checkpoint_dir.empty(), "--resume ", resume,
                " needs --checkpoint-dir to look in");
@@ -281,6 +341,49 @@ std::string TrainConfig::describe() const {
         << (async_checkpoint ? ", written in the background" : ", written synchronously")
         << (resume.empty() ? "" : ", resume " + resume);
   return out.str();
+}
+
+std::string resolved_config_json(const TrainConfig& config) {
+  // The flags themselves say what to write: bind a copy of the resolved
+  // configuration to a fresh set of options and read each one's value back
+  // (CLI11's capture_default_str), so a new flag is written without being
+  // listed here.
+  TrainConfig copy = config;
+  CLI::App app;
+  add_train_options(app, copy);
+  std::map<std::string, double> floating;
+  for (const auto& [flag, value] : floating_options(copy)) floating[flag] = *value;
+  // How to start, not what to run; and paths that follow from --run-dir.
+  std::set<std::string> skip = {"help", "config", "resume", "overwrite", "eval-only"};
+  if (config.checkpoint_dir_from_run_dir) skip.insert("checkpoint-dir");
+  if (config.log_file_from_run_dir) skip.insert("log-file");
+  nlohmann::ordered_json out;
+  for (CLI::Option* option : app.get_options()) {
+    if (option->get_lnames().empty()) continue;
+    const std::string name = option->get_lnames().front();
+    if (skip.count(name)) continue;
+    if (const auto f = floating.find(name); f != floating.end()) {
+      out[name] = f->second;  // nlohmann writes the shortest text that reads back exactly
+      continue;
+    }
+    option->capture_default_str();
+    const std::string text = option->get_default_str();
+    const std::string type = option->get_type_name();
+    if (type.rfind("TEXT", 0) == 0) {  // "TEXT", or "TEXT:{a,b}" for a choice
+      out[name] = text;
+    } else if (type.rfind("BOOLEAN", 0) == 0 || option->get_expected_min() == 0) {  // an option or a flag
+      // A flag whose value cannot be read back would be written as false.
+      ENGINE_CHECK(text == "1" || text == "true" || text == "0" || text == "false", "resolved_config_json: flag --",
+                   name, " has no readable value ('", text, "'): give it a default_function");
+      out[name] = text == "1" || text == "true";
+    } else {
+      const nlohmann::ordered_json number = nlohmann::ordered_json::parse(text, nullptr, false);
+      ENGINE_CHECK(number.is_number(), "resolved_config_json: flag --", name, " of type ", type, " has value '", text,
+                   "', not a number");
+      out[name] = number;
+    }
+  }
+  return out.dump(2) + "\n";
 }
 
 }  // namespace launch

@@ -50,7 +50,9 @@ struct TrainConfig {
   std::string val_data;    // optional
   bool shuffle = true;
   std::int64_t val_interval = 0;  // steps; 0 = only at the end (when val_data is set)
-  std::int64_t val_batches = 8;
+  // Tokens each validation scores: the first val_tokens / seq_len sequences
+  // of the validation set, whatever the layout and micro-batch.
+  std::int64_t val_tokens = 32768;
 
   // Checkpoints.
   std::string checkpoint_dir;
@@ -85,6 +87,14 @@ struct TrainConfig {
   std::string device = "auto";     // auto | cpu | cuda
   std::string precision = "auto";  // auto | fp32 | bf16
   std::string log_file;            // JSONL metrics, one object per step
+  // A run folder (launch/run_folder.h): config.json, metrics.jsonl,
+  // train.log, summary.json and checkpoints/ unless named otherwise.
+  std::string run_dir;
+  // Start afresh where outputs of another run are found (they are removed);
+  // without it (or --resume) such a start is refused.
+  bool overwrite = false;
+  bool eval_only = false;          // score the model (--init-from or --resume) on --val-data and exit
+  std::int64_t log_interval = 1;   // print every K-th step (the JSONL keeps every step)
   std::string save_model;          // write the final model in llm.c's format here
   double peak_tflops = 0;          // per device; 0 = table (GPU) or measured (CPU)
   // Seconds one collective or pipeline transfer may wait before the job ends
@@ -105,6 +115,9 @@ struct TrainConfig {
   model::Precision precision_mode = model::Precision::kFp32;
   model::Recompute recompute_mode = model::Recompute::kNone;
   std::int64_t grad_accum = 1;  // micro-batches per data-parallel rank and step
+  // Whether checkpoint_dir / log_file were derived from run_dir (and so are
+  // left out of the saved configuration, which names run_dir instead).
+  bool checkpoint_dir_from_run_dir = false, log_file_from_run_dir = false;
   int world_size = 1;
 
   // Fills the derived fields and checks every value for a job of
@@ -116,5 +129,10 @@ struct TrainConfig {
 
 // Registers every flag on `app` bound to `config` (and --config for JSON).
 void add_train_options(CLI::App& app, TrainConfig& config);
+
+// The resolved configuration as JSON that --config accepts: every flag with
+// the value this run uses (dp, seq-len, device ... as resolved), except the
+// flags that say how to start (--resume, --overwrite, --eval-only, --config).
+std::string resolved_config_json(const TrainConfig& config);
 
 }  // namespace launch

@@ -1,7 +1,10 @@
 #include "launch/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
 #include <cstdlib>
 #include <ostream>
 
@@ -13,6 +16,7 @@
 #include "launch/job_error.h"
 #include "launch/optimizer_setup.h"
 #include "launch/peak_flops.h"
+#include "launch/run_folder.h"
 #include "launch/stop_request.h"
 #include "model/flat_layout.h"
 #include "model/flops.h"
@@ -67,13 +71,28 @@ parallel::GridComms make_comms(const TrainConfig& config, const parallel::Proces
 #endif
 }
 
+// Rank 0, before anything of the run is opened: --overwrite deletes the
+// outputs of the run that was here; a run folder gets this run's resolved
+// configuration and the copy of the text log.
+std::unique_ptr<TextLogCopy> start_outputs(const TrainConfig& config, int rank, std::ostream& console) {
+  if (rank != 0 || config.eval_only) return nullptr;
+  if (config.overwrite) remove_previous_run(config);
+  const RunPaths paths = run_paths(config);
+  if (paths.config.empty()) return nullptr;
+  std::filesystem::create_directories(config.run_dir);
+  write_file_atomically(paths.config, resolved_config_json(config));
+  return std::make_unique<TextLogCopy>(console, paths.text_log);
+}
+
 }  // namespace
 
 // ---- set-up ---------------------------------------------------------------------
 
 Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
     : config_(config),
-      out_(out),
+      started_(Clock::now()),
+      text_log_(start_outputs(config, rank_of(world), out)),
+      out_(text_log_ ? text_log_->stream() : out),
       grid_(size_of(world), rank_of(world), config.tp, config.pp, config.dp),
       nonfinite_(config),
       metrics_(rank_of(world) == 0 ? config.log_file : std::string()),
@@ -91,8 +110,10 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
   tied_ = std::make_unique<parallel::TiedEmbedding>(world, grid_, layout_.tied, layout_.tied_unit,
                                                     config.comm == "nccl");
 
-  train_data_ = std::make_unique<DataLoader>(config.train_data, static_cast<int>(config.seq_len),
-                                             static_cast<int>(mc.vocab_size), config.shuffle, config.seed);
+  // --eval-only needs no training data.
+  if (!config.train_data.empty())
+    train_data_ = std::make_unique<DataLoader>(config.train_data, static_cast<int>(config.seq_len),
+                                               static_cast<int>(mc.vocab_size), config.shuffle, config.seed);
   if (!config.val_data.empty())
     val_data_ = std::make_unique<DataLoader>(config.val_data, static_cast<int>(config.seq_len),
                                              static_cast<int>(mc.vocab_size), false, config.seed);
@@ -107,7 +128,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
   optimizer_checkpoint_ = std::move(optimization.checkpoint);
   data_parallel_ = std::move(optimization.data_parallel);
   initialize_weights();
-  if (!config.checkpoint_dir.empty())
+  if (!config.checkpoint_dir.empty() && !config.eval_only)
     saver_ = std::make_unique<CheckpointSaver>(
         CheckpointSaver::Options{config.checkpoint_dir, static_cast<int>(config.keep_checkpoints),
                                  config.async_checkpoint},
@@ -125,7 +146,8 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
   stage_->allocate(plan);
   activations_ = engine::Arena(config.device_type, plan.used());
   stage_->allocate(activations_);
-  pipeline_ = std::make_unique<TrainingStage>(*stage_, *train_data_, batch_, config.seq_len, *data_parallel_);
+  if (train_data_)
+    pipeline_ = std::make_unique<TrainingStage>(*stage_, *train_data_, batch_, config.seq_len, *data_parallel_);
   sampler_rng_.seed(config.seed);
 
   report_start();
@@ -168,6 +190,10 @@ MemoryAccount Trainer::memory_account() const {
 void Trainer::report_start() {
   // Bytes each rank holds, as laid out for this layout before step 1; the
   // largest over all ranks is what must fit on one device.
+  if (is_logger() && !config_.eval_only && config_.warmup_steps > config_.steps)
+    out_ << "warning    --warmup-steps " << config_.warmup_steps << " is longer than the run's --steps "
+         << config_.steps << ": the learning rate ends at " << config_.lr_schedule.at(config_.steps - 1)
+         << ", short of --lr " << config_.lr << "\n";
   if (is_logger())
     out_ << config_.describe() << "\n"
          << "rank 0     " << grid_.describe() << ", layers [" << range_.first_layer << ", " << range_.last_layer
@@ -176,6 +202,30 @@ void Trainer::report_start() {
                           config_.recompute_mode};
   report_memory(is_logger() ? &out_ : nullptr, *host_world_, memory_account(), *data_parallel_, *optimizer_, notes);
   if (is_logger()) out_ << "flops      " << model::flops_convention() << "\n";
+  if (is_logger()) report_paths();
+}
+
+void Trainer::report_paths() {
+  if (val_data_) {
+    const std::int64_t n = validation_sequences();
+    out_ << "validation " << n * config_.seq_len << " tokens (the first " << n << " sequences of " << config_.seq_len
+         << ") of " << config_.val_data;
+    if (n * config_.seq_len < config_.val_tokens)
+      out_ << ": all it holds, fewer than --val-tokens " << config_.val_tokens;
+    out_ << (config_.eval_only ? "" : config_.val_interval > 0 ? ", every " + std::to_string(config_.val_interval) + " steps and at the end" : ", at the end") << "\n";
+  }
+  if (config_.eval_only) return;
+  const RunPaths paths = run_paths(config_);
+  std::vector<std::string> where;
+  if (!paths.config.empty()) where.push_back("config " + paths.config);
+  if (!config_.log_file.empty()) where.push_back("metrics " + config_.log_file);
+  if (!paths.text_log.empty()) where.push_back("log " + paths.text_log);
+  if (!config_.checkpoint_dir.empty()) where.push_back("checkpoints " + config_.checkpoint_dir);
+  if (!config_.save_model.empty()) where.push_back("model " + config_.save_model);
+  if (where.empty()) where.push_back("none written (no --run-dir, --log-file, --checkpoint-dir or --save-model)");
+  out_ << "outputs    ";
+  for (std::size_t i = 0; i < where.size(); ++i) out_ << (i ? " | " : "") << where[i];
+  out_ << "\n";
 }
 
 // ---- one step ------------------------------------------------------------------------
@@ -245,8 +295,10 @@ std::string Trainer::check_step_data(std::int64_t step) {
 }
 
 RunSummary Trainer::run() {
+  if (config_.eval_only) return evaluate_only();
+  RunSummary summary;
   try {
-    return run_steps();
+    summary = run_steps();
   } catch (const JobError&) {
     // A job-wide error (every rank is here, agreed): a checkpoint whose
     // write finished is still committed, so nothing saved is lost. Errors
@@ -257,6 +309,8 @@ RunSummary Trainer::run() {
     }
     throw;
   }
+  report_summary(summary);
+  return summary;
 }
 
 RunSummary Trainer::run_steps() {
@@ -303,15 +357,16 @@ RunSummary Trainer::run_steps() {
     m.skipped = !apply;
 
     const bool last = step + 1 == config_.steps;
-    if (val_data_ && ((config_.val_interval > 0 && (step + 1) % config_.val_interval == 0) || last)) {
+    if (val_data_ && ((config_.val_interval > 0 && (step + 1) % config_.val_interval == 0) || last))
       m.val_loss = validate();
-      summary.final_val_loss = *m.val_loss;
-    }
     if (is_logger()) {
-      out_ << MetricsLog::format_line(m) << std::endl;
+      // The JSONL keeps every step; the console every --log-interval-th, and
+      // every step worth seeing (the first, the last, validations, skips).
+      if ((step + 1) % config_.log_interval == 0 || step == start_step_ || last || m.val_loss || m.skipped)
+        out_ << MetricsLog::format_line(m) << std::endl;
       metrics_.record(m);
     }
-    summary.losses.push_back(loss);
+    add_to_summary(summary, m);
     if (config_.checkpoint_dir.empty()) continue;
     if (last)
       save_or_stop(step + 1);  // the run's result: a failure here is an error
@@ -367,25 +422,68 @@ RunSummary Trainer::stop_early(std::int64_t steps_done, const StepGate& gate, co
   return summary;
 }
 
+std::int64_t Trainer::validation_sequences() const {
+  return std::min(config_.val_tokens / config_.seq_len, val_data_->sequences_per_epoch());
+}
+
 double Trainer::validate() {
   parallel::WatchdogPhase phase("validation");
-  const std::int64_t B = config_.micro_batch, T = config_.seq_len;
-  const std::int64_t batches =
-      std::max<std::int64_t>(1, std::min(config_.val_batches, val_data_->sequences_per_epoch() / B));
+  // The first N sequences of the validation set, in order, whatever the
+  // layout: data-parallel replica d scores the d-th of dp equal shares of
+  // them, micro-batch by micro-batch through the pipeline. Every replica
+  // runs the same number of forwards (ZeRO-3 gathers weights over the
+  // replicas); rows past a replica's share are padding, run but not counted.
+  const std::int64_t B = config_.micro_batch, T = config_.seq_len, N = validation_sequences();
+  const std::int64_t share = (N + grid_.dp_size() - 1) / grid_.dp_size();
+  const std::int64_t first = std::min(N, grid_.dp_rank() * share), end = std::min(N, first + share);
+  const std::int64_t batches = (share + B - 1) / B;
   std::vector<std::int32_t> inputs(static_cast<std::size_t>(B * T)), targets(inputs.size());
+  std::vector<std::int32_t> pad_inputs(static_cast<std::size_t>(T)), pad_targets(pad_inputs.size());
+  val_data_->read_sequences(0, 1, pad_inputs.data(), pad_targets.data());
   parallel::Communicator& pp = *comms_.pp;
   double loss_sum = 0.0;
-  // Forward only, micro-batch by micro-batch through the pipeline; every
-  // data-parallel replica evaluates the same batches and dp rank 0 reports.
   for (std::int64_t i = 0; i < batches; ++i) {
-    val_data_->read_sequences(i * B, B, inputs.data(), targets.data());
+    const std::int64_t begin = first + i * B;
+    const std::int64_t rows = std::clamp<std::int64_t>(end - begin, 0, B);
+    if (rows > 0) val_data_->read_sequences(begin, rows, inputs.data(), targets.data());
+    for (std::int64_t r = rows; r < B; ++r) {
+      std::copy(pad_inputs.begin(), pad_inputs.end(), inputs.begin() + r * T);
+      std::copy(pad_targets.begin(), pad_targets.end(), targets.begin() + r * T);
+    }
     if (!range_.has_embedding) pp.recv(stage_->input(0), pp.rank() - 1);
     stage_->forward(0, inputs.data(), targets.data(), 0.0);
     if (!range_.has_head) pp.send(stage_->output(0), pp.rank() + 1);
-    if (range_.has_head) loss_sum += stage_->loss_sum(0);
+    if (range_.has_head) loss_sum += stage_->loss_sum(0, rows);
   }
-  const bool contributes = range_.has_head && tp_.rank == 0 && grid_.dp_rank() == 0;
-  return sum_over_world(contributes ? loss_sum : 0.0) / static_cast<double>(batches * B * T);
+  // Each tensor-parallel group's loss counted once, every replica's share.
+  const bool contributes = range_.has_head && tp_.rank == 0;
+  return sum_over_world(contributes ? loss_sum : 0.0) / static_cast<double>(N * T);
+}
+
+RunSummary Trainer::evaluate_only() {
+  RunSummary summary;
+  summary.first_step = start_step_;
+  const auto t0 = Clock::now();
+  const double loss = validate();
+  summary.final_val_loss = summary.best_val_loss = loss;
+  summary.best_val_step = start_step_;
+  summary.wall_seconds = seconds_since(started_);
+  if (is_logger()) {
+    const std::string model =
+        config_.resume.empty() ? "--init-from " + config_.init_from : "the checkpoint of step " + std::to_string(start_step_);
+    char line[160];
+    std::snprintf(line, sizeof line, "eval       val loss %.4f over %lld tokens (%lld sequences of %lld) in %.1f s",
+                  loss, static_cast<long long>(validation_sequences() * config_.seq_len),
+                  static_cast<long long>(validation_sequences()), static_cast<long long>(config_.seq_len),
+                  seconds_since(t0));
+    out_ << line << ", " << model << std::endl;
+    metrics_.record_event({{"event", "eval"},
+                           {"step", start_step_},
+                           {"val_loss", loss},
+                           {"val_tokens", validation_sequences() * config_.seq_len},
+                           {"model", config_.resume.empty() ? config_.init_from : config_.resume}});
+  }
+  return summary;
 }
 
 }  // namespace launch

@@ -25,6 +25,7 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdint>
 #include <iosfwd>
 #include <memory>
@@ -41,6 +42,7 @@
 #include "launch/nonfinite_guard.h"
 #include "launch/checkpoint_saver.h"
 #include "launch/optimizer_checkpoint.h"
+#include "launch/text_log.h"
 #include "launch/train_config.h"
 #include "launch/training_stage.h"
 #include "model/gpt_stage.h"
@@ -60,6 +62,14 @@ struct RunSummary {
   std::vector<double> losses;  // training loss of each step this run took (the same on every rank)
   std::int64_t first_step = 0; // step the run started from (non-zero after resume)
   double final_val_loss = -1;  // -1 when there was no validation
+  double best_val_loss = -1;   // the lowest validation loss of this run, at best_val_step
+  std::int64_t best_val_step = 0;
+  std::int64_t tokens = 0;     // trained by this run (all ranks together)
+  double train_seconds = 0;    // the steps' own time (no validation, no checkpoints)
+  double wall_seconds = 0;     // from the trainer's construction to the end of run()
+  // Means over this run's steps but its first (which warms caches and
+  // allocators up), or over the first when it is the only one.
+  double mean_mfu = 0, mean_hfu = 0;
   std::string sample;          // generated text, when asked for (rank 0)
   int exit_code = kExitDone;   // kExitStopped when a stop was requested (launch/exit_codes.h)
 };
@@ -86,17 +96,26 @@ class Trainer {
 
  private:
   RunSummary run_steps();                // run() without the last commit on a job-wide error
+  RunSummary evaluate_only();            // --eval-only: one validation, reported
   double train_step(std::int64_t step);  // returns the global mean loss
   void finish_gradients();               // and times what the reductions left exposed
   double global_grad_norm();
   // step_flops: model FLOPs per step (DESIGN.md, "Numbers"); peak: one device's peak FLOP/s.
   StepMetrics step_metrics(std::int64_t step, double loss, double norm, double lr, double seconds, double step_flops,
                            double peak);
+  // The mean loss over the first --val-tokens of the validation set (the
+  // same sequences for any layout); forward only, collective.
   double validate();
+  std::int64_t validation_sequences() const;
+  // What a run that ends (done or stopped) prints and leaves: the summary
+  // lines, a "summary" JSONL event and the run folder's summary.json.
+  void report_summary(RunSummary& summary);
+  void add_to_summary(RunSummary& summary, const StepMetrics& m);
   void write_outputs(RunSummary& summary);  // the model file and the sample, after the last step
   std::string sample_text(const model::ParamStore& store);
   void initialize_weights();
   void report_start();
+  void report_paths();  // where validation reads and the outputs go (logger)
   // Between two steps every rank says whether it must stop (a stop signal, a
   // bad shard among the next step's data) and whether its checkpoint write
   // is still running; all agree (collective, one small all-reduce).
@@ -139,7 +158,9 @@ class Trainer {
   bool is_logger() const { return grid_.world_rank() == 0; }
 
   const TrainConfig& config_;
-  std::ostream& out_;
+  std::chrono::steady_clock::time_point started_;
+  std::unique_ptr<TextLogCopy> text_log_;  // rank 0 with a run folder: the text log's copy
+  std::ostream& out_;                      // rank 0's text log (the console, and the copy)
   parallel::ProcessGrid grid_;
   parallel::GridComms comms_;                           // device traffic (MPI or NCCL)
   std::unique_ptr<parallel::Communicator> host_world_;  // host scalars, checkpoint coordination (MPI)
@@ -167,11 +188,15 @@ class Trainer {
   FaultInjection faults_;              // test-only failures (launch/fault_injection.h)
   std::int64_t failed_saves_in_a_row_ = 0;
   std::int64_t last_saved_step_ = -1;  // the checkpoint written or resumed from last
+  double mfu_sum_ = 0, hfu_sum_ = 0;   // over this run's steps but its first
+  std::int64_t mfu_steps_ = 0;
 };
 
 // Checks what can be checked without communicating: the data shards open and
 // hold in-vocabulary headers, an --init-from file has the configured shape,
-// the checkpoint and metrics folders exist (created if need be) and take writes.
+// every output folder (run folder, checkpoints, metrics, model file) exists
+// (created if need be) and takes writes, and no other run's outputs are in
+// the way (launch/run_folder.h).
 // Every rank runs it before the job's first collective, so a bad input is
 // reported once and every rank exits (train_main.cpp).
 void check_inputs(const TrainConfig& config);

@@ -22,6 +22,8 @@ namespace launch {
 
 nlohmann::json Trainer::run_identity() const {
   // What must not change across a resume for the continuation to be exact.
+  // Scoring a checkpoint (--eval-only) only needs the same model.
+  if (config_.eval_only) return {{"model", config_.model.describe()}};
   return {{"model", config_.model.describe()},
           {"seq_len", config_.seq_len},
           {"batch_tokens", config_.batch_tokens},
@@ -70,7 +72,7 @@ void Trainer::resume() {
     if (is_logger()) {
       out_ << "resume     auto: no checkpoint in " << config_.checkpoint_dir << " yet, starting fresh\n";
       // Steps an earlier attempt logged before it failed will be taken again.
-      metrics_.restart_at(0, {{"event", "resume"}, {"step", 0}, {"from", nullptr}, {"attempt", restart_count()}});
+      if (!config_.eval_only) metrics_.restart_at(0, {{"event", "resume"}, {"step", 0}, {"from", nullptr}, {"attempt", restart_count()}});
     }
     return;
   }
@@ -98,7 +100,9 @@ void Trainer::resume() {
     }
     if (named) throw JobError(kExitFailed, damage + " (--resume names it, so no other checkpoint is tried)");
     damage_reports.push_back(damage);
-    if (is_logger()) {
+    if (is_logger() && config_.eval_only) {
+      std::cerr << "warning: " << damage << "; not loaded; falling back to an older checkpoint" << std::endl;
+    } else if (is_logger()) {
       // Set aside, not deleted: kept for inspection, never tried again, and
       // not counted by --keep-checkpoints.
       const std::string aside = dir + ".damaged";
@@ -131,7 +135,7 @@ void Trainer::finish_resume(const std::string& dir, const TrainingState& state, 
                             const std::vector<std::string>& damage_reports) {
   // A checkpoint past --steps belongs to a longer run; one at --steps is a
   // finished run (a restart after the last save): only the outputs remain.
-  if (state.step > config_.steps)
+  if (state.step > config_.steps && !config_.eval_only)
     throw JobError(kExitUsage, "checkpoint '" + dir + "' is at step " + std::to_string(state.step) +
                                    ", past --steps " + std::to_string(config_.steps));
   if (!state.sampler_rng.empty()) {
@@ -146,6 +150,7 @@ void Trainer::finish_resume(const std::string& dir, const TrainingState& state, 
   if (state.layout.is_object()) out_ << " (written under " << state.layout.dump() << ")";
   if (!damage_reports.empty()) out_ << ", after " << damage_reports.size() << " damaged newer checkpoint(s)";
   out_ << "\n";
+  if (config_.eval_only) return;  // scoring a checkpoint leaves the run's metrics alone
   metrics_.restart_at(state.step, {{"event", "resume"},
                                    {"step", state.step},
                                    {"from", dir},

@@ -4,6 +4,8 @@
 #include "launch/trainer.h"
 
 #include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -12,7 +14,9 @@
 
 #include "engine/device.h"
 #include "launch/byte_tokenizer.h"
+#include "launch/checkpoint_files.h"
 #include "launch/llmc_model.h"
+#include "launch/run_folder.h"
 #include "launch/whole_model.h"
 #include "model/gpt_params.h"
 #include "launch/sampler.h"
@@ -42,21 +46,31 @@ void probe_writable_dir(const std::filesystem::path& dir, const char* flag) {
 
 void check_inputs(const TrainConfig& config) {
   const int T = static_cast<int>(config.seq_len), V = static_cast<int>(config.model.vocab_size);
-  DataLoader train(config.train_data, T, V, config.shuffle, config.seed);
+  if (!config.train_data.empty()) DataLoader(config.train_data, T, V, config.shuffle, config.seed);
   // Validation data is small and read again and again: check every token now
   // rather than find a bad one after the first interval of training. (The
   // training shards are checked as each is first needed, see Trainer::run.)
   if (!config.val_data.empty()) DataLoader(config.val_data, T, V, false, config.seed).verify_all();
-  if (!config.checkpoint_dir.empty()) probe_writable_dir(config.checkpoint_dir, "--checkpoint-dir");
-  if (!config.log_file.empty()) {
-    const std::filesystem::path parent = std::filesystem::path(config.log_file).parent_path();
-    probe_writable_dir(parent.empty() ? "." : parent, "--log-file");
+  // Every place the run will write, before any step: a missing folder is
+  // created, an unwritable one refused (not found at the end, with the
+  // model lost). --eval-only writes nothing but an explicit --log-file.
+  auto probe_parent = [](const std::string& file, const char* flag) {
+    const std::filesystem::path parent = std::filesystem::path(file).parent_path();
+    probe_writable_dir(parent.empty() ? "." : parent, flag);
+  };
+  if (!config.log_file.empty()) probe_parent(config.log_file, "--log-file");
+  if (!config.eval_only) {
+    if (!config.run_dir.empty()) probe_writable_dir(config.run_dir, "--run-dir");
+    if (!config.checkpoint_dir.empty()) probe_writable_dir(config.checkpoint_dir, "--checkpoint-dir");
+    if (!config.save_model.empty()) probe_parent(config.save_model, "--save-model");
   }
   if (!config.init_from.empty()) {
     const model::GptConfig found = read_llmc_config(config.init_from);
     ENGINE_CHECK(found == config.model, "--init-from '", config.init_from, "' holds a model of another shape: ",
                  found.describe(), "; this run's model is ", config.model.describe());
   }
+  // Last: a bad input is named as such even where another run's outputs are.
+  refuse_to_mix_runs(config);
 }
 
 StepMetrics Trainer::step_metrics(std::int64_t step, double loss, double norm, double lr, double seconds,
@@ -130,6 +144,112 @@ std::string Trainer::sample_text(const model::ParamStore& store) {
   const SamplingOptions options{config_.sample_tokens, config_.temperature, config_.top_k};
   const std::vector<std::int32_t> ids = generate(sampler, config_.model.vocab_size, prompt, options, sampler_rng_);
   return config_.sample_prompt + tokenizer.decode(ids);
+}
+
+// ---- the summary -------------------------------------------------------------------
+
+void Trainer::add_to_summary(RunSummary& summary, const StepMetrics& m) {
+  summary.losses.push_back(m.loss);
+  summary.tokens += config_.batch_tokens;
+  summary.train_seconds += m.step_seconds;
+  if (m.val_loss) {
+    summary.final_val_loss = *m.val_loss;
+    if (summary.best_val_loss < 0 || *m.val_loss < summary.best_val_loss) {
+      summary.best_val_loss = *m.val_loss;
+      summary.best_val_step = m.step;
+    }
+  }
+  // The first step of a run warms caches and allocators up: the means leave
+  // it out once there is another.
+  if (m.step - 1 == start_step_) {
+    summary.mean_mfu = m.mfu;
+    return;
+  }
+  mfu_sum_ += m.mfu;
+  ++mfu_steps_;
+  summary.mean_mfu = mfu_sum_ / static_cast<double>(mfu_steps_);
+}
+
+namespace {
+std::string format_count(double n) {
+  char text[32];
+  if (n >= 1e9) std::snprintf(text, sizeof text, "%.2fG", n / 1e9);
+  else if (n >= 1e6) std::snprintf(text, sizeof text, "%.2fM", n / 1e6);
+  else if (n >= 1e3) std::snprintf(text, sizeof text, "%.1fk", n / 1e3);
+  else std::snprintf(text, sizeof text, "%.0f", n);
+  return text;
+}
+
+std::string format_duration(double seconds) {
+  char text[48];
+  const long long s = static_cast<long long>(seconds + 0.5);
+  if (s >= 3600)
+    std::snprintf(text, sizeof text, "%lldh%02lldm%02llds", s / 3600, s / 60 % 60, s % 60);
+  else if (s >= 60)
+    std::snprintf(text, sizeof text, "%lldm%02llds", s / 60, s % 60);
+  else
+    std::snprintf(text, sizeof text, seconds >= 1 ? "%.1f s" : "%.3f s", seconds);
+  return text;
+}
+}  // namespace
+
+void Trainer::report_summary(RunSummary& summary) {
+  summary.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  if (!is_logger()) return;
+  const std::int64_t steps_done = start_step_ + static_cast<std::int64_t>(summary.losses.size());
+  const double tokens_per_second = summary.train_seconds > 0 ? summary.tokens / summary.train_seconds : 0.0;
+  nlohmann::ordered_json outputs;
+  const RunPaths paths = run_paths(config_);
+  if (!paths.config.empty()) outputs["config"] = paths.config;
+  if (!config_.log_file.empty()) outputs["metrics"] = config_.log_file;
+  if (!paths.text_log.empty()) outputs["log"] = paths.text_log;
+  if (!paths.summary.empty()) outputs["summary"] = paths.summary;
+  if (!config_.checkpoint_dir.empty() && last_saved_step_ >= 0)
+    outputs["checkpoint"] = (std::filesystem::path(config_.checkpoint_dir) / checkpoint_files::step_dir_name(last_saved_step_)).string();
+  if (!config_.save_model.empty() && summary.exit_code == kExitDone) outputs["model"] = config_.save_model;
+
+  nlohmann::ordered_json record = {{"event", "summary"},
+                                   {"status", summary.exit_code == kExitDone ? "done" : "stopped"},
+                                   {"first_step", summary.first_step},
+                                   {"last_step", steps_done},
+                                   {"steps", config_.steps},
+                                   {"tokens", summary.tokens},
+                                   {"wall_s", summary.wall_seconds},
+                                   {"train_s", summary.train_seconds},
+                                   {"tokens_per_s", tokens_per_second},
+                                   {"mean_mfu", summary.mean_mfu}};
+  if (!summary.losses.empty()) record["final_loss"] = summary.losses.back();
+  if (summary.best_val_loss >= 0) {
+    record["best_val_loss"] = summary.best_val_loss;
+    record["best_val_step"] = summary.best_val_step;
+    record["final_val_loss"] = summary.final_val_loss;
+  }
+  record["outputs"] = outputs;
+
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "summary    %s after step %lld of %lld: %lld steps and %s tokens this run, wall %s (steps %s)",
+                summary.exit_code == kExitDone ? "done" : "stopped", static_cast<long long>(steps_done),
+                static_cast<long long>(config_.steps), static_cast<long long>(summary.losses.size()),
+                format_count(static_cast<double>(summary.tokens)).c_str(),
+                format_duration(summary.wall_seconds).c_str(), format_duration(summary.train_seconds).c_str());
+  out_ << line << "\n";
+  if (!summary.losses.empty()) {
+    std::snprintf(line, sizeof line, "           mean %.0f tok/s, MFU %.1f%%%s; final loss %.4f", tokens_per_second,
+                  summary.mean_mfu * 100.0, mfu_steps_ > 0 ? " (steps after the first)" : "", summary.losses.back());
+    out_ << line << "\n";
+  }
+  if (summary.best_val_loss >= 0) {
+    std::snprintf(line, sizeof line, "           val loss best %.4f (step %lld), final %.4f", summary.best_val_loss,
+                  static_cast<long long>(summary.best_val_step), summary.final_val_loss);
+    out_ << line << "\n";
+  }
+  for (const auto& [what, where] : outputs.items())
+    out_ << "           " << what << std::string(what.size() < 11 ? 11 - what.size() : 1, ' ')
+         << where.get<std::string>() << "\n";
+  out_ << std::flush;
+  metrics_.record_event(nlohmann::json(record));
+  if (!paths.summary.empty()) write_file_atomically(paths.summary, record.dump(2) + "\n");
 }
 
 }  // namespace launch

@@ -282,13 +282,16 @@ void GptStage::reduce_sequence_parallel_grads() {
   }
 }
 
-double GptStage::loss_sum(int slot) const {
+double GptStage::loss_sum(int slot, std::int64_t sequences) const {
   ENGINE_CHECK(range_.has_head, "loss_sum: only the last stage computes the loss");
-  const Tensor& l = losses_[slot];
+  ENGINE_CHECK(sequences >= 0 && sequences <= shape_.batch, "loss_sum: ", sequences, " sequences of a micro-batch of ",
+               shape_.batch);
+  const Tensor& l = losses_[slot];  // (B*T), sequence after sequence
   std::vector<double> host(static_cast<std::size_t>(l.numel()));
   ops::copy(Tensor(host.data(), l.shape(), engine::DType::kF64, engine::DeviceType::kCpu), l);
+  const std::size_t counted = static_cast<std::size_t>(sequences * shape_.seq);
   double sum = 0.0;
-  for (double v : host) sum += v;
+  for (std::size_t i = 0; i < counted; ++i) sum += host[i];
   return sum;
 }
 

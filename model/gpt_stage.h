@@ -86,8 +86,10 @@ class GptStage {
   // released and this does nothing.)
   void reduce_sequence_parallel_grads();
 
-  // Sum of the per-token losses of the last forward in `slot` (last stage).
-  double loss_sum(int slot) const;
+  // Sum of the per-token losses of the last forward in `slot` (last stage):
+  // of every sequence, or of the first `sequences` (the rest padding).
+  double loss_sum(int slot) const { return loss_sum(slot, shape_.batch); }
+  double loss_sum(int slot, std::int64_t sequences) const;
 
   // Pipeline boundaries, (B,T,C) each, or this rank's (B*T/tp, C) tokens
   // under sequence parallelism.

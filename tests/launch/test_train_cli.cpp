@@ -97,7 +97,9 @@ TEST_F(TrainCli, TokenOutsideTheVocabulary) {
   std::vector<std::uint16_t> tokens(100, 65);
   tokens[7] = 300;  // the byte-level model has 256 tokens
   write_raw(dir_ / "oov.bin", {20240520, 1, 100}, tokens);
-  expect_refused(base_args(dir_) + " --train-data " + (dir_ / "oov.bin"), "outside the vocabulary");
+  // Another folder: a new run into ckpt/ would be refused for mixing with the first.
+  expect_refused(base_args(dir_) + " --train-data " + (dir_ / "oov.bin") + " --checkpoint-dir " + (dir_ / "other"),
+                 "outside the vocabulary");
 }
 
 TEST_F(TrainCli, HeadsThatDoNotDivideTheWidth) {
