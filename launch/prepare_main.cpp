@@ -241,10 +241,15 @@ int run(const Options& options) {
   ShardWriter val(dir, options.name + "_val", options.shard_tokens);
   ProgressBar progress(total_bytes);
 
-  std::int64_t done_bytes = 0;
+  // The bar moves over every listed byte, skipped files included, since it
+  // started from their total; the summary counts the corpus apart from what
+  // was skipped, so a directory of mostly binary files does not look big.
+  std::int64_t progress_bytes = 0;
+  std::int64_t text_bytes = 0;     // tokenized
+  std::int64_t skipped_bytes = 0;  // in skipped files, at their listed size
   int files_used = 0;
   int files_skipped = 0;
-  auto note_skip = [&](const std::string& why) {
+  auto skip = [&](const InputFile& file, const std::string& why) {
     if (files_skipped < kMaxSkipNotes) {
       progress.end_line();
       std::cerr << "prepare: note: skipping " << why << "\n";
@@ -253,6 +258,9 @@ int run(const Options& options) {
       std::cerr << "prepare: note: skipping more files; the summary counts them\n";
     }
     ++files_skipped;
+    skipped_bytes += file.bytes;
+    progress_bytes += file.bytes;
+    progress.update(progress_bytes);
   };
   for (const InputFile& file : files) {
     std::string text;
@@ -260,15 +268,11 @@ int run(const Options& options) {
       text = read_file(file.path);
     } catch (const engine::Error& error) {
       if (file.named_on_command_line) throw;
-      note_skip(error.what());
-      done_bytes += file.bytes;
-      progress.update(done_bytes);
+      skip(file, error.what());
       continue;
     }
     if (std::memchr(text.data(), '\0', text.size()) != nullptr) {
-      note_skip("'" + file.path.string() + "': contains NUL bytes, so not text");
-      done_bytes += file.bytes;
-      progress.update(done_bytes);
+      skip(file, "'" + file.path.string() + "': contains NUL bytes, so not text");
       continue;
     }
     ++files_used;
@@ -279,8 +283,9 @@ int run(const Options& options) {
       const std::span<const std::uint16_t> all(tokens);
       train.add(all.first(tokens.size() - val_tokens));
       val.add(all.last(val_tokens));
-      done_bytes += static_cast<std::int64_t>(block.size());
-      progress.update(done_bytes);
+      text_bytes += static_cast<std::int64_t>(block.size());
+      progress_bytes += static_cast<std::int64_t>(block.size());
+      progress.update(progress_bytes);
     }
   }
   progress.finish();
@@ -289,8 +294,8 @@ int run(const Options& options) {
   ENGINE_CHECK(train.shards_written() > 0, "the inputs hold no usable text (", files_used, " text file(s), ",
                files_skipped, " skipped): nothing to write");
 
-  std::cout << "prepare: " << files_used << " file(s) read, " << files_skipped << " skipped, " << done_bytes
-            << " bytes\n"
+  std::cout << "prepare: " << files_used << " text file(s), " << text_bytes << " bytes tokenized; " << files_skipped
+            << " file(s) skipped (" << skipped_bytes << " bytes)\n"
             << "prepare: train: " << train.tokens_written() << " tokens in " << train.shards_written() << " shard(s)\n"
             << "prepare: val:   " << val.tokens_written() << " tokens in " << val.shards_written() << " shard(s)\n"
             << "prepare: wrote " << (dir / (options.name + "_{train,val}_*.bin")).string() << "\n";

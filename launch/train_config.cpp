@@ -40,7 +40,9 @@ std::vector<std::pair<const char*, double*>> floating_options(TrainConfig& c) {
 void add_train_options(CLI::App& app, TrainConfig& c) {
   // A flag given twice (or in the config file and on the command line) takes the last value.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  app.config_formatter(std::make_shared<JsonConfig>());
+  // The formatter reads the app's options to check each key's type, and the
+  // --config option for the file's name in its messages.
+  app.config_formatter(std::make_shared<JsonConfig>(&app));
   app.allow_config_extras(CLI::config_extras_mode::error);  // a misspelt key is an error, not a silent default
   app.set_config("--config", "", "JSON file of flag values (keys are flag names; command-line flags override it)");
 

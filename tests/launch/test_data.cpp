@@ -489,6 +489,9 @@ TEST(Prepare, ShardsDecodeBackToTheInputText) {
   EXPECT_FALSE(fs::exists(dir.file("out/t_val_000000.bin")));
   const std::vector<char> log_bytes = read_bytes(log);
   EXPECT_THAT(std::string(log_bytes.begin(), log_bytes.end()), HasSubstr("c.bin"));  // the skip note
+  EXPECT_THAT(std::string(log_bytes.begin(), log_bytes.end()),
+              HasSubstr("prepare: 2 text file(s), " + std::to_string(all.size()) +
+                        " bytes tokenized; 1 file(s) skipped (5 bytes)\n"));
 
   // With a split: each file's last quarter (rounded) goes to validation.
   ASSERT_EQ(run_command(prepare + " --input " + dir.file("in/a.txt") + " " + dir.file("in/sub/b.txt") +
@@ -502,6 +505,26 @@ TEST(Prepare, ShardsDecodeBackToTheInputText) {
   // Shards are usable by the loader with the byte vocabulary.
   const DataLoader loader(dir.file("out/s_train_*.bin"), 8, ByteTokenizer::kVocabSize, true, 0);
   EXPECT_GT(loader.sequences_per_epoch(), 0);
+}
+
+// The corpus size reported is what was tokenized: a skipped binary file's
+// bytes are counted apart, not in it.
+TEST(Prepare, SummaryCountsOnlyTokenizedBytes) {
+  TempDir dir;
+  const std::string text = "The only text in this directory.\n";
+  write_text(dir.file("in/a.txt"), text);
+  std::vector<char> binary(1000, 'x');
+  binary[10] = '\0';
+  write_bytes(dir.file("in/b.bin"), binary);
+  const std::string log = dir.file("log.txt");
+  ASSERT_EQ(run_command(std::string(PREPARE_BIN) + " --input " + dir.file("in") + " --output-dir " +
+                        dir.file("out") + " >" + log + " 2>&1"),
+            0)
+      << std::string(read_bytes(log).data(), read_bytes(log).size());
+  const std::vector<char> log_bytes = read_bytes(log);
+  EXPECT_THAT(std::string(log_bytes.begin(), log_bytes.end()),
+              HasSubstr("prepare: 1 text file(s), " + std::to_string(text.size()) +
+                        " bytes tokenized; 1 file(s) skipped (1000 bytes)\n"));
 }
 
 TEST(Prepare, FailsWithNonZeroExitOnBadInput) {

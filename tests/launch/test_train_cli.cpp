@@ -151,6 +151,14 @@ TEST_F(TrainCli, JsonConfigAndFlagOverride) {
   const Outcome bad = run_train(dir_, "--config " + (dir_ / "bad.json") + " --train-data " + (dir_ / "train_*.bin"));
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("modle"), std::string::npos) << bad.output;
+  // A flag set twice (groups are flattened) is refused before anything runs,
+  // on one line that names the file and the key.
+  std::ofstream(dir_ / "twice.json") << R"({"steps": 1, "batch": {"steps": 2}})";
+  const Outcome twice = run_train(dir_, "--config " + (dir_ / "twice.json") + " --train-data " + (dir_ / "train_*.bin"));
+  EXPECT_NE(twice.exit_code, 0);
+  EXPECT_EQ(twice.output.substr(0, twice.output.find('\n')),
+            "config file '" + (dir_ / "twice.json") + "': key 'steps' is given twice ('steps' and 'batch.steps' set "
+            "the same flag)") << twice.output;
 }
 
 // A layout that cannot work is refused by every rank alike: one message,
