@@ -36,6 +36,9 @@ void parse_range(const char* name, const char* text, std::int64_t& first, std::i
   last = b;
 }
 
+// ENGINE_TEST_THROW=all@STEP (throw_rank_ in the header).
+constexpr std::int64_t kEveryRank = -2;
+
 [[noreturn]] void die_now() {
   std::fflush(nullptr);
   kill(getpid(), SIGKILL);
@@ -62,6 +65,19 @@ FaultInjection FaultInjection::from_environment(int world_rank, int world_size) 
     f.kill_rank_ = rank;
     f.kill_step_ = step;
   }
+  if (const char* text = env("ENGINE_TEST_THROW")) {
+    long long rank = 0, step = 0;
+    char extra = 0;
+    if (std::sscanf(text, "all@%lld%c", &step, &extra) == 1) {
+      rank = kEveryRank;
+    } else {
+      ENGINE_CHECK(std::sscanf(text, "%lld@%lld%c", &rank, &step, &extra) == 2 && rank >= 0,
+                   "ENGINE_TEST_THROW='", text, "': expected RANK@STEP or all@STEP");
+    }
+    ENGINE_CHECK(step >= 1, "ENGINE_TEST_THROW='", text, "': STEP must be >= 1");
+    f.throw_rank_ = rank;
+    f.throw_step_ = step;
+  }
   if (const char* text = env("ENGINE_TEST_MTBF")) {
     double seconds = 0;
     unsigned long long seed = 0;
@@ -78,6 +94,8 @@ FaultInjection FaultInjection::from_environment(int world_rank, int world_size) 
 
 void FaultInjection::at_step_start(std::int64_t step) const {
   if (attempt_ == 0 && rank_ == kill_rank_ && step == kill_step_) die_now();
+  if (attempt_ == 0 && (rank_ == throw_rank_ || throw_rank_ == kEveryRank) && step == throw_step_)
+    ENGINE_FAIL("ENGINE_TEST_THROW: rank ", rank_, " fails as step ", step, " begins");
 }
 
 void FaultInjection::start_failure_clock() const {

@@ -14,6 +14,12 @@
 //                                  between failures (the goodput benchmark).
 //   ENGINE_TEST_FAIL_SAVES=K[-M]   the checkpoints of steps K..M fail to write
 //                                  on rank 0, as on a full disk.
+//   ENGINE_TEST_THROW=RANK@STEP    on the first attempt only, world rank RANK
+//                                  (or every rank, for RANK "all") throws an
+//                                  engine::Error as step STEP begins: an error
+//                                  that one rank sees alone, or that all reach
+//                                  together without having agreed on it
+//                                  (launch/failure_agreement.h).
 // (ENGINE_TEST_POISON_STEPS, a NaN gradient, belongs to NonFiniteGuard.)
 #pragma once
 
@@ -26,7 +32,7 @@ class FaultInjection {
   // Reads the switches; throws engine::Error naming a malformed one.
   static FaultInjection from_environment(int world_rank, int world_size);
 
-  // ENGINE_TEST_KILL: may kill this process.
+  // ENGINE_TEST_KILL: may kill this process; ENGINE_TEST_THROW: may throw.
   void at_step_start(std::int64_t step) const;
   // ENGINE_TEST_MTBF: arms the failure clock on the rank it picks.
   void start_failure_clock() const;
@@ -38,6 +44,7 @@ class FaultInjection {
   int size_ = 1;
   int attempt_ = 0;
   std::int64_t kill_rank_ = -1, kill_step_ = -1;
+  std::int64_t throw_rank_ = -1, throw_step_ = -1;  // throw_rank_ -2: every rank ("all@STEP")
   double mtbf_seconds_ = 0;
   std::uint64_t mtbf_seed_ = 0;
   std::int64_t failed_saves_first_ = 0, failed_saves_last_ = -1;

@@ -3,8 +3,9 @@
 // the world (a non-finite loss), or after agreeing on an outcome (a
 // checkpoint no rank could write). `train` prints it once, from rank 0, and
 // every rank leaves through MPI_Finalize with exit_code(): nobody is left
-// waiting, so no MPI_Abort is needed. An error only one rank sees is an
-// engine::Error: that rank prints it with its number and aborts the job.
+// waiting, so no MPI_Abort is needed. Any other error (an engine::Error) may
+// have been seen by one rank only: launch/failure_agreement.h finds out, and
+// aborts the job only then.
 #pragma once
 
 #include <string>

@@ -1,16 +1,17 @@
 // The `train` program: flags (or a JSON config) in, a trained GPT out, on one
 // process or under mpirun. Exit codes: launch/exit_codes.h.
 //
-// Errors never leave ranks waiting (DESIGN.md): everything that can be checked
-// without communicating (flags, the layout, the data and model files) is
-// checked by every rank alike; the ranks then agree on the outcome, the first
-// failing rank prints its message once, and all exit non-zero. Later, an
-// error the ranks reach together (launch/job_error.h) is printed once by rank
-// 0 and every rank exits cleanly; an error only one rank sees prints with its
-// rank and aborts the whole job. A rank that stops answering is found by the
-// collective watchdog (parallel/watchdog.h).
+// Errors never leave ranks waiting (DESIGN.md), and each is printed once, on
+// one line. Everything that can be checked without communicating (flags, the
+// layout, the data and model files) is checked by every rank alike; the ranks
+// then agree on the outcome, the first failing rank prints its message, and
+// all exit non-zero. Later, an error the ranks reach together by agreement
+// (launch/job_error.h) is printed by rank 0 and every rank exits cleanly; any
+// other error first asks whether every rank caught one too
+// (launch/failure_agreement.h): if so it ends the job the same way, if not
+// the rank prints it with its number and aborts the whole job. A rank that
+// stops answering is found by the collective watchdog (parallel/watchdog.h).
 #include <mpi.h>
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <iostream>
@@ -21,6 +22,7 @@
 #include "engine/check.h"
 #include "engine/device.h"
 #include "launch/exit_codes.h"
+#include "launch/failure_agreement.h"
 #include "launch/job_error.h"
 #include "launch/stop_request.h"
 #include "launch/train_config.h"
@@ -29,26 +31,19 @@
 
 namespace {
 
-// One write per line: lines from several ranks never interleave mid-line.
-void print_line(const std::string& text) {
-  const std::string line = text + "\n";
-  [[maybe_unused]] const ssize_t n = write(STDERR_FILENO, line.data(), line.size());
-}
-
 // Returns true on every rank if no rank failed; the lowest failing rank
 // prints its error.
 bool all_ranks_passed(const std::string& error, int rank) {
   int first_failed = error.empty() ? 1 << 30 : rank;
   MPI_Allreduce(MPI_IN_PLACE, &first_failed, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (first_failed == rank) print_line("error: " + error);
+  if (first_failed == rank) launch::write_stderr_line("error: " + launch::one_line(error));
   return first_failed == 1 << 30;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+// Everything between MPI_Init and MPI_Finalize; returns the exit code.
+int train(int argc, char** argv) {
+  // First, while no rank can have failed yet: it duplicates the world.
+  launch::FailureAgreement failures(MPI_COMM_WORLD);
   int rank = 0, world = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
@@ -58,15 +53,12 @@ int main(int argc, char** argv) {
   CLI::App app{"Train a GPT-2 style model on token shards (llm.c format), on one process or under mpirun."};
   launch::TrainConfig config;
   launch::add_train_options(app, config);
-  int status = 0;
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     // Every rank parses the same arguments; rank 0 speaks for all.
     std::ostringstream silent;
-    status = rank == 0 ? app.exit(e) : app.exit(e, silent, silent);
-    MPI_Finalize();
-    return status;
+    return rank == 0 ? app.exit(e) : app.exit(e, silent, silent);
   }
 
   // Flags first (a usage error), then the inputs they name (bad input):
@@ -82,15 +74,15 @@ int main(int argc, char** argv) {
   }
   // Every rank failed at the same stage or passed it; agree on the code too.
   MPI_Allreduce(MPI_IN_PLACE, &failure, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (!all_ranks_passed(error, rank)) {
-    MPI_Finalize();
-    return failure;
-  }
+  if (!all_ranks_passed(error, rank)) return failure;
   parallel::install_watchdog(MPI_COMM_WORLD, {config.collective_timeout, launch::kExitCollectiveTimeout});
 
   // The trainer outlives the try block: were it destroyed while unwinding,
   // its pending communication would wait for ranks that will never join,
-  // and MPI_Abort below would never run.
+  // and MPI_Abort would never run. It is destroyed only once every rank is
+  // known to be here, and before the watchdog goes: should ranks that failed
+  // at different points leave an operation unmatched, its wait ends at
+  // --collective-timeout instead of hanging.
   std::optional<launch::Trainer> trainer;
   int exit_code = launch::kExitDone;
   try {
@@ -98,14 +90,24 @@ int main(int argc, char** argv) {
     exit_code = trainer->run().exit_code;
   } catch (const launch::JobError& e) {
     // Every rank is here, with the same message.
-    if (rank == 0) print_line(std::string("error: ") + e.what());
+    if (rank == 0) launch::write_stderr_line("error: " + launch::one_line(e.what()));
     exit_code = e.exit_code();
   } catch (const std::exception& e) {
-    print_line("[rank " + std::to_string(rank) + "] error: " + e.what());
-    MPI_Abort(MPI_COMM_WORLD, launch::kExitFailed);
+    // Returns only if every rank failed too (printed once); else aborts.
+    failures.report(e.what());
+    exit_code = launch::kExitFailed;
   }
   trainer.reset();
   parallel::uninstall_watchdog();
+  return exit_code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  const int exit_code = train(argc, argv);
   MPI_Finalize();
   return exit_code;
 }

@@ -71,6 +71,12 @@ class Watchdog {
 
   bool installed() const { return comm_ != MPI_COMM_NULL; }
 
+  bool roll_call_pending() const {
+    int flag = 0;
+    MPI_Iprobe(MPI_ANY_SOURCE, kRollCallTag, comm_, &flag, MPI_STATUS_IGNORE);
+    return flag != 0;
+  }
+
   int wait(int count, MPI_Request* requests, const std::function<std::string()>& describe) {
     const Clock::time_point start = Clock::now();
     std::chrono::microseconds sleep = kFirstSleep;
@@ -110,12 +116,6 @@ class Watchdog {
     copy_text(r.phase, sizeof r.phase, phase.load());
     copy_text(r.operation, sizeof r.operation, describe());
     return r;
-  }
-
-  bool roll_call_pending() const {
-    int flag = 0;
-    MPI_Iprobe(MPI_ANY_SOURCE, kRollCallTag, comm_, &flag, MPI_STATUS_IGNORE);
-    return flag != 0;
   }
 
   // Records every roll call that has arrived.
@@ -234,6 +234,7 @@ Watchdog& watchdog() {
 void install_watchdog(MPI_Comm world, const WatchdogOptions& options) { watchdog().install(world, options); }
 void uninstall_watchdog() { watchdog().uninstall(); }
 bool watchdog_installed() { return watchdog().installed(); }
+bool watchdog_roll_call_pending() { return watchdog().installed() && watchdog().roll_call_pending(); }
 
 void watchdog_set_step(std::int64_t step) { watchdog().step.store(step); }
 void watchdog_set_phase(const char* phase) { watchdog().phase.store(phase); }

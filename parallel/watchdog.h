@@ -63,6 +63,12 @@ void install_watchdog(MPI_Comm world, const WatchdogOptions& options);
 void uninstall_watchdog();
 bool watchdog_installed();
 
+// True when a roll call from another rank has reached this one: some rank
+// waited past its timeout and is asking who is missing. For code that waits
+// outside wait_for_requests (launch/failure_agreement.h): the ranks it hoped
+// to hear from are stuck waiting for it instead. False when not installed.
+bool watchdog_roll_call_pending();
+
 // Where this rank is, for the timeout message. `phase` must be a string
 // literal ("forward", "backward", "gradient reduction", ...). Cheap.
 void watchdog_set_step(std::int64_t step);  // 1-based step being run; 0 before the first
