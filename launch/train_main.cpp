@@ -56,9 +56,12 @@ int train(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    // Every rank parses the same arguments; rank 0 speaks for all.
+    // Every rank parses the same arguments; rank 0 speaks for all. --help
+    // (and --version) exit 0; any other parse error is a usage error, which
+    // launch/supervise does not retry (CLI11's own codes are 100 and up).
     std::ostringstream silent;
-    return rank == 0 ? app.exit(e) : app.exit(e, silent, silent);
+    const int code = rank == 0 ? app.exit(e) : app.exit(e, silent, silent);
+    return code == 0 ? 0 : launch::kExitUsage;
   }
 
   // Flags first (a usage error), then the inputs they name (bad input):
