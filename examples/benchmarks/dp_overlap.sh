@@ -22,7 +22,7 @@ for overlap in true false; do
     --steps "$STEPS" --device cpu --peak-tflops 1 --train-data "$work/bench_train_*.bin" \
     --overlap-grad-reduce "$overlap" --bucket-mb 4 --log-file "$log" >/dev/null
   awk -v mode="$overlap" '
-    { match($0, /"exposed_comm_s":[0-9.e+-]+/); e = substr($0, RSTART + 17, RLENGTH - 17)
+    /"step_time_s"/ { match($0, /"exposed_comm_s":[0-9.e+-]+/); e = substr($0, RSTART + 17, RLENGTH - 17)
       match($0, /"step_time_s":[0-9.e+-]+/);    t = substr($0, RSTART + 14, RLENGTH - 14)
       if (NR > 2) { exposed += e; step += t; n++ } }
     END { printf "overlap %-5s  exposed communication %6.1f ms of a %6.1f ms step (%4.1f%%), %d steps\n",

@@ -31,7 +31,7 @@ for zero in 0 1 2 3; do
     staging=$(grep -q 'buffers <=' <<<"$memory" && sed -E 's/.*buffers <= ([0-9.]+ [KMG]?i?B).*/\1/' <<<"$memory" || echo "-")
     awk -v z="$zero" -v r="$recompute" -v p="$(field parameters)" -v g="$(field gradients)" \
         -v o="$(field 'optimizer state')" -v a="$(field activations)" -v s="$staging" '
-      { match($0, /"step_time_s":[0-9.e+-]+/); t = substr($0, RSTART + 14, RLENGTH - 14)
+      /"step_time_s"/ { match($0, /"step_time_s":[0-9.e+-]+/); t = substr($0, RSTART + 14, RLENGTH - 14)
         match($0, /"dp":[0-9.e+-]+/);          d = substr($0, RSTART + 5, RLENGTH - 5)
         match($0, /"peak_memory_bytes":[0-9]+/); peak = substr($0, RSTART + 20, RLENGTH - 20)
         match($0, /"loss":[0-9.e+-]+/);        loss = substr($0, RSTART + 7, RLENGTH - 7)

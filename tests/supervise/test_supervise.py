@@ -349,7 +349,9 @@ class SuperviseTest(unittest.TestCase):
         self.assertEqual((report["useful_s"], report["steps"], report["earlier_lines_ignored"]), (0.5, 1, 2))
 
     def test_log_file_is_found_in_the_command(self):
-        for form in (["--log-file", "METRICS"], ["--log-file=METRICS"]):
+        run_dir = os.path.dirname(self.metrics)
+        self.assertEqual(os.path.basename(self.metrics), "metrics.jsonl")  # what a run folder holds
+        for form in (["--log-file", "METRICS"], ["--log-file=METRICS"], ["--run-dir", run_dir], [f"--run-dir={run_dir}"]):
             with self.subTest(form=form):
                 if os.path.exists(self.metrics):
                     os.unlink(self.metrics)
