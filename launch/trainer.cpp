@@ -175,7 +175,7 @@ void Trainer::report_start() {
   const MemoryNotes notes{store_->working().data() != store_->master().data(), stage_->slots(),
                           config_.recompute_mode};
   report_memory(is_logger() ? &out_ : nullptr, *host_world_, memory_account(), *data_parallel_, *optimizer_, notes);
-  if (is_logger()) out_ << "flops      " << model::flops_convention() << "\n";
+  if (is_logger()) out_ << "flops      " << model::flops_convention(config_.attention_flops_mode) << "\n";
 }
 
 // ---- one step ------------------------------------------------------------------------
