@@ -60,7 +60,7 @@ void check_inputs(const TrainConfig& config) {
 }
 
 StepMetrics Trainer::step_metrics(std::int64_t step, double loss, double norm, double lr, double seconds,
-                                  double step_flops, double peak) {
+                                  const StepFlops& flops, PeakFlops& peak) {
   const int devices = grid_.world_size();
   StepMetrics m;
   m.step = step + 1;
@@ -70,8 +70,11 @@ StepMetrics Trainer::step_metrics(std::int64_t step, double loss, double norm, d
   m.lr = lr;
   m.step_seconds = seconds;
   m.tokens_per_second = static_cast<double>(config_.batch_tokens) / seconds;
-  m.tflops_per_device = step_flops / seconds / devices / 1e12;
-  m.mfu = step_flops / (seconds * devices * peak);
+  m.tflops_per_device = flops.model / seconds / devices / 1e12;
+  const PeakFlops::Utilization used = peak.utilization(m.step, flops, seconds, devices, is_logger() ? &out_ : nullptr);
+  m.mfu = used.mfu;
+  m.hfu = used.hfu;
+  m.recompute = config_.recompute_mode != model::Recompute::kNone;
   m.peak_memory_bytes = engine::memory_stats(config_.device_type).peak;
   m.peak_rss_bytes = peak_rss_bytes();
   m.parallel = devices > 1;
