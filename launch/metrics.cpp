@@ -20,13 +20,16 @@ MetricsLog::MetricsLog(const std::string& path) : path_(path) {
 }
 
 std::string MetricsLog::format_line(const StepMetrics& m) {
-  char line[320];
+  char line[352];
+  // HFU only where it differs from MFU: with recomputation (JSONL always has it).
+  char hfu[32] = "";
+  if (m.recompute) std::snprintf(hfu, sizeof hfu, " | HFU %.1f%%", m.hfu * 100.0);
   const int width = static_cast<int>(std::to_string(m.steps).size());
   std::snprintf(line, sizeof line,
-                "step %*lld/%lld | loss %.4f | norm %.3f | lr %.2e | %.1f ms | %.0f tok/s | %.2f TFLOP/s | MFU %.1f%% | "
-                "mem %s",
+                "step %*lld/%lld | loss %.4f | norm %.3f | lr %.2e | %.1f ms | %.0f tok/s | %.2f TFLOP/s | "
+                "MFU %.1f%%%s | mem %s",
                 width, static_cast<long long>(m.step), static_cast<long long>(m.steps), m.loss, m.grad_norm, m.lr,
-                m.step_seconds * 1e3, m.tokens_per_second, m.tflops_per_device, m.mfu * 100.0,
+                m.step_seconds * 1e3, m.tokens_per_second, m.tflops_per_device, m.mfu * 100.0, hfu,
                 engine::format_bytes(m.peak_memory_bytes).c_str());
   std::string out = line;
   if (m.parallel) {
@@ -56,6 +59,7 @@ void MetricsLog::record(const StepMetrics& m) {
                       {"tokens_per_s", m.tokens_per_second},
                       {"tflops_per_device", m.tflops_per_device},
                       {"mfu", m.mfu},
+                      {"hfu", m.hfu},
                       {"peak_memory_bytes", m.peak_memory_bytes},
                       {"peak_rss_bytes", m.peak_rss_bytes}};
   if (m.val_loss) j["val_loss"] = *m.val_loss;

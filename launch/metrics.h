@@ -19,7 +19,9 @@ struct StepMetrics {
   double step_seconds = 0;
   double tokens_per_second = 0;  // global
   double tflops_per_device = 0;  // achieved model TFLOP/s per device
-  double mfu = 0;                // fraction of peak
+  double mfu = 0;                // model FLOPs' fraction of peak (launch/peak_flops.h)
+  double hfu = 0;                // hardware FLOPs' (model + recomputed) fraction of peak; = mfu without recomputation
+  bool recompute = false;        // recomputation is on: print HFU beside MFU (it equals MFU otherwise)
   std::uint64_t peak_memory_bytes = 0;  // engine-held bytes on the compute device, high-water mark
   std::uint64_t peak_rss_bytes = 0;     // process resident set, high-water mark
   std::optional<double> val_loss;

@@ -187,8 +187,14 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
                  "NCCL's) before the job ends (exit 124) naming the step, the phase and the ranks that did not "
                  "arrive; 10x longer in checkpoints (0 = wait forever)")
       ->group(kRun)->capture_default_str();
-  app.add_option("--peak-tflops", c.peak_tflops, "Peak TFLOP/s per device for MFU (0 = GPU table / CPU measured)")
+  app.add_option("--peak-tflops", c.peak_tflops,
+                 "Peak TFLOP/s per device for MFU (0 = GPU table / CPU measured once per machine and thread count, "
+                 "cached)")
       ->group(kRun)->capture_default_str();
+  app.add_option("--attention-flops", c.attention_flops,
+                 "Attention FLOPs in MFU and HFU: causal (half of s x s, llm.c and Megatron-LM since 2025) or full "
+                 "(the whole square, Megatron-LM 2021)")
+      ->group(kRun)->capture_default_str()->check(CLI::IsMember({"causal", "full"}));
   app.add_option("--sample-tokens", c.sample_tokens, "Generate this many tokens at the end (0 = none)")
       ->group(kRun)->capture_default_str();
   app.add_option("--sample-prompt", c.sample_prompt, "Text the sample starts from")->group(kRun);
@@ -304,6 +310,7 @@ void TrainConfig::resolve(int cuda_devices, int world) {
   if (precision == "auto") precision = device_type == engine::DeviceType::kCuda ? "bf16" : "fp32";
   precision_mode = model::parse_precision(precision);
   recompute_mode = model::parse_recompute(recompute);
+  attention_flops_mode = model::parse_attention_flops(attention_flops);
   if (comm == "auto") comm = device_type == engine::DeviceType::kCuda && cuda_devices > 0 ? "nccl" : "mpi";
   ENGINE_CHECK(comm != "nccl" || device_type == engine::DeviceType::kCuda,
                "--comm nccl needs --device cuda (NCCL moves device memory); use --comm mpi on the CPU");

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "model/flops.h"
 #include "model/gpt_config.h"
 #include "model/param_store.h"
 #include "model/recompute.h"
@@ -96,7 +97,8 @@ struct TrainConfig {
   bool eval_only = false;          // score the model (--init-from or --resume) on --val-data and exit
   std::int64_t log_interval = 1;   // print every K-th step (the JSONL keeps every step)
   std::string save_model;          // write the final model in llm.c's format here
-  double peak_tflops = 0;          // per device; 0 = table (GPU) or measured (CPU)
+  double peak_tflops = 0;          // per device; 0 = table (GPU) or measured once and cached (CPU, launch/cpu_peak.h)
+  std::string attention_flops = "causal";  // causal | full: attention FLOPs in MFU/HFU (model/flops.h)
   // Seconds one collective or pipeline transfer may wait before the job ends
   // (parallel/watchdog.h); 0 = forever.
   double collective_timeout = 300;
@@ -114,6 +116,7 @@ struct TrainConfig {
   engine::DeviceType device_type = engine::DeviceType::kCpu;
   model::Precision precision_mode = model::Precision::kFp32;
   model::Recompute recompute_mode = model::Recompute::kNone;
+  model::AttentionFlops attention_flops_mode = model::AttentionFlops::kCausal;
   std::int64_t grad_accum = 1;  // micro-batches per data-parallel rank and step
   // Whether checkpoint_dir / log_file were derived from run_dir (and so are
   // left out of the saved configuration, which names run_dir instead).

@@ -201,7 +201,7 @@ void Trainer::report_start() {
   const MemoryNotes notes{store_->working().data() != store_->master().data(), stage_->slots(),
                           config_.recompute_mode};
   report_memory(is_logger() ? &out_ : nullptr, *host_world_, memory_account(), *data_parallel_, *optimizer_, notes);
-  if (is_logger()) out_ << "flops      " << model::flops_convention() << "\n";
+  if (is_logger()) out_ << "flops      " << model::flops_convention(config_.attention_flops_mode) << "\n";
   if (is_logger()) report_paths();
 }
 
@@ -316,10 +316,9 @@ RunSummary Trainer::run() {
 RunSummary Trainer::run_steps() {
   RunSummary summary;
   summary.first_step = start_step_;
-  const double peak = peak_flops_per_device(
-      config_, config_.device_type == engine::DeviceType::kCuda ? local_gpu() : 0, is_logger() ? &out_ : nullptr);
-  const double step_flops =
-      model::training_flops_per_step(config_.model, config_.batch_tokens / config_.seq_len, config_.seq_len);
+  PeakFlops peak = PeakFlops::for_run(config_, config_.device_type == engine::DeviceType::kCuda ? local_gpu() : 0,
+                                      host_world_->comm(), is_logger() ? &out_ : nullptr);
+  const StepFlops flops = step_flops(config_);
   for (std::int64_t step = start_step_; step < config_.steps; ++step) {
     parallel::watchdog_set_step(step + 1);
     faults_.at_step_start(step + 1);
@@ -353,7 +352,7 @@ RunSummary Trainer::run_steps() {
     }
     engine::device_synchronize();
     parallel::watchdog_set_phase("metrics");
-    StepMetrics m = step_metrics(step, loss, norm, lr, seconds_since(t0), step_flops, peak);
+    StepMetrics m = step_metrics(step, loss, norm, lr, seconds_since(t0), flops, peak);
     m.skipped = !apply;
 
     const bool last = step + 1 == config_.steps;

@@ -42,6 +42,7 @@
 #include "launch/nonfinite_guard.h"
 #include "launch/checkpoint_saver.h"
 #include "launch/optimizer_checkpoint.h"
+#include "launch/peak_flops.h"
 #include "launch/text_log.h"
 #include "launch/train_config.h"
 #include "launch/training_stage.h"
@@ -52,6 +53,7 @@
 #include "optim/optimizer.h"
 #include "parallel/communicator.h"
 #include "parallel/data_parallel.h"
+#include "parallel/mpi_communicator.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/process_grid.h"
 #include "parallel/tied_embedding.h"
@@ -100,9 +102,10 @@ class Trainer {
   double train_step(std::int64_t step);  // returns the global mean loss
   void finish_gradients();               // and times what the reductions left exposed
   double global_grad_norm();
-  // step_flops: model FLOPs per step (DESIGN.md, "Numbers"); peak: one device's peak FLOP/s.
-  StepMetrics step_metrics(std::int64_t step, double loss, double norm, double lr, double seconds, double step_flops,
-                           double peak);
+  // flops: the step's model and hardware FLOPs; peak: one device's, raised if a step beats a measured one
+  // (launch/peak_flops.h, DESIGN.md "Numbers").
+  StepMetrics step_metrics(std::int64_t step, double loss, double norm, double lr, double seconds,
+                           const StepFlops& flops, PeakFlops& peak);
   // The mean loss over the first --val-tokens of the validation set (the
   // same sequences for any layout); forward only, collective.
   double validate();
@@ -163,7 +166,7 @@ class Trainer {
   std::ostream& out_;                      // rank 0's text log (the console, and the copy)
   parallel::ProcessGrid grid_;
   parallel::GridComms comms_;                           // device traffic (MPI or NCCL)
-  std::unique_ptr<parallel::Communicator> host_world_;  // host scalars, checkpoint coordination (MPI)
+  std::unique_ptr<parallel::MpiCommunicator> host_world_;  // host scalars, checkpoint coordination, CPU peak
   model::StageRange range_;
   model::TensorParallel tp_;
   model::ParamRegistry registry_;

@@ -74,7 +74,7 @@ void check_inputs(const TrainConfig& config) {
 }
 
 StepMetrics Trainer::step_metrics(std::int64_t step, double loss, double norm, double lr, double seconds,
-                                  double step_flops, double peak) {
+                                  const StepFlops& flops, PeakFlops& peak) {
   const int devices = grid_.world_size();
   StepMetrics m;
   m.step = step + 1;
@@ -84,8 +84,11 @@ StepMetrics Trainer::step_metrics(std::int64_t step, double loss, double norm, d
   m.lr = lr;
   m.step_seconds = seconds;
   m.tokens_per_second = static_cast<double>(config_.batch_tokens) / seconds;
-  m.tflops_per_device = step_flops / seconds / devices / 1e12;
-  m.mfu = step_flops / (seconds * devices * peak);
+  m.tflops_per_device = flops.model / seconds / devices / 1e12;
+  const PeakFlops::Utilization used = peak.utilization(m.step, flops, seconds, devices, is_logger() ? &out_ : nullptr);
+  m.mfu = used.mfu;
+  m.hfu = used.hfu;
+  m.recompute = config_.recompute_mode != model::Recompute::kNone;
   m.peak_memory_bytes = engine::memory_stats(config_.device_type).peak;
   m.peak_rss_bytes = peak_rss_bytes();
   m.parallel = devices > 1;
@@ -163,11 +166,14 @@ void Trainer::add_to_summary(RunSummary& summary, const StepMetrics& m) {
   // it out once there is another.
   if (m.step - 1 == start_step_) {
     summary.mean_mfu = m.mfu;
+    summary.mean_hfu = m.hfu;
     return;
   }
   mfu_sum_ += m.mfu;
+  hfu_sum_ += m.hfu;
   ++mfu_steps_;
   summary.mean_mfu = mfu_sum_ / static_cast<double>(mfu_steps_);
+  summary.mean_hfu = hfu_sum_ / static_cast<double>(mfu_steps_);
 }
 
 namespace {
@@ -217,7 +223,8 @@ void Trainer::report_summary(RunSummary& summary) {
                                    {"wall_s", summary.wall_seconds},
                                    {"train_s", summary.train_seconds},
                                    {"tokens_per_s", tokens_per_second},
-                                   {"mean_mfu", summary.mean_mfu}};
+                                   {"mean_mfu", summary.mean_mfu},
+                                   {"mean_hfu", summary.mean_hfu}};
   if (!summary.losses.empty()) record["final_loss"] = summary.losses.back();
   if (summary.best_val_loss >= 0) {
     record["best_val_loss"] = summary.best_val_loss;
@@ -235,8 +242,12 @@ void Trainer::report_summary(RunSummary& summary) {
                 format_duration(summary.wall_seconds).c_str(), format_duration(summary.train_seconds).c_str());
   out_ << line << "\n";
   if (!summary.losses.empty()) {
-    std::snprintf(line, sizeof line, "           mean %.0f tok/s, MFU %.1f%%%s; final loss %.4f", tokens_per_second,
-                  summary.mean_mfu * 100.0, mfu_steps_ > 0 ? " (steps after the first)" : "", summary.losses.back());
+    char hfu[32] = "";
+    if (config_.recompute_mode != model::Recompute::kNone)
+      std::snprintf(hfu, sizeof hfu, ", HFU %.1f%%", summary.mean_hfu * 100.0);
+    std::snprintf(line, sizeof line, "           mean %.0f tok/s, MFU %.1f%%%s%s; final loss %.4f", tokens_per_second,
+                  summary.mean_mfu * 100.0, hfu, mfu_steps_ > 0 ? " (steps after the first)" : "",
+                  summary.losses.back());
     out_ << line << "\n";
   }
   if (summary.best_val_loss >= 0) {

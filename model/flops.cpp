@@ -1,17 +1,65 @@
 #include "model/flops.h"
 
+#include "engine/check.h"
+
 namespace model {
 
-double training_flops_per_step(const GptConfig& config, std::int64_t sequences, std::int64_t seq_len) {
+AttentionFlops parse_attention_flops(const std::string& text) {
+  if (text == "causal") return AttentionFlops::kCausal;
+  if (text == "full") return AttentionFlops::kFull;
+  ENGINE_FAIL("unknown attention FLOP convention '", text, "'; expected causal or full");
+}
+
+const char* attention_flops_name(AttentionFlops mode) {
+  return mode == AttentionFlops::kCausal ? "causal" : "full";
+}
+
+namespace {
+
+// The fraction of the s x s square the attention convention counts.
+double attention_fraction(AttentionFlops attention) { return attention == AttentionFlops::kCausal ? 0.5 : 1.0; }
+
+// Forward FLOPs of one layer's attention core (q k^T and probabilities times
+// v) for B sequences: 2 matmuls of 2*s*s*h each over all heads.
+double attention_core_forward(double B, double s, double h, AttentionFlops attention) {
+  return 2.0 * 2.0 * B * s * s * h * attention_fraction(attention);
+}
+
+}  // namespace
+
+double training_flops_per_step(const GptConfig& config, std::int64_t sequences, std::int64_t seq_len,
+                               AttentionFlops attention) {
   const double B = static_cast<double>(sequences), s = static_cast<double>(seq_len);
   const double l = static_cast<double>(config.n_layer), h = static_cast<double>(config.n_embd);
   const double V = static_cast<double>(config.padded_vocab());
-  return 72.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (12.0 * l * h));
+  const double attention_term = s / (6.0 * h) * attention_fraction(attention);  // s/(6h) full, s/(12h) causal
+  return 72.0 * B * s * l * h * h * (1.0 + attention_term + V / (12.0 * l * h));
 }
 
-const char* flops_convention() {
-  return "model FLOPs/step = 72*B*s*l*h^2*(1 + s/(6h) + V/(12lh)) (Megatron-LM, Narayanan et al. 2021; "
-         "fwd+bwd matmuls, full s x s attention, padded V, recomputation not counted)";
+double recompute_flops_per_step(const GptConfig& config, std::int64_t sequences, std::int64_t seq_len,
+                                Recompute recompute, AttentionFlops attention) {
+  const double B = static_cast<double>(sequences), s = static_cast<double>(seq_len);
+  const double l = static_cast<double>(config.n_layer), h = static_cast<double>(config.n_embd);
+  switch (recompute) {
+    case Recompute::kNone:
+      return 0.0;
+    case Recompute::kSelective:
+      return l * attention_core_forward(B, s, h, attention);
+    case Recompute::kFull:
+      // qkv (3h^2), attention projection (h^2) and fc (4h^2) per token, 2 FLOPs per multiply-add.
+      return l * (2.0 * B * s * 8.0 * h * h + attention_core_forward(B, s, h, attention));
+  }
+  return 0.0;
+}
+
+std::string flops_convention(AttentionFlops attention) {
+  const bool causal = attention == AttentionFlops::kCausal;
+  return std::string("model FLOPs/step = 72*B*s*l*h^2*(1 + ") + (causal ? "s/(12h)" : "s/(6h)") +
+         " + V/(12lh)) (Megatron-LM, Narayanan et al. 2021: fwd+bwd matmuls, padded V; attention counts " +
+         (causal ? "the causal half of s x s, as llm.c and Megatron-LM since 2025 do, --attention-flops full for the "
+                   "whole square"
+                 : "the full s x s square, as the paper does, --attention-flops causal for the causal half") +
+         "); recomputation counted in HFU only, not in MFU";
 }
 
 }  // namespace model

@@ -27,7 +27,8 @@
 // under tp x pp x dp in fp32); on CUDA the attention forward uses no atomics
 // and cuBLASLt repeats a fixed algorithm for a fixed shape, so the same is
 // expected there. Only memory and time change. Model FLOPs (model/flops.h)
-// do not count the recomputed work, so MFU falls by its cost.
+// do not count the recomputed work, so MFU falls by its cost; HFU counts it
+// (recompute_flops_per_step).
 #pragma once
 
 #include <cstdint>

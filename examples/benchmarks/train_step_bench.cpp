@@ -2,6 +2,11 @@
 // tokens: tokens/s, achieved FLOP/s (Megatron-LM's model-FLOP convention, see
 // model/flops.h), and where the step's time goes, op by op.
 //
+// Attention FLOPs are counted over the full s x s square by default, as the
+// paper does and as examples/benchmarks/pytorch_reference.py and the figures
+// of RESULTS.md do (`train` counts the causal half by default);
+// --attention-flops causal counts the causal half.
+//
 //   train_step_bench                                  # the two CPU cases of RESULTS.md
 //   train_step_bench --model gpt2-124m --seq-len 64 --micro-batch 4 --steps 3
 //
@@ -33,7 +38,8 @@ struct Case {
 
 using Clock = std::chrono::steady_clock;
 
-void run_case(const Case& c, int steps, engine::DeviceType device, model::Precision precision, bool profile) {
+void run_case(const Case& c, int steps, engine::DeviceType device, model::Precision precision, bool profile,
+              model::AttentionFlops attention) {
   model::GptConfig config = model::gpt_preset(c.model);
   const model::ParamRegistry registry = model::build_gpt_registry(config);
   model::ParamStore store(registry, device, precision);
@@ -72,7 +78,7 @@ void run_case(const Case& c, int steps, engine::DeviceType device, model::Precis
   }
   std::sort(times.begin(), times.end());
   const double median = times[times.size() / 2];
-  const double flops = model::training_flops_per_step(config, c.micro_batch, c.seq_len);
+  const double flops = model::training_flops_per_step(config, c.micro_batch, c.seq_len, attention);
   std::printf("%-10s B=%-3lld T=%-5lld params %6.1fM | step %8.1f ms (median of %d) | %9.0f tok/s | %7.2f GFLOP/s | "
               "activations %s\n",
               c.model.c_str(), static_cast<long long>(c.micro_batch), static_cast<long long>(c.seq_len),
@@ -107,6 +113,7 @@ int main(int argc, char** argv) {
   std::int64_t micro_batch = 0, seq_len = 0;
   int steps = 5;
   bool profile = true;
+  std::string attention_flops = "full";
   app.add_option("--model", model_name, "Preset to time (default: the two cases of RESULTS.md)");
   app.add_option("--micro-batch", micro_batch, "Sequences per step");
   app.add_option("--seq-len", seq_len, "Tokens per sequence");
@@ -114,6 +121,9 @@ int main(int argc, char** argv) {
   app.add_option("--device", device_name, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   app.add_option("--precision", precision_name, "auto, fp32 or bf16")->capture_default_str();
   app.add_option("--profile", profile, "Print the per-op breakdown of one extra step")->capture_default_str();
+  app.add_option("--attention-flops", attention_flops,
+                 "Attention FLOPs in the GFLOP/s figure: full (s x s, Megatron-LM 2021, RESULTS.md) or causal (half)")
+      ->check(CLI::IsMember({"causal", "full"}))->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
     const engine::DeviceType device = device_name == "cuda" ? engine::DeviceType::kCuda : engine::DeviceType::kCpu;
@@ -127,7 +137,8 @@ int main(int argc, char** argv) {
       cases = {{"gpt-demo", 16, 128}, {"gpt2-124m", 4, 64}};
     else
       cases = {{model_name, micro_batch ? micro_batch : 4, seq_len ? seq_len : 64}};
-    for (const Case& c : cases) run_case(c, steps, device, precision, profile);
+    for (const Case& c : cases)
+      run_case(c, steps, device, precision, profile, model::parse_attention_flops(attention_flops));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
