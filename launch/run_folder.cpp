@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <regex>
 #include <sstream>
 
 #include "engine/check.h"
@@ -21,8 +22,11 @@ std::vector<fs::path> checkpoint_entries(const std::string& dir) {
   std::error_code error;
   if (dir.empty() || !fs::is_directory(dir, error)) return found;
   for (const fs::directory_entry& entry : fs::directory_iterator(dir, error)) {
+    // Only names a checkpoint writer gives: step_NNNNNNNN, with .tmp (a
+    // crashed save) or .damaged (set aside by a resume).
+    static const std::regex kStepDir(R"(step_[0-9]{8}(\.tmp|\.damaged)?)");
     const std::string name = entry.path().filename().string();
-    if (name == checkpoint_files::kLatestFile || name.rfind("step_", 0) == 0) found.push_back(entry.path());
+    if (name == checkpoint_files::kLatestFile || std::regex_match(name, kStepDir)) found.push_back(entry.path());
   }
   std::sort(found.begin(), found.end());
   return found;
@@ -53,7 +57,7 @@ std::vector<std::string> previous_run_outputs(const TrainConfig& config) {
   }
   if (non_empty_file(config.log_file)) found.push_back("metrics in '" + config.log_file + "'");
   const RunPaths paths = run_paths(config);
-  if (non_empty_file(paths.summary)) found.push_back("a finished run's summary '" + paths.summary + "'");
+  if (non_empty_file(paths.summary)) found.push_back("a run's summary '" + paths.summary + "'");
   return found;
 }
 
@@ -76,7 +80,8 @@ void remove_previous_run(const TrainConfig& config) {
   }
   const RunPaths paths = run_paths(config);
   for (const std::string& file : {config.log_file, paths.text_log, paths.summary, paths.config}) {
-    if (file.empty()) continue;
+    // Files only: never a device such as --log-file /dev/stdout.
+    if (file.empty() || !fs::is_regular_file(file, error)) continue;
     fs::remove(file, error);
     ENGINE_CHECK(!error, "--overwrite: cannot delete '", file, "': ", error.message());
   }

@@ -14,20 +14,22 @@ TextLogCopy::TextLogCopy(std::ostream& console, const std::string& path)
 
 int TextLogCopy::TeeBuffer::overflow(int c) {
   if (c == traits_type::eof()) return traits_type::not_eof(c);
-  const int a = a_->sputc(static_cast<char>(c)), b = b_->sputc(static_cast<char>(c));
-  return a == traits_type::eof() || b == traits_type::eof() ? traits_type::eof() : c;
+  // The console's result only: a copy that cannot be written (disk full)
+  // must not silence the run's own output.
+  const int a = a_->sputc(static_cast<char>(c));
+  b_->sputc(static_cast<char>(c));
+  return a;
 }
 
 std::streamsize TextLogCopy::TeeBuffer::xsputn(const char* s, std::streamsize n) {
-  const std::streamsize a = a_->sputn(s, n), b = b_->sputn(s, n);
-  return std::min(a, b);
+  const std::streamsize a = a_->sputn(s, n);
+  b_->sputn(s, n);
+  return a;
 }
 
 int TextLogCopy::TeeBuffer::sync() {
-  // The console is flushed even when the copy cannot be (a full disk must
-  // not silence the run's own output).
-  const int a = a_->pubsync(), b = b_->pubsync();
-  return a == 0 && b == 0 ? 0 : -1;
+  b_->pubsync();
+  return a_->pubsync();
 }
 
 }  // namespace launch

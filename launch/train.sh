@@ -44,7 +44,7 @@ for ((i = 0; i < ${#args[@]}; i++)); do
   case ${args[i]} in
     --tp|--pp|--dp) declare "${args[i]#--}=${args[i + 1]:-}" ;;
     --tp=*|--pp=*|--dp=*) flag=${args[i]%%=*}; declare "${flag#--}=${args[i]#*=}" ;;
-    --overwrite|--resume|--resume=*) start=() ;;
+    --overwrite|--resume|--resume=*|--eval-only) start=() ;;
   esac
 done
 [ "$dp" -gt 0 ] 2>/dev/null || dp=$(( RANKS / (tp * pp) > 0 ? RANKS / (tp * pp) : 1 ))

@@ -205,12 +205,17 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
 void TrainConfig::resolve(int cuda_devices, int world) {
   world_size = world;
   // A run folder: what is not named elsewhere goes into it.
+  // (Only ever set, never cleared: resolve() may run again on a resolved config.)
   if (!run_dir.empty()) {
-    checkpoint_dir_from_run_dir = checkpoint_dir.empty();
-    if (checkpoint_dir_from_run_dir) checkpoint_dir = run_dir + "/checkpoints";
+    if (checkpoint_dir.empty()) {
+      checkpoint_dir = run_dir + "/checkpoints";
+      checkpoint_dir_from_run_dir = true;
+    }
     // --eval-only writes nothing but an explicitly named --log-file.
-    log_file_from_run_dir = log_file.empty() && !eval_only;
-    if (log_file_from_run_dir) log_file = run_dir + "/metrics.jsonl";
+    if (log_file.empty() && !eval_only) {
+      log_file = run_dir + "/metrics.jsonl";
+      log_file_from_run_dir = true;
+    }
   }
   model = model::gpt_preset(preset);
   if (n_layer) model.n_layer = n_layer;
@@ -267,6 +272,7 @@ void TrainConfig::resolve(int cuda_devices, int world) {
                  "score an untrained model where none is found");
   }
   ENGINE_CHECK(!(overwrite && !resume.empty()), "--overwrite starts afresh and --resume continues: give one of them");
+  ENGINE_CHECK(!(overwrite && eval_only), "--eval-only writes nothing, so --overwrite has nothing to replace");
   ENGINE_CHECK(checkpoint_interval >= 0, "--checkpoint-interval must be >= 0, got ", checkpoint_interval);
   ENGINE_CHECK((resume != "latest" && resume != "auto") || !checkpoint_dir.empty(), "--resume ", resume,
                " needs --checkpoint-dir to look in");
@@ -392,7 +398,9 @@ std::string resolved_config_json(const TrainConfig& config) {
       out[name] = number;
     }
   }
-  return out.dump(2) + "\n";
+  // Text that is not UTF-8 (a byte-level --sample-prompt, a path) is
+  // written with U+FFFD rather than failing the run.
+  return out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace launch

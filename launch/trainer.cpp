@@ -210,7 +210,7 @@ void Trainer::report_paths() {
     const std::int64_t n = validation_sequences();
     out_ << "validation " << n * config_.seq_len << " tokens (the first " << n << " sequences of " << config_.seq_len
          << ") of " << config_.val_data;
-    if (n * config_.seq_len < config_.val_tokens)
+    if (n < config_.val_tokens / config_.seq_len)
       out_ << ": all it holds, fewer than --val-tokens " << config_.val_tokens;
     out_ << (config_.eval_only ? "" : config_.val_interval > 0 ? ", every " + std::to_string(config_.val_interval) + " steps and at the end" : ", at the end") << "\n";
   }

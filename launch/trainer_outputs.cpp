@@ -9,12 +9,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <ostream>
 #include <random>
 
 #include "engine/device.h"
 #include "launch/byte_tokenizer.h"
 #include "launch/checkpoint_files.h"
+#include "launch/fault_injection.h"
 #include "launch/llmc_model.h"
 #include "launch/run_folder.h"
 #include "launch/whole_model.h"
@@ -71,6 +73,10 @@ void check_inputs(const TrainConfig& config) {
   }
   // Last: a bad input is named as such even where another run's outputs are.
   refuse_to_mix_runs(config);
+  // Under launch/supervise every restart repeats the command: --overwrite
+  // would delete the progress of the attempt that just failed.
+  ENGINE_CHECK(!config.overwrite || restart_count() == 0, "--overwrite in a restarted job (ENGINE_RESTART_COUNT ",
+               restart_count(), ") would delete the run each restart; launch/supervise jobs continue with --resume auto");
 }
 
 StepMetrics Trainer::step_metrics(std::int64_t step, double loss, double norm, double lr, double seconds,
@@ -153,7 +159,7 @@ std::string Trainer::sample_text(const model::ParamStore& store) {
 
 void Trainer::add_to_summary(RunSummary& summary, const StepMetrics& m) {
   summary.losses.push_back(m.loss);
-  summary.tokens += config_.batch_tokens;
+  if (!m.skipped) summary.tokens += config_.batch_tokens;  // a skipped step trained nothing
   summary.train_seconds += m.step_seconds;
   if (m.val_loss) {
     summary.final_val_loss = *m.val_loss;
@@ -202,6 +208,15 @@ std::string format_duration(double seconds) {
 void Trainer::report_summary(RunSummary& summary) {
   summary.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   if (!is_logger()) return;
+  if (summary.losses.empty()) {
+    // A restart of a finished run, or a stop before the first step: nothing
+    // to add, and the summary an earlier attempt wrote stays as it was.
+    out_ << "summary    no step taken this run ("
+         << (start_step_ >= config_.steps ? "it had already finished at step " + std::to_string(start_step_)
+                                          : "stopped before step " + std::to_string(start_step_ + 1))
+         << ")" << std::endl;
+    return;
+  }
   const std::int64_t steps_done = start_step_ + static_cast<std::int64_t>(summary.losses.size());
   const double tokens_per_second = summary.train_seconds > 0 ? summary.tokens / summary.train_seconds : 0.0;
   nlohmann::ordered_json outputs;
@@ -251,8 +266,9 @@ void Trainer::report_summary(RunSummary& summary) {
     out_ << line << "\n";
   }
   if (summary.best_val_loss >= 0) {
-    std::snprintf(line, sizeof line, "           val loss best %.4f (step %lld), final %.4f", summary.best_val_loss,
-                  static_cast<long long>(summary.best_val_step), summary.final_val_loss);
+    std::snprintf(line, sizeof line, "           val loss best %.4f (step %lld%s), final %.4f", summary.best_val_loss,
+                  static_cast<long long>(summary.best_val_step), summary.first_step > 0 ? ", since the resume" : "",
+                  summary.final_val_loss);
     out_ << line << "\n";
   }
   for (const auto& [what, where] : outputs.items())
@@ -260,7 +276,13 @@ void Trainer::report_summary(RunSummary& summary) {
          << where.get<std::string>() << "\n";
   out_ << std::flush;
   metrics_.record_event(nlohmann::json(record));
-  if (!paths.summary.empty()) write_file_atomically(paths.summary, record.dump(2) + "\n");
+  if (paths.summary.empty()) return;
+  try {  // the run is done: a summary that cannot be written is not worth failing it
+    write_file_atomically(paths.summary,
+                          record.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n");
+  } catch (const std::exception& e) {
+    std::cerr << "warning: " << e.what() << std::endl;
+  }
 }
 
 }  // namespace launch

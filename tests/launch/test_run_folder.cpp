@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <cstdlib>
 
 #include "launch/run_folder.h"
 #include "launch/train_config.h"
@@ -111,6 +112,9 @@ TEST(RunFolder, SavedConfigurationReadsBackAsTheSameRun) {
 
   const launch::TrainConfig again = parse_config_file(file, 4);
   EXPECT_EQ(launch::resolved_config_json(again), saved);
+  launch::TrainConfig twice = config;  // resolve() may run on a resolved configuration
+  twice.resolve(0, 4);
+  EXPECT_EQ(launch::resolved_config_json(twice), saved);
   EXPECT_EQ(again.lr, config.lr);
   EXPECT_EQ(again.adam_eps, config.adam_eps);
   EXPECT_FALSE(again.shuffle);
@@ -167,6 +171,36 @@ TEST(RunFolder, ANewRunIsRefusedWhereAnotherRunLeftOutputs) {
   plain.log_file = dir / "run/metrics.jsonl";
   plain.resolve(0, 1);
   EXPECT_THROW(launch::check_inputs(plain), std::exception);
+}
+
+TEST(RunFolder, RestartingAFinishedRunKeepsItsSummary) {
+  TempDir dir("run_finished");
+  write_corpus(dir);
+  train_one_process(folder_config(dir, 2));
+  const std::string summary = read_text(dir / "run/summary.json");
+  const std::string metrics = read_text(dir / "run/metrics.jsonl");
+  launch::TrainConfig again = folder_config(dir, 2);
+  again.resume = "auto";  // what launch/train.sh and launch/supervise pass
+  std::string printed;
+  EXPECT_TRUE(train_one_process(again, &printed).losses.empty());
+  EXPECT_NE(printed.find("it had already finished at step 2"), std::string::npos) << printed;
+  EXPECT_EQ(read_text(dir / "run/summary.json"), summary);
+  // The JSONL gains the resume marker, and no second summary.
+  int summaries = 0;
+  for (const nlohmann::json& r : read_jsonl(dir / "run/metrics.jsonl")) summaries += r.value("event", "") == "summary";
+  EXPECT_EQ(summaries, 1) << metrics;
+}
+
+TEST(RunFolder, OverwriteIsRefusedInARestartedJob) {
+  TempDir dir("run_overwrite_restart");
+  write_corpus(dir);
+  launch::TrainConfig config = folder_config(dir, 2);
+  config.overwrite = true;
+  config.resolve(0, 1);
+  ::setenv("ENGINE_RESTART_COUNT", "1", 1);
+  EXPECT_THROW(launch::check_inputs(config), std::exception);
+  ::unsetenv("ENGINE_RESTART_COUNT");
+  EXPECT_NO_THROW(launch::check_inputs(config));
 }
 
 TEST(RunFolder, EveryOutputPathIsCreatedOrRefusedBeforeAnyStep) {
