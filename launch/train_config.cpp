@@ -247,7 +247,8 @@ void TrainConfig::resolve(int cuda_devices, int world) {
   }
   if (dp == 0) dp = world / (tp * pp);
   const std::int64_t micro_tokens = micro_batch * seq_len;
-  if (batch_tokens == 0) batch_tokens = micro_tokens * dp;
+  // --eval-only takes no training step: any --micro-batch will do.
+  if (batch_tokens == 0 || eval_only) batch_tokens = micro_tokens * dp;
   ENGINE_CHECK(batch_tokens > 0 && batch_tokens % (micro_tokens * dp) == 0, "--batch-tokens ", batch_tokens,
                " must be a positive multiple of micro-batch x seq-len x dp = ", micro_batch, " x ", seq_len, " x ", dp,
                " = ", micro_tokens * dp, " (the micro-batches must divide the batch)");
