@@ -225,13 +225,16 @@ std::string JsonConfig::to_config(const CLI::App* app, bool default_also, bool, 
     const std::string name = opt->get_lnames().front();
     if (name == "help" || name == "config") continue;
     std::vector<std::string> values = opt->reduced_results();
-    if (values.empty() && default_also && !opt->get_default_str().empty()) values = {opt->get_default_str()};
+    const Kind kind = kind_of(*opt);
+    // An empty text is a value too (--sample-prompt ""); an empty default of
+    // another kind means the option has none to write.
+    if (values.empty() && default_also && (!opt->get_default_str().empty() || kind == Kind::kText))
+      values = {opt->get_default_str()};
     if (values.empty()) continue;
     // Each value as the JSON type from_config wants for this flag, so the
     // file reads back: a text flag stays a string even when it looks like a
     // number ("--sample-prompt 42"). A value that has no such JSON spelling
     // (--lr nan) is written as a string, which reading back refuses.
-    const Kind kind = kind_of(*opt);
     auto value_of = [kind](const std::string& s) -> Json {
       if (kind == Kind::kText) return Json(s);
       if (kind == Kind::kBoolean) {
@@ -250,7 +253,9 @@ std::string JsonConfig::to_config(const CLI::App* app, bool default_also, bool, 
       for (const std::string& v : values) out[name].push_back(value_of(v));
     }
   }
-  return out.dump(2) + "\n";
+  // Text that is not UTF-8 (a byte-level --sample-prompt, a path) is
+  // written with U+FFFD rather than failing.
+  return out.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
 }
 
 std::vector<CLI::ConfigItem> JsonConfig::from_config(std::istream& input) const {

@@ -1,10 +1,8 @@
 #include "launch/train_config.h"
 
 #include <cmath>
-#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <set>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -361,46 +359,22 @@ std::string TrainConfig::describe() const {
 
 std::string resolved_config_json(const TrainConfig& config) {
   // The flags themselves say what to write: bind a copy of the resolved
-  // configuration to a fresh set of options and read each one's value back
-  // (CLI11's capture_default_str), so a new flag is written without being
-  // listed here.
+  // configuration to a fresh set of options, read each one's value back
+  // (CLI11's capture_default_str) and let the config formatter write them
+  // with the JSON types it reads (launch/json_config.h), so a new flag is
+  // written without being listed here.
   TrainConfig copy = config;
   CLI::App app;
   add_train_options(app, copy);
-  std::map<std::string, double> floating;
-  for (const auto& [flag, value] : floating_options(copy)) floating[flag] = *value;
+  for (CLI::Option* option : app.get_options()) option->capture_default_str();
+  nlohmann::ordered_json out = nlohmann::ordered_json::parse(app.config_to_str(/*default_also=*/true, false));
+  // CLI11 prints doubles with six significant digits; nlohmann writes the
+  // shortest text that reads back exactly.
+  for (const auto& [flag, value] : floating_options(copy)) out[flag] = *value;
   // How to start, not what to run; and paths that follow from --run-dir.
-  std::set<std::string> skip = {"help", "config", "resume", "overwrite", "eval-only"};
-  if (config.checkpoint_dir_from_run_dir) skip.insert("checkpoint-dir");
-  if (config.log_file_from_run_dir) skip.insert("log-file");
-  nlohmann::ordered_json out;
-  for (CLI::Option* option : app.get_options()) {
-    if (option->get_lnames().empty()) continue;
-    const std::string name = option->get_lnames().front();
-    if (skip.count(name)) continue;
-    if (const auto f = floating.find(name); f != floating.end()) {
-      out[name] = f->second;  // nlohmann writes the shortest text that reads back exactly
-      continue;
-    }
-    option->capture_default_str();
-    const std::string text = option->get_default_str();
-    const std::string type = option->get_type_name();
-    if (type.rfind("TEXT", 0) == 0) {  // "TEXT", or "TEXT:{a,b}" for a choice
-      out[name] = text;
-    } else if (type.rfind("BOOLEAN", 0) == 0 || option->get_expected_min() == 0) {  // an option or a flag
-      // A flag whose value cannot be read back would be written as false.
-      ENGINE_CHECK(text == "1" || text == "true" || text == "0" || text == "false", "resolved_config_json: flag --",
-                   name, " has no readable value ('", text, "'): give it a default_function");
-      out[name] = text == "1" || text == "true";
-    } else {
-      const nlohmann::ordered_json number = nlohmann::ordered_json::parse(text, nullptr, false);
-      ENGINE_CHECK(number.is_number(), "resolved_config_json: flag --", name, " of type ", type, " has value '", text,
-                   "', not a number");
-      out[name] = number;
-    }
-  }
-  // Text that is not UTF-8 (a byte-level --sample-prompt, a path) is
-  // written with U+FFFD rather than failing the run.
+  for (const char* how : {"resume", "overwrite", "eval-only"}) out.erase(how);
+  if (config.checkpoint_dir_from_run_dir) out.erase("checkpoint-dir");
+  if (config.log_file_from_run_dir) out.erase("log-file");
   return out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 

@@ -112,6 +112,10 @@ TEST(RunFolder, SavedConfigurationReadsBackAsTheSameRun) {
 
   const launch::TrainConfig again = parse_config_file(file, 4);
   EXPECT_EQ(launch::resolved_config_json(again), saved);
+  launch::TrainConfig empty_prompt = config;  // an empty text is written, not left to the default ("\n")
+  empty_prompt.sample_prompt = "";
+  std::ofstream(file) << launch::resolved_config_json(empty_prompt);
+  EXPECT_EQ(parse_config_file(file, 4).sample_prompt, "");
   launch::TrainConfig twice = config;  // resolve() may run on a resolved configuration
   twice.resolve(0, 4);
   EXPECT_EQ(launch::resolved_config_json(twice), saved);
