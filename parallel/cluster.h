@@ -1,0 +1,39 @@
+// The hardware a layout runs on, as the cost model (parallel/comm_cost.h,
+// model/step_cost.h) and the planner (launch/plan) see it: one kind of device,
+// `devices_per_node` of them per node, two kinds of link. Pure data: it is
+// read from and written to a cluster file by launch/cluster_file.h and
+// measured on this machine by `plan --calibrate` (launch/calibrate.h).
+//
+// Every figure is per device, in SI units (FLOP/s, bytes, bytes/s, seconds).
+#pragma once
+
+#include <string>
+
+#include "engine/tensor.h"
+
+namespace parallel {
+
+// A link of the alpha-beta (Hockney) model: sending n bytes to a neighbour
+// takes latency + n / bandwidth. `bandwidth` is what one device sends (while
+// receiving as much) along a ring of such links: NCCL's bus bandwidth
+// ("busbw") of a large all-reduce, or an MPI ping-pong's.
+struct Link {
+  double latency_seconds = 0;
+  double bandwidth_bytes_per_second = 0;
+};
+
+struct Cluster {
+  std::string name;
+  engine::DeviceType device = engine::DeviceType::kCuda;  // which backend the engine runs there
+  int devices_per_node = 1;
+  double peak_flops = 0;        // dense matmul peak of one device in the run's precision (MFU's denominator)
+  double memory_bytes = 0;      // usable memory of one device
+  double gemm_efficiency = 0;   // achieved fraction of peak_flops on the large matmuls of training
+  double memory_bandwidth = 0;  // bytes/s one device moves through its memory (memory-bound ops)
+  double op_overhead_seconds = 0;  // fixed cost of one op (kernel launch, thread fork/join)
+  Link intra_node;              // between devices of one node
+  Link inter_node;              // between nodes, per device
+  double storage_write_bandwidth = 0;  // bytes/s a node writes checkpoints at (0 = unknown)
+};
+
+}  // namespace parallel
