@@ -107,9 +107,11 @@ std::vector<ParallelLayout> enumerate_layouts(const PlanRequest& r) {
 Prediction predict(const PlanRequest& r, const ParallelLayout& l) {
   const parallel::Cluster& c = r.cluster;
   const model::GptConfig& m = r.model;
-  const bool overlap = c.device == engine::DeviceType::kCuda;  // see the header: the CPU's cores do the copies
+  const model::Software software = model::software_by_name(r.software, c.device);
+  // See the header: on the CPU the cores that compute also do the copies.
+  const bool overlap = c.device == engine::DeviceType::kCuda && software.overlap_dp;
   const double mbs = static_cast<double>(l.micro_batches);
-  const engine::DType master = model::master_dtype(l.precision), working = model::activation_dtype(l.precision);
+  const engine::DType working = model::activation_dtype(l.precision);
   const parallel::Link& pp_link = parallel::axis_link(c, parallel::Axis::kPp, l.tp, l.pp, l.dp);
   const parallel::Link& dp_link = parallel::axis_link(c, parallel::Axis::kDp, l.tp, l.pp, l.dp);
   const int zero = l.zero_stage();
@@ -123,9 +125,9 @@ Prediction predict(const PlanRequest& r, const ParallelLayout& l) {
   p.layout = l;
   double sum_stage = 0, slowest = 0, slowest_comm = 0, end_exposed = 0, optimizer = 0;
   for (int s = 0; s < l.pp; ++s) {
-    const model::StageSeconds st = model::stage_micro_batch_seconds(m, l, c, s);
+    const model::StageSeconds st = model::stage_micro_batch_seconds(m, l, c, s, software);
     const double params = model::stage_parameters(m, l, s);
-    const double grads = bytes_of(params, master), weights = bytes_of(params, working);
+    const double grads = params * software.grad_reduce_bytes, weights = bytes_of(params, working);
     // Data-parallel traffic, per micro-batch (ZeRO-2/3) or at the end of the step.
     double per_micro_batch = 0, at_end = 0;
     const double overlapped_backward = overlap ? st.backward : 0.0, overlapped_forward = overlap ? st.forward : 0.0;
@@ -156,7 +158,7 @@ Prediction predict(const PlanRequest& r, const ParallelLayout& l) {
   double tied = 0;
   if (l.pp > 1) {
     const double wte = static_cast<double>(m.padded_vocab() / l.tp * m.n_embd);
-    tied = parallel::all_reduce_seconds(bytes_of(wte, master), 2, pp_link);
+    tied = parallel::all_reduce_seconds(wte * software.grad_reduce_bytes, 2, pp_link);
   }
   const parallel::Link& world_link = l.devices() <= c.devices_per_node ? c.intra_node : c.inter_node;
   const double scalars = 3 * scalar_reduction_seconds(l.devices(), world_link);

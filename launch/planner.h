@@ -36,6 +36,7 @@
 #include "model/flops.h"
 #include "model/gpt_config.h"
 #include "model/memory_plan.h"
+#include "model/step_cost.h"
 #include "parallel/cluster.h"
 
 namespace launch {
@@ -47,6 +48,9 @@ struct PlanRequest {
   int devices = 0;
   parallel::Cluster cluster;
   model::AttentionFlops attention = model::AttentionFlops::kCausal;
+  // Which implementation runs the layouts (model/step_cost.h): "engine", or
+  // "megatron-lm-2021" to check the model against published figures.
+  std::string software = "engine";
   // Restrictions of the enumeration; empty = every valid choice.
   std::vector<int> tp, pp, micro_batch, zero, sequence_parallel;
   std::vector<model::Recompute> recompute;

@@ -37,8 +37,39 @@ double memory_seconds(double bytes, const parallel::Cluster& c) {
 
 }  // namespace
 
+Software engine_software(engine::DeviceType device) {
+  Software s;
+  s.name = "engine";
+  if (device == engine::DeviceType::kCpu) {
+    s.flash_attention = false;
+    s.values_per_score = 2;  // the probabilities, written and read
+  }
+  return s;
+}
+
+Software megatron_lm_2021() {
+  Software s;
+  s.name = "megatron-lm-2021";
+  s.flash_attention = false;
+  // scores written (1), softmax read + write (2), dropout read + write (2) +
+  // its 1-byte mask (0.5 of a 2-byte value), read by the product with V (1).
+  s.values_per_score = 6.5;
+  s.causal_skip = false;
+  s.hidden_dropout = true;
+  s.rerun_whole_forward = true;
+  s.overlap_dp = false;
+  s.grad_reduce_bytes = 2;
+  return s;
+}
+
+Software software_by_name(const std::string& name, engine::DeviceType device) {
+  if (name == "engine") return engine_software(device);
+  if (name == "megatron-lm-2021") return megatron_lm_2021();
+  ENGINE_FAIL("unknown software '", name, "'; expected engine or megatron-lm-2021");
+}
+
 StageSeconds stage_micro_batch_seconds(const GptConfig& config, const ParallelLayout& layout,
-                                       const parallel::Cluster& cluster, int pp_rank) {
+                                       const parallel::Cluster& cluster, int pp_rank, const Software& software) {
   const StageRange range = pipeline_stage_range(config, pp_rank, layout.pp);
   const double blocks = static_cast<double>(range.last_layer - range.first_layer);
   const double t = layout.tp, B = static_cast<double>(layout.micro_batch), T = static_cast<double>(layout.seq_len);
@@ -47,24 +78,26 @@ StageSeconds stage_micro_batch_seconds(const GptConfig& config, const ParallelLa
   const double tokens = B * T;
   const double value = static_cast<double>(engine::dtype_size(activation_dtype(layout.precision)));
   const bool sp = layout.sequence_parallel && layout.tp > 1;
-  const bool cpu = layout.device == engine::DeviceType::kCpu;
+  const double square = software.causal_skip ? 0.5 : 1.0;  // of the T x T scores computed
+  const bool full = layout.recompute == Recompute::kFull;
 
   // Matmul FLOPs per block, forward: the four weight matmuls (24 C^2 per
-  // token) and the attention core's causal half (2 T C per token).
+  // token) and the attention core (4 T C per token over the square; the
+  // causal half where the kernels skip the rest).
   const double weight_flops = 24.0 * tokens * C * C / t;
-  const double core_flops = 2.0 * tokens * T * C / t;
+  const double core_flops = 4.0 * square * tokens * T * C / t;
   double recompute_flops = 0;
   if (layout.recompute == Recompute::kSelective) recompute_flops = core_flops;
-  if (layout.recompute == Recompute::kFull) recompute_flops = 16.0 * tokens * C * C / t + core_flops;  // no MLP projection
+  if (full) recompute_flops = (software.rerun_whole_forward ? 24.0 : 16.0) * tokens * C * C / t + core_flops;
   const double head_flops = range.has_head ? 2.0 * tokens * C * V / t : 0.0;
 
   // Memory-bound bytes per block, forward.
-  const double position_wise = kPositionWisePerC * C / (sp ? t : 1.0);
-  const double probabilities = cpu ? H / t * T : 0.0;  // written and read: 2 x half the square
+  const double position_wise = (kPositionWisePerC + (software.hidden_dropout ? 1.0 : 0.0)) * C / (sp ? t : 1.0);
+  const double probabilities = software.flash_attention ? 0.0 : software.values_per_score * square * H / t * T;
   const double forward_values = tokens * (position_wise + kGeluPerC * C / t + probabilities);
   double recompute_values = 0;
   if (layout.recompute == Recompute::kSelective) recompute_values = tokens * probabilities;
-  if (layout.recompute == Recompute::kFull) recompute_values = forward_values;
+  if (full) recompute_values = forward_values;
   const double head_values = range.has_head ? kPerLogit * tokens * V / t + 2 * tokens * C : 0.0;
   const double embedding_values = range.has_embedding ? 3 * tokens * C : 0.0;
 
@@ -73,7 +106,7 @@ StageSeconds stage_micro_batch_seconds(const GptConfig& config, const ParallelLa
   const double activation_bytes = tokens * C * value;
   const double one = parallel::all_reduce_seconds(activation_bytes, layout.tp, tp_link);
   const double tp_forward = blocks * 2 * one + (range.has_embedding ? one : 0.0);
-  const double tp_backward = blocks * 2 * one + (layout.recompute == Recompute::kFull ? blocks * one : 0.0) +
+  const double tp_backward = blocks * 2 * one + (full ? blocks * (software.rerun_whole_forward ? 2 : 1) * one : 0.0) +
                              (range.has_head ? one : 0.0);
 
   StageSeconds s;
@@ -83,7 +116,7 @@ StageSeconds stage_micro_batch_seconds(const GptConfig& config, const ParallelLa
   const double bwd_memory =
       memory_seconds((blocks * (kBackwardTraffic * forward_values + recompute_values) + embedding_values + head_values / 2) * value,
                      cluster);
-  const double recompute_ops = layout.recompute == Recompute::kFull ? kForwardOpsPerBlock
+  const double recompute_ops = full ? kForwardOpsPerBlock
                                : layout.recompute == Recompute::kSelective ? 1.0
                                                                              : 0.0;
   const double fwd_ops = blocks * kForwardOpsPerBlock + 4;  // + embedding, final norm, head, loss

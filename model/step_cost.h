@@ -32,13 +32,47 @@
 //                input-gradient all-reduce. They are synchronous, so exposed.
 // The figures are estimates of the engine's own kernels, not fitted to any
 // measurement; the cluster file carries the only hardware numbers.
+//
+// Software: the same model describes another implementation by the few
+// choices in which GPT training codes differ (Software below), so the
+// planner can be checked against published figures of other systems
+// (examples/scaling/README.md: Megatron-LM as of Narayanan et al. 2021).
 #pragma once
+
+#include <string>
 
 #include "model/gpt_config.h"
 #include "model/memory_plan.h"
 #include "parallel/cluster.h"
 
 namespace model {
+
+struct Software {
+  std::string name;
+  // Attention core: FlashAttention-style kernels never write the (T x T)
+  // scores to memory; otherwise `values_per_score` values are moved per
+  // score and layer in forward (scores written, softmax read and write,
+  // read by the product with V, dropout read, write and its mask).
+  bool flash_attention = true;
+  double values_per_score = 0;
+  bool causal_skip = true;          // attention matmuls skip the blocks above the diagonal
+  bool hidden_dropout = false;      // dropout masks written and read at both residual adds
+  bool rerun_whole_forward = false; // full recomputation reruns every matmul of the block (the engine skips the MLP projection)
+  bool overlap_dp = true;           // plain DP / ZeRO-1 reductions start during the last backward (GPU only)
+  double grad_reduce_bytes = 4;     // bytes per gradient the data-parallel reduction moves
+};
+
+// The engine on `device`: CUDA runs FlashAttention-style kernels; the CPU
+// keeps the softmax probabilities (written once, read once, half the square).
+Software engine_software(engine::DeviceType device);
+// Megatron-LM as Narayanan et al. 2021 ran it (SC21, section 5): fp16, the
+// attention scores materialised (baddbmm, fused scale-mask-softmax, dropout
+// 0.1 on the probabilities, bmm) over the whole square, bias-dropout-add on
+// the hidden states, full recomputation of each layer's whole forward, and
+// gradients all-reduced in fp16 after the last backward.
+Software megatron_lm_2021();
+// "engine" or "megatron-lm-2021".
+Software software_by_name(const std::string& name, engine::DeviceType device);
 
 struct StageSeconds {
   double forward = 0;   // one micro-batch's forward, its tensor-parallel collectives included
@@ -49,7 +83,7 @@ struct StageSeconds {
 };
 
 StageSeconds stage_micro_batch_seconds(const GptConfig& config, const ParallelLayout& layout,
-                                       const parallel::Cluster& cluster, int pp_rank);
+                                       const parallel::Cluster& cluster, int pp_rank, const Software& software);
 
 // The optimizer step of one rank of `pp_rank`: AdamW over the parameters it
 // updates (its ZeRO shard, or all of its stage), plus zeroing the gradients
