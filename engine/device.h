@@ -20,6 +20,10 @@ int cuda_device_count();  // 0 when not built with CUDA or no GPU is visible
 void cuda_set_device(int index);
 std::string cuda_device_name(int index);
 
+// Bytes free on the current GPU now (cudaMemGetInfo): what a run's memory
+// plan must fit in.
+std::size_t cuda_free_bytes();
+
 void* device_malloc(std::size_t bytes);
 void device_free(void* ptr);
 void device_synchronize();

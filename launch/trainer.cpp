@@ -120,6 +120,10 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
   batch_ = BatchLayout{config.batch_tokens / config.seq_len, grid_.dp_size(), grid_.dp_rank(), config.micro_batch};
   batch_.validate();
 
+  // A run that cannot fit on its GPU is refused before anything is allocated,
+  // with the plan's bytes (every rank checks its own; all fail together).
+  if (config.device_type == engine::DeviceType::kCuda) refuse_if_too_big(planned_memory_before_allocating());
+
   // Parameters, the strategy that keeps the replicas in step, the optimizer.
   store_ = std::make_unique<model::ParamStore>(registry_, config.device_type, config.precision_mode,
                                                store_sharding(config, grid_, layout_, *comms_.dp));
@@ -193,8 +197,22 @@ model::ParallelLayout Trainer::parallel_layout() const {
   return l;
 }
 
+model::RankMemory Trainer::planned_memory_before_allocating() const {
+  return model::plan_stage_memory(config_.model, parallel_layout(), grid_.pp_rank());
+}
+
+void Trainer::refuse_if_too_big(const model::RankMemory& planned) const {
+  const std::size_t free_bytes = engine::cuda_free_bytes();
+  ENGINE_CHECK(planned.total() <= free_bytes, "this layout needs ", engine::format_bytes(planned.total()),
+               " on GPU ", local_gpu(), " (rank ", grid_.world_rank(), ": parameters ", engine::format_bytes(planned.weights),
+               ", gradients ", engine::format_bytes(planned.grads), ", optimizer state ",
+               engine::format_bytes(planned.optimizer), ", activations ", engine::format_bytes(planned.activations),
+               ", ZeRO buffers ", engine::format_bytes(planned.staging), ") but only ", engine::format_bytes(free_bytes),
+               " are free: use more ranks, ZeRO, recomputation or a smaller micro-batch (build/launch/plan predicts each)");
+}
+
 model::RankMemory Trainer::planned_memory() const {
-  model::RankMemory m = model::plan_stage_memory(config_.model, parallel_layout(), grid_.pp_rank());
+  model::RankMemory m = planned_memory_before_allocating();
   // 1-bit Adam's error buffers are not planned (model/memory_plan.h): take its own count.
   if (onebit_optimizer()) m.optimizer = optimizer_->state_bytes();
   return m;

@@ -97,6 +97,12 @@ class Trainer {
   model::RankMemory allocated_memory() const;
   const MemoryFigures& memory() const { return memory_; }
   model::ParallelLayout parallel_layout() const;
+
+ private:
+  model::RankMemory planned_memory_before_allocating() const;  // without 1-bit Adam's own count
+  void refuse_if_too_big(const model::RankMemory& planned) const;
+
+ public:
   // The whole master weights of this rank's (tp, pp) part as f32, laid out
   // by registry(). Under ZeRO it is collective over the data-parallel group
   // (the chunks are gathered): every rank of the group must call it.
