@@ -44,6 +44,12 @@ std::string cuda_device_name(int index) {
   return props.name;
 }
 
+std::size_t cuda_device_memory_bytes(int index) {
+  cudaDeviceProp props{};
+  CUDA_CHECK(cudaGetDeviceProperties(&props, index));
+  return props.totalGlobalMem;
+}
+
 void* device_malloc(std::size_t bytes) {
   g_cuda_in_use.store(true);
   void* ptr = nullptr;
