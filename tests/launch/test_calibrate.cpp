@@ -15,6 +15,7 @@
 #include "engine/check.h"
 #include "launch/calibrate.h"
 #include "launch/cluster_file.h"
+#include "launch/cpu_peak.h"
 #include "tests/launch/training_fixture.h"
 
 namespace {
@@ -134,6 +135,34 @@ TEST(Calibrate, MeasuresThisMachineAndWritesAFileThatReadsBack) {
     for (const auto& entry : std::filesystem::directory_iterator(dir.path()))
       EXPECT_EQ(entry.path().filename().string().rfind(".calibrate_storage", 0), std::string::npos) << entry.path();
   }
+}
+
+// A cached CPU peak that training's matmuls beat is raised to their rate (as
+// the engine's MFU raises it), so peak x efficiency stays the achieved rate.
+TEST(Calibrate, RaisesACpuPeakTheMatmulsBeat) {
+  const SharedDir dir;
+  launch::CalibrateOptions o = short_options(dir);
+  o.device = engine::DeviceType::kCpu;
+  o.output_path.clear();
+  o.storage_dir.clear();
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank(), MPI_INFO_NULL, &node);
+  const int threads = launch::node_share(node).threads;
+  MPI_Comm_free(&node);
+  if (world_rank() == 0) {
+    const launch::CpuPeakCache cache(o.cpu_peak.cache_path);
+    const launch::CpuIdentity cpu = launch::this_cpu();
+    cache.store(launch::CpuPeakCache::key(cpu, threads), cpu, threads, launch::CachedPeak{1e6, "2020-01-01", false, 0});
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  const launch::Calibration result = launch::calibrate(MPI_COMM_WORLD, o);
+  EXPECT_EQ(result.cluster.gemm_efficiency, 1.0);
+  EXPECT_GT(result.cluster.peak_flops, 1e6);  // raised from 1 MFLOP/s per node
+  EXPECT_NE(result.sources.at("peak_tflops").find("raised to"), std::string::npos) << result.sources.at("peak_tflops");
+  EXPECT_NE(result.sources.at("gemm_efficiency").find("raised"), std::string::npos);
+  // No storage folder: unknown, and said so.
+  EXPECT_EQ(result.cluster.storage_write_bandwidth, 0);
+  EXPECT_NE(result.sources.at("storage_write_gb_per_s").find("not measured"), std::string::npos);
 }
 
 TEST(Calibrate, AFailureOnOneRankFailsEveryRank) {
