@@ -50,6 +50,12 @@ std::size_t cuda_free_bytes() {
   return free_bytes;
 }
 
+std::size_t cuda_device_memory_bytes(int index) {
+  cudaDeviceProp props{};
+  CUDA_CHECK(cudaGetDeviceProperties(&props, index));
+  return props.totalGlobalMem;
+}
+
 void* device_malloc(std::size_t bytes) {
   g_cuda_in_use.store(true);
   void* ptr = nullptr;
