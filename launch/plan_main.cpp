@@ -37,6 +37,7 @@ struct Options {
   std::vector<int> tp, pp, micro_batch, zero, sequence_parallel;
   std::vector<std::string> recompute, schedule;
   std::string attention = "causal";
+  std::string software = "engine";
   int top = 20;
   bool all = false, json = false;
   double failure_rate = 0, restart_seconds = 60, save_seconds = 0;
@@ -79,6 +80,8 @@ launch::PlanRequest make_request(const Options& o) {
   r.devices = o.devices;
   r.cluster = launch::read_cluster_file(o.cluster);
   r.attention = model::parse_attention_flops(o.attention);
+  r.software = o.software;
+  model::software_by_name(o.software, r.cluster.device);  // an unknown name fails here, naming the choices
   r.tp = o.tp;
   r.pp = o.pp;
   r.micro_batch = o.micro_batch;
@@ -95,10 +98,10 @@ void print_table(const launch::PlanRequest& r, const std::vector<launch::Predict
   std::size_t fitting = 0;
   for (const auto& p : ranked) fitting += p.fits ? 1 : 0;
   std::cout << "plan       " << r.model.describe() << ", " << r.global_batch << " x " << r.seq_len << " tokens per step on "
-            << r.devices << " devices of " << r.cluster.name << " (" << engine::format_bytes(static_cast<std::size_t>(r.cluster.memory_bytes))
+            << r.devices << " devices of " << r.cluster.name << " running " << r.software << " (" << engine::format_bytes(static_cast<std::size_t>(r.cluster.memory_bytes))
             << " each): " << ranked.size() << " layouts, " << fitting << " fit\n";
   std::cout << "flops      " << model::flops_convention(r.attention) << "\n";
-  std::cout << std::left << std::setw(4) << "rank" << std::setw(44) << "layout" << std::right << std::setw(11) << "step"
+  std::cout << std::left << std::setw(6) << "rank" << std::setw(44) << "layout" << std::right << std::setw(11) << "step"
             << std::setw(9) << "MFU" << std::setw(10) << "TFLOP/s" << std::setw(11) << "compute" << std::setw(11) << "comm"
             << std::setw(11) << "bubble" << std::setw(12) << "memory" << "\n";
   int shown = 0;
@@ -110,7 +113,7 @@ void print_table(const launch::PlanRequest& r, const std::vector<launch::Predict
     mfu << std::fixed << std::setprecision(1) << 100 * p.mfu << "%";
     std::ostringstream tf;
     tf << std::fixed << std::setprecision(1) << p.tflops_per_device;
-    std::cout << std::left << std::setw(4) << shown << std::setw(44) << layout_text(p.layout) << std::right << std::setw(11)
+    std::cout << std::left << std::setw(6) << shown << std::setw(44) << layout_text(p.layout) << std::right << std::setw(11)
               << seconds_text(p.step_seconds) << std::setw(9) << mfu.str() << std::setw(10) << tf.str() << std::setw(11)
               << seconds_text(p.compute_seconds) << std::setw(11) << seconds_text(p.exposed_comm_seconds) << std::setw(11)
               << seconds_text(p.bubble_seconds) << std::setw(12) << engine::format_bytes(p.memory_bytes_per_device)
@@ -163,6 +166,9 @@ int run(int argc, char** argv) {
   app.add_option("--recompute", o.recompute, "Only these (none, selective, full)")->delimiter(',');
   app.add_option("--schedule", o.schedule, "Only these pipeline schedules (1f1b, afab)")->delimiter(',');
   app.add_option("--attention-flops", o.attention, "Attention FLOP convention of MFU: causal or full")->capture_default_str();
+  app.add_option("--software", o.software,
+                 "Implementation to model: engine (this engine), or megatron-lm-2021 (to check against Narayanan et al. 2021)")
+      ->capture_default_str();
   app.add_option("--top", o.top, "Layouts to print")->capture_default_str();
   app.add_flag("--all", o.all, "Print (or output as JSON) every layout, those that do not fit too");
   app.add_flag("--json", o.json, "Print a JSON array of the layouts instead of the table");
@@ -219,7 +225,7 @@ int main(int argc, char** argv) {
     code = run(argc, argv);
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
-    code = launch::kExitConfig;
+    code = launch::kExitBadInput;
   }
   MPI_Finalize();
   return code;
