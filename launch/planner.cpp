@@ -109,7 +109,8 @@ Prediction predict(const PlanRequest& r, const ParallelLayout& l) {
   const model::GptConfig& m = r.model;
   const model::Software software = model::software_by_name(r.software, c.device);
   // See the header: on the CPU the cores that compute also do the copies.
-  const bool overlap = c.device == engine::DeviceType::kCuda && software.overlap_dp;
+  const bool overlap = c.device == engine::DeviceType::kCuda &&
+                       (software.overlap_dp == model::Software::DpOverlap::kAlways || l.pp == 1);
   const double mbs = static_cast<double>(l.micro_batches);
   const engine::DType working = model::activation_dtype(l.precision);
   const parallel::Link& pp_link = parallel::axis_link(c, parallel::Axis::kPp, l.tp, l.pp, l.dp);

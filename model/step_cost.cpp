@@ -57,7 +57,7 @@ Software megatron_lm_2021() {
   s.causal_skip = false;
   s.hidden_dropout = true;
   s.rerun_whole_forward = true;
-  s.overlap_dp = false;
+  s.overlap_dp = Software::DpOverlap::kWithoutPipeline;
   s.grad_reduce_bytes = 2;
   return s;
 }

@@ -58,7 +58,12 @@ struct Software {
   bool causal_skip = true;          // attention matmuls skip the blocks above the diagonal
   bool hidden_dropout = false;      // dropout masks written and read at both residual adds
   bool rerun_whole_forward = false; // full recomputation reruns every matmul of the block (the engine skips the MLP projection)
-  bool overlap_dp = true;           // plain DP / ZeRO-1 reductions start during the last backward (GPU only)
+  // Plain DP / ZeRO-1 reductions start during the last backward (on a GPU):
+  // always (the engine), or only without a pipeline (Megatron-LM's
+  // run_table_1.sh used PyTorch DDP at pp 1 and its own after-backward
+  // all-reduce with pipelines).
+  enum class DpOverlap { kAlways, kWithoutPipeline };
+  DpOverlap overlap_dp = DpOverlap::kAlways;
   double grad_reduce_bytes = 4;     // bytes per gradient the data-parallel reduction moves
 };
 
@@ -69,7 +74,8 @@ Software engine_software(engine::DeviceType device);
 // attention scores materialised (baddbmm, fused scale-mask-softmax, dropout
 // 0.1 on the probabilities, bmm) over the whole square, bias-dropout-add on
 // the hidden states, full recomputation of each layer's whole forward, and
-// gradients all-reduced in fp16 after the last backward.
+// gradients all-reduced in fp16, overlapped with backward only without a
+// pipeline (NVIDIA/Megatron-LM examples/sc21/run_table_1.sh and CONFIG.sh).
 Software megatron_lm_2021();
 // "engine" or "megatron-lm-2021".
 Software software_by_name(const std::string& name, engine::DeviceType device);

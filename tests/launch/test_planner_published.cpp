@@ -5,14 +5,20 @@
 // The cluster is examples/scaling/clusters/selene_a100.json, every value of
 // which comes from data sheets or independent measurements (its "sources");
 // the software is model::megatron_lm_2021(). Nothing here is fitted to the
-// rows. The paper's TFLOP/s per GPU count the recomputed forward:
+// rows. The layouts are the paper's own (NVIDIA/Megatron-LM
+// examples/sc21/run_table_1.sh, which reproduces Table 1): its tp, pp and
+// micro-batch sizes, 1F1B. Four rows (76.1B to 529.6B) ran the interleaved
+// 1F1B schedule, which the engine does not have, so the model charges them
+// the larger bubble of plain 1F1B. The paper's TFLOP/s per GPU count the
+// recomputed forward:
 //   F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h))   (their section 5.1)
-// so the prediction is F / (predicted step time x GPUs). Each row takes the
-// planner's best layout at the paper's tp and pp (micro-batch chosen by the
-// planner, ZeRO off, 1F1B). Results and the discussion of the error are in
+// so the prediction is F / (predicted step time x GPUs). Results and the discussion of the error are in
 // examples/benchmarks/RESULTS.md; the targets (every row within 10%,
-// 5% on average) are NOT met: the model predicts 8-16% too high (mean
-// about 13%). These bounds keep it from getting worse unnoticed.
+// 5% on average) are NOT met: the model predicts every row 11-20% too high
+// (mean 15.8%), a bias of one sign that points at optimistic inputs (the
+// best-shape matmul rate of 2025 software, the data-sheet memory bandwidth)
+// rather than at one mechanism. These bounds keep it from getting worse
+// unnoticed.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -26,15 +32,16 @@ namespace {
 struct Row {
   const char* params;
   int heads, hidden, layers, tp, pp, gpus, batch;
-  double tflops;  // per GPU, Table 1
+  double tflops;     // per GPU, Table 1
+  int micro_batch;   // NVIDIA/Megatron-LM examples/sc21/run_table_1.sh
 };
 
 constexpr Row kTable1[] = {
-    {"1.7B", 24, 2304, 24, 1, 1, 32, 512, 137},          {"3.6B", 32, 3072, 30, 2, 1, 64, 512, 138},
-    {"7.5B", 32, 4096, 36, 4, 1, 128, 512, 142},         {"18.4B", 48, 6144, 40, 8, 1, 256, 1024, 135},
-    {"39.1B", 64, 8192, 48, 8, 2, 512, 1536, 138},       {"76.1B", 80, 10240, 60, 8, 4, 1024, 1792, 140},
-    {"145.6B", 96, 12288, 80, 8, 8, 1536, 2304, 148},    {"310.1B", 128, 16384, 96, 8, 16, 1920, 2160, 155},
-    {"529.6B", 128, 20480, 105, 8, 35, 2520, 2520, 163}, {"1008.0B", 160, 25600, 128, 8, 64, 3072, 3072, 163},
+    {"1.7B", 24, 2304, 24, 1, 1, 32, 512, 137, 16},          {"3.6B", 32, 3072, 30, 2, 1, 64, 512, 138, 16},
+    {"7.5B", 32, 4096, 36, 4, 1, 128, 512, 142, 16},         {"18.4B", 48, 6144, 40, 8, 1, 256, 1024, 135, 8},
+    {"39.1B", 64, 8192, 48, 8, 2, 512, 1536, 138, 4},       {"76.1B", 80, 10240, 60, 8, 4, 1024, 1792, 140, 2},
+    {"145.6B", 96, 12288, 80, 8, 8, 1536, 2304, 148, 2},    {"310.1B", 128, 16384, 96, 8, 16, 1920, 2160, 155, 1},
+    {"529.6B", 128, 20480, 105, 8, 35, 2520, 2520, 163, 1}, {"1008.0B", 160, 25600, 128, 8, 64, 3072, 3072, 163, 1},
 };
 
 }  // namespace
@@ -54,6 +61,7 @@ TEST(PlannerPublished, Narayanan2021Table1) {
     r.devices = row.gpus;
     r.cluster = selene;
     r.software = "megatron-lm-2021";
+    r.micro_batch = {row.micro_batch};
     r.tp = {row.tp};
     r.pp = {row.pp};
     r.zero = {0};
@@ -76,6 +84,6 @@ TEST(PlannerPublished, Narayanan2021Table1) {
   }
   const double mean = sum_abs / std::size(kTable1);
   std::printf("mean absolute error %.1f%%, worst %.1f%%\n", 100 * mean, 100 * worst);
-  EXPECT_LE(worst, 0.17);
-  EXPECT_LE(mean, 0.14);
+  EXPECT_LE(worst, 0.21);
+  EXPECT_LE(mean, 0.17);
 }
