@@ -144,6 +144,12 @@ def measure_run(run_dir, skip):
     used = records[skip:] if len(records) > skip else records[-1:]
     m["steps_used"] = len(used)
     m["step_s"] = median_of(used, lambda r: r["step_time_s"])
+    # The spread says how far to trust the median: on a shared machine a few
+    # slow steps are common, a wide spread means the whole run was disturbed.
+    times = sorted(r["step_time_s"] for r in used if isinstance(r.get("step_time_s"), (int, float)))
+    if len(times) >= 2:
+        q1, _, q3 = statistics.quantiles(times, n=4)
+        m["step_iqr_s"] = q3 - q1
     m["tokens_per_s"] = median_of(used, lambda r: r["tokens_per_s"])
     m["mfu"] = median_of(used, lambda r: r["mfu"])
     for axis in ("tp", "pp", "dp", "world"):
@@ -293,7 +299,7 @@ def fmt_bytes(b):
 
 
 CSV_COLUMNS = (["layout", "status", "exit_code", "wall_s"] + list(LAYOUT_KEYS) +
-               ["steps_used", "step_s", "tokens_per_s", "mfu", "compute_s", "exposed_comm_s", "bubble_s",
+               ["steps_used", "step_s", "step_iqr_s", "tokens_per_s", "mfu", "compute_s", "exposed_comm_s", "bubble_s",
                 "wait_tp_s", "wait_dp_s", "wait_pp_s", "wait_world_s", "exposed_dp_rank0_s",
                 "bytes_tp", "bytes_dp", "bytes_pp", "peak_memory_bytes"] +
                ["planned_" + p for p in MEMORY_PARTS + ("total",)] +

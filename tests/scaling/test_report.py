@@ -161,7 +161,8 @@ class ReportTest(unittest.TestCase):
         self.assertEqual((dp2["tp"], dp2["pp"], dp2["dp"], dp2["micro_batch"], dp2["zero"], dp2["recompute"],
                           dp2["schedule"], dp2["sequence_parallel"]), ("1", "1", "2", "8", "0", "none", "1f1b", "0"))
         self.assertEqual(dp2["steps_used"], "4")
-        for key, want in (("step_s", 0.25), ("tokens_per_s", 250), ("mfu", 0.25), ("wait_dp_s", 0.035),
+        # Quartiles of 0.1 0.2 0.3 0.4 (Python's "exclusive" method): 0.125 and 0.375.
+        for key, want in (("step_s", 0.25), ("step_iqr_s", 0.25), ("tokens_per_s", 250), ("mfu", 0.25), ("wait_dp_s", 0.035),
                           ("wait_world_s", 0.01), ("exposed_dp_rank0_s", 0.05), ("exposed_comm_s", 0.035),
                           ("bubble_s", 0.01), ("compute_s", 0.205), ("bytes_dp", 1000)):
             self.assertAlmostEqual(float(dp2[key]), want, msg=key)
