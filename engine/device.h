@@ -19,6 +19,13 @@ int cuda_device_count();  // 0 when not built with CUDA or no GPU is visible
 // passes the node-local rank modulo the visible device count).
 void cuda_set_device(int index);
 std::string cuda_device_name(int index);
+// Total memory of GPU `index` in bytes (0 in a CPU-only build): what a
+// cluster description's memory_bytes holds (launch/calibrate.h).
+std::size_t cuda_device_memory_bytes(int index);
+
+// Bytes free on the current GPU now (cudaMemGetInfo): what a run's memory
+// plan must fit in.
+std::size_t cuda_free_bytes();
 
 void* device_malloc(std::size_t bytes);
 void device_free(void* ptr);

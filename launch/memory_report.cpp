@@ -1,33 +1,86 @@
 #include "launch/memory_report.h"
 
 #include <string>
+#include <vector>
 
 #include "engine/buffer.h"
 
 namespace launch {
 
-void report_memory(std::ostream* out, parallel::Communicator& world, const MemoryAccount& mine,
-                   const parallel::DataParallel& data_parallel, const optim::Optimizer& optimizer,
-                   const MemoryNotes& notes) {
-  double held[5] = {static_cast<double>(mine.weights), static_cast<double>(mine.grads),
-                    static_cast<double>(mine.optimizer), static_cast<double>(mine.activations),
-                    static_cast<double>(data_parallel.staging_bound())};
-  world.all_reduce(engine::Tensor(held, engine::Shape{5}, engine::DType::kF64, engine::DeviceType::kCpu),
+namespace {
+
+constexpr const char* kKinds[] = {"weights", "grads", "optimizer", "activations", "staging"};
+
+std::vector<double> as_values(const model::RankMemory& m) {
+  return {static_cast<double>(m.weights), static_cast<double>(m.grads), static_cast<double>(m.optimizer),
+          static_cast<double>(m.activations), static_cast<double>(m.staging), static_cast<double>(m.total())};
+}
+
+model::RankMemory from_values(const double* v) {
+  model::RankMemory m;
+  m.weights = static_cast<std::size_t>(v[0]);
+  m.grads = static_cast<std::size_t>(v[1]);
+  m.optimizer = static_cast<std::size_t>(v[2]);
+  m.activations = static_cast<std::size_t>(v[3]);
+  m.staging = static_cast<std::size_t>(v[4]);
+  return m;
+}
+
+nlohmann::json as_json(const model::RankMemory& m, std::size_t total) {
+  return {{"weights", m.weights},         {"grads", m.grads},     {"optimizer", m.optimizer},
+          {"activations", m.activations}, {"staging", m.staging}, {"total", total}};
+}
+
+}  // namespace
+
+bool MemoryFigures::matches() const {
+  return as_values(planned) == as_values(allocated) && planned_total == allocated_total;
+}
+
+nlohmann::json MemoryFigures::event() const {
+  return {{"event", "memory"}, {"planned", as_json(planned, planned_total)},
+          {"allocated", as_json(allocated, allocated_total)}};
+}
+
+MemoryFigures report_memory(std::ostream* out, parallel::Communicator& world, const model::RankMemory& planned,
+                            const model::RankMemory& allocated, const parallel::DataParallel& data_parallel,
+                            const optim::Optimizer& optimizer, const MemoryNotes& notes) {
+  std::vector<double> held = as_values(planned);
+  const std::vector<double> mine = as_values(allocated);
+  held.insert(held.end(), mine.begin(), mine.end());
+  world.all_reduce(engine::Tensor(held.data(), engine::Shape{static_cast<std::int64_t>(held.size())},
+                                  engine::DType::kF64, engine::DeviceType::kCpu),
                    parallel::ReduceOp::kMax);
-  if (!out) return;
+  MemoryFigures f;
+  f.planned = from_values(held.data());
+  f.planned_total = static_cast<std::size_t>(held[5]);
+  f.allocated = from_values(held.data() + 6);
+  f.allocated_total = static_cast<std::size_t>(held[11]);
+  if (!out) return f;
   const parallel::Sharding& sharding = data_parallel.sharding();
   const std::string shard = " (" + data_parallel.name() + " shard)";
   const std::string state = optimizer.describe_state(sharding.state);
-  auto bytes = [](double b) { return engine::format_bytes(static_cast<std::size_t>(b)); };
-  *out << "memory     per rank (largest over ranks): parameters " << bytes(held[0])
+  auto bytes = [](std::size_t b) { return engine::format_bytes(b); };
+  const model::RankMemory& p = f.planned;
+  *out << "memory     per rank (largest over ranks): parameters " << bytes(p.weights)
        << (notes.separate_working ? " (fp32 master + working copy)" : "") << (sharding.weights ? shard : "")
-       << ", gradients " << bytes(held[1]) << (sharding.grads ? shard : "") << ", optimizer state "
-       << bytes(held[2]) << (state.empty() ? "" : " (" + state + ")") << ", activations " << bytes(held[3]) << " ("
-       << notes.slots << " micro-batch slot" << (notes.slots > 1 ? "s" : "") << ", recompute "
+       << ", gradients " << bytes(p.grads) << (sharding.grads ? shard : "") << ", optimizer state "
+       << bytes(p.optimizer) << (state.empty() ? "" : " (" + state + ")") << ", activations " << bytes(p.activations)
+       << " (" << notes.slots << " micro-batch slot" << (notes.slots > 1 ? "s" : "") << ", recompute "
        << model::recompute_name(notes.recompute) << ")";
-  if (held[4] > 0)
-    *out << ", " << data_parallel.name() << " gather/reduce buffers <= " << bytes(held[4]) << " (allocated as used)";
-  *out << "\n";
+  if (p.staging > 0)
+    *out << ", " << data_parallel.name() << " gather/reduce buffers <= " << bytes(p.staging) << " (allocated as used)";
+  *out << "; total " << bytes(f.planned_total) << "\n";
+  if (!f.matches()) {
+    *out << "warning    the memory plan (model/memory_plan.h) differs from this run's allocations:";
+    const std::vector<double> a = as_values(f.allocated), q = as_values(f.planned);
+    for (std::size_t i = 0; i < 5; ++i)
+      if (a[i] != q[i])
+        *out << " " << kKinds[i] << " planned " << static_cast<std::size_t>(q[i]) << " B, allocated "
+             << static_cast<std::size_t>(a[i]) << " B;";
+    *out << " the planner's predictions are off by as much\n";
+  }
+  return f;
 }
 
 }  // namespace launch

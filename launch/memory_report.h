@@ -1,25 +1,19 @@
-// Bytes a rank holds, by kind, and the start-up line that reports the
-// largest over all ranks (what must fit on one device).
+// The start-up memory line: the bytes each rank holds by kind, as the memory
+// plan predicts them (model/memory_plan.h, the planner's own model), checked
+// against what this run really allocated.
 #pragma once
 
 #include <cstddef>
+#include <nlohmann/json.hpp>
 #include <ostream>
 
+#include "model/memory_plan.h"
 #include "model/recompute.h"
 #include "optim/optimizer.h"
 #include "parallel/communicator.h"
 #include "parallel/data_parallel.h"
 
 namespace launch {
-
-// Bytes this rank holds, by kind (the ZeRO memory test compares them across dp).
-struct MemoryAccount {
-  std::size_t weights = 0;       // master + working copy (this rank's chunks under ZeRO-3)
-  std::size_t grads = 0;         // gradient buffer (this rank's chunks under ZeRO-2/3)
-  std::size_t optimizer = 0;     // moments (+ 1-bit Adam's error buffers)
-  std::size_t activations = 0;   // the activation arena
-  std::size_t zero_staging = 0;  // ZeRO-2/3 gather and reduce buffers allocated so far (parallel/zero_units.h)
-};
 
 // What the memory line says besides the numbers.
 struct MemoryNotes {
@@ -28,11 +22,23 @@ struct MemoryNotes {
   model::Recompute recompute = model::Recompute::kNone;
 };
 
-// Collective over `world`: the largest over ranks of each kind, as laid out
-// before step 1 (the strategy's staging buffers at their bound), printed as
-// one "memory" line to `out` when it is non-null.
-void report_memory(std::ostream* out, parallel::Communicator& world, const MemoryAccount& mine,
-                   const parallel::DataParallel& data_parallel, const optim::Optimizer& optimizer,
-                   const MemoryNotes& notes);
+// Largest over all ranks, of each kind and of the ranks' totals.
+struct MemoryFigures {
+  model::RankMemory planned, allocated;
+  std::size_t planned_total = 0, allocated_total = 0;
+  bool matches() const;  // the plan was exact
+  // {"event": "memory", "planned": {weights, grads, optimizer, activations,
+  // staging, total}, "allocated": {...}} for the metrics file.
+  nlohmann::json event() const;
+};
+
+// Collective over `world`. `planned`: this rank's figures from the memory
+// plan; `allocated`: the same kinds as this run allocated them (staging at
+// the strategy's bound). Prints the "memory" line to `out` when it is
+// non-null, and a warning naming each kind where the two differ (a bug in
+// the plan: the planner would mispredict too).
+MemoryFigures report_memory(std::ostream* out, parallel::Communicator& world, const model::RankMemory& planned,
+                            const model::RankMemory& allocated, const parallel::DataParallel& data_parallel,
+                            const optim::Optimizer& optimizer, const MemoryNotes& notes);
 
 }  // namespace launch

@@ -120,6 +120,10 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
   batch_ = BatchLayout{config.batch_tokens / config.seq_len, grid_.dp_size(), grid_.dp_rank(), config.micro_batch};
   batch_.validate();
 
+  // A run that cannot fit on its GPU is refused before anything is allocated,
+  // with the plan's bytes (every rank checks its own; all fail together).
+  if (config.device_type == engine::DeviceType::kCuda) refuse_if_too_big(planned_memory_before_allocating());
+
   // Parameters, the strategy that keeps the replicas in step, the optimizer.
   store_ = std::make_unique<model::ParamStore>(registry_, config.device_type, config.precision_mode,
                                                store_sharding(config, grid_, layout_, *comms_.dp));
@@ -176,14 +180,52 @@ void Trainer::initialize_weights() {
   store_->upload_master(mine.data());
 }
 
-MemoryAccount Trainer::memory_account() const {
-  MemoryAccount a;
+model::ParallelLayout Trainer::parallel_layout() const {
+  model::ParallelLayout l;
+  l.tp = grid_.tp_size();
+  l.pp = grid_.pp_size();
+  l.dp = grid_.dp_size();
+  l.zero = zero_stage(config_, grid_);
+  l.sequence_parallel = config_.sequence_parallel;
+  l.recompute = config_.recompute_mode;
+  l.schedule = parallel::parse_schedule(config_.pipeline_schedule);
+  l.micro_batch = config_.micro_batch;
+  l.micro_batches = batch_.micro_batches();
+  l.seq_len = config_.seq_len;
+  l.precision = config_.precision_mode;
+  l.device = config_.device_type;
+  return l;
+}
+
+model::RankMemory Trainer::planned_memory_before_allocating() const {
+  return model::plan_stage_memory(config_.model, parallel_layout(), grid_.pp_rank());
+}
+
+void Trainer::refuse_if_too_big(const model::RankMemory& planned) const {
+  const std::size_t free_bytes = engine::cuda_free_bytes();
+  ENGINE_CHECK(planned.total() <= free_bytes, "this layout needs ", engine::format_bytes(planned.total()),
+               " on GPU ", local_gpu(), " (rank ", grid_.world_rank(), ": parameters ", engine::format_bytes(planned.weights),
+               ", gradients ", engine::format_bytes(planned.grads), ", optimizer state ",
+               engine::format_bytes(planned.optimizer), ", activations ", engine::format_bytes(planned.activations),
+               ", ZeRO buffers ", engine::format_bytes(planned.staging), ") but only ", engine::format_bytes(free_bytes),
+               " are free: use more ranks, ZeRO, recomputation or a smaller micro-batch (build/launch/plan predicts each)");
+}
+
+model::RankMemory Trainer::planned_memory() const {
+  model::RankMemory m = planned_memory_before_allocating();
+  // 1-bit Adam's error buffers are not planned (model/memory_plan.h): take its own count.
+  if (onebit_optimizer()) m.optimizer = optimizer_->state_bytes();
+  return m;
+}
+
+model::RankMemory Trainer::allocated_memory() const {
+  model::RankMemory a;
   const bool separate_working = store_->working().data() != store_->master().data();
   a.weights = store_->master().bytes() + (separate_working ? store_->working().bytes() : 0);
   a.grads = store_->grads().bytes();
   a.optimizer = optimizer_->state_bytes();
   a.activations = activations_.capacity();
-  a.zero_staging = data_parallel_->staging_bytes();
+  a.staging = data_parallel_->staging_bound();
   return a;
 }
 
@@ -200,7 +242,9 @@ void Trainer::report_start() {
          << ")\n";
   const MemoryNotes notes{store_->working().data() != store_->master().data(), stage_->slots(),
                           config_.recompute_mode};
-  report_memory(is_logger() ? &out_ : nullptr, *host_world_, memory_account(), *data_parallel_, *optimizer_, notes);
+  memory_ = report_memory(is_logger() ? &out_ : nullptr, *host_world_, planned_memory(), allocated_memory(),
+                          *data_parallel_, *optimizer_, notes);
+  if (!config_.eval_only) metrics_.record_event(memory_.event());
   if (is_logger()) out_ << "flops      " << model::flops_convention(config_.attention_flops_mode) << "\n";
   if (is_logger()) report_paths();
 }

@@ -90,7 +90,19 @@ class Trainer {
   // Null unless the run uses --optimizer onebit-adam.
   const optim::OneBitAdam* onebit_optimizer() const { return dynamic_cast<const optim::OneBitAdam*>(optimizer_.get()); }
   const parallel::ProcessGrid& grid() const { return grid_; }
-  MemoryAccount memory_account() const;
+  // This rank's bytes by kind: as the memory plan predicts them
+  // (model/memory_plan.h) and as this run allocated them (ZeRO staging at
+  // its bound); memory() holds both, largest over ranks, from start-up.
+  model::RankMemory planned_memory() const;
+  model::RankMemory allocated_memory() const;
+  const MemoryFigures& memory() const { return memory_; }
+  model::ParallelLayout parallel_layout() const;
+
+ private:
+  model::RankMemory planned_memory_before_allocating() const;  // without 1-bit Adam's own count
+  void refuse_if_too_big(const model::RankMemory& planned) const;
+
+ public:
   // The whole master weights of this rank's (tp, pp) part as f32, laid out
   // by registry(). Under ZeRO it is collective over the data-parallel group
   // (the chunks are gathered): every rank of the group must call it.
@@ -179,6 +191,7 @@ class Trainer {
   std::unique_ptr<parallel::DataParallel> data_parallel_;  // before stage_, which may acquire through it
   std::unique_ptr<model::GptStage> stage_;
   engine::Arena activations_;
+  MemoryFigures memory_;  // planned and allocated bytes, from report_start()
   std::unique_ptr<DataLoader> train_data_, val_data_;
   BatchLayout batch_{};
   std::vector<parallel::Action> schedule_;

@@ -5,6 +5,7 @@
 
 #include "engine/ops.h"
 #include "model/gpt_params.h"
+#include "model/stage_activations.h"
 
 namespace model {
 
@@ -46,51 +47,24 @@ GptStage::GptStage(const GptConfig& config, const ParamStore& store, StageRange 
 }
 
 void GptStage::allocate(engine::Arena& arena) {
-  const std::int64_t B = shape_.batch, T = shape_.seq, C = config_.n_embd;
-  // The residual stream holds this rank's tokens under sequence parallelism.
-  const std::int64_t n = tp_.local_tokens(B * T);
-  const Shape stream = tp_.splits_tokens() ? Shape{n, C} : Shape{B, T, C};
-  const engine::DType dt = shape_.dtype, st = shape_.stat_dtype();
-  for (int s = 0; s < slots(); ++s) {
-    residuals_[s].clear();
-    for (std::size_t i = 0; i <= blocks_.size(); ++i)
-      residuals_[s].push_back(arena.allocate(stream, dt, "residual"));
-    acts_[s].clear();
-    if (recompute_ != Recompute::kFull)
-      for (std::size_t i = 0; i < blocks_.size(); ++i)
-        acts_[s].push_back(
-            allocate_block_activations(arena, config_, shape_, tp_, recompute_ != Recompute::kSelective));
-    if (range_.has_embedding) tokens_[s] = arena.allocate(Shape{B, T}, engine::DType::kI32, "tokens");
-    if (range_.has_head) {
-      targets_[s] = arena.allocate(Shape{B, T}, engine::DType::kI32, "targets");
-      losses_[s] = arena.allocate(Shape{B * T}, st, "losses");
-      head_dres_[s] = arena.allocate(stream, dt, "head_dres");
-    } else {
-      output_grads_[s] = arena.allocate(stream, dt, "output_grad");
-    }
-  }
-  scratch_ = allocate_block_scratch(arena, config_, shape_, tp_);
-  // What recomputation rebuilds lives once per stage, not per slot and block:
-  // only one block's backward runs at a time, and its recompute() refills it
-  // right before.
-  shared_acts_ = BlockActivations{};
-  if (!blocks_.empty()) {
-    if (recompute_ == Recompute::kFull) shared_acts_ = allocate_block_activations(arena, config_, shape_, tp_);
-    if (recompute_ == Recompute::kSelective)
-      shared_acts_.att_saved = allocate_attention_saved(arena, config_, shape_, tp_);
-  }
-  dresidual_ = arena.allocate(stream, dt, "dresidual");
-  if (range_.has_head) {
-    lnf_ = arena.allocate(Shape{B, T, C}, dt, "lnf");
-    lnf_mean_ = arena.allocate(Shape{n}, st, "lnf_mean");
-    lnf_rstd_ = arena.allocate(Shape{n}, st, "lnf_rstd");
-    d_lnf_ = arena.allocate(Shape{B, T, C}, dt, "d_lnf");
-    logits_ = arena.allocate(Shape{B * T, config_.padded_vocab() / tp_.size}, dt, "logits");
-    if (tp_.size > 1) {
-      ce_max_ = arena.allocate(Shape{B * T}, st, "ce_max");
-      ce_sums_ = arena.allocate(Shape{2, B * T}, st, "ce_sums");
-    }
-  }
+  StageActivations a = allocate_stage_activations(arena, config_, range_, shape_, slots(), tp_, recompute_);
+  residuals_ = std::move(a.residuals);
+  acts_ = std::move(a.acts);
+  tokens_ = std::move(a.tokens);
+  targets_ = std::move(a.targets);
+  losses_ = std::move(a.losses);
+  head_dres_ = std::move(a.head_dres);
+  output_grads_ = std::move(a.output_grads);
+  scratch_ = a.scratch;
+  shared_acts_ = a.shared;
+  dresidual_ = a.dresidual;
+  lnf_ = a.lnf;
+  lnf_mean_ = a.lnf_mean;
+  lnf_rstd_ = a.lnf_rstd;
+  d_lnf_ = a.d_lnf;
+  logits_ = a.logits;
+  ce_max_ = a.ce_max;
+  ce_sums_ = a.ce_sums;
 }
 
 BlockActivations GptStage::block_activations(int slot, std::size_t i) const {

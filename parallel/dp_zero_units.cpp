@@ -85,13 +85,18 @@ void ZeroUnitShards::download_sharded(const engine::Tensor& shard, float* host) 
   }
 }
 
-std::size_t ZeroUnitShards::staging_bound() const {
+std::size_t ZeroUnitShards::staging_bound(int stage, const std::vector<FlatRange>& units, engine::DType working,
+                                          engine::DType grads) {
   // The pool holds at most as many buffers as are in use at once
   // (parallel/zero_units.h): 3 gathered units (ZeRO-3: in use, prefetched,
   // the embedding's pair) and 4 gradient units (in use, the held token
   // embedding, 2 reductions in flight), each at most the largest unit.
-  const std::size_t element = std::max(engine::dtype_size(working_.dtype()), engine::dtype_size(grads_.dtype()));
-  return static_cast<std::size_t>(largest_unit(units_->units())) * (stage_ == 3 ? 7 : 4) * element;
+  const std::size_t element = std::max(engine::dtype_size(working), engine::dtype_size(grads));
+  return static_cast<std::size_t>(largest_unit(units)) * (stage == 3 ? 7 : 4) * element;
+}
+
+std::size_t ZeroUnitShards::staging_bound() const {
+  return staging_bound(stage_, units_->units(), working_.dtype(), grads_.dtype());
 }
 
 }  // namespace parallel

@@ -20,6 +20,10 @@ class ZeroUnitShards : public DataParallel {
  public:
   // What the store must shard before this strategy can be built on it.
   static Sharding store_sharding(int stage, const std::vector<FlatRange>& units, const Communicator& dp);
+  // The most its gather and reduce buffers may take (staging_bound()), from
+  // the layout alone: the memory plan (model/memory_plan.h) counts the same.
+  static std::size_t staging_bound(int stage, const std::vector<FlatRange>& units, engine::DType working,
+                                   engine::DType grads);
 
   // master, working, grads: the store's buffers, sharded as store_sharding() said.
   ZeroUnitShards(int stage, Communicator& dp, const FlatLayout& layout, const engine::Tensor& master,

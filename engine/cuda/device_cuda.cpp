@@ -44,6 +44,18 @@ std::string cuda_device_name(int index) {
   return props.name;
 }
 
+std::size_t cuda_free_bytes() {
+  std::size_t free_bytes = 0, total_bytes = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return free_bytes;
+}
+
+std::size_t cuda_device_memory_bytes(int index) {
+  cudaDeviceProp props{};
+  CUDA_CHECK(cudaGetDeviceProperties(&props, index));
+  return props.totalGlobalMem;
+}
+
 void* device_malloc(std::size_t bytes) {
   g_cuda_in_use.store(true);
   void* ptr = nullptr;

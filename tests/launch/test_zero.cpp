@@ -106,7 +106,7 @@ TEST_F(Zero, BytesPerRankFallWithDpAsThePaperSays) {
         std::ostringstream quiet;
         launch::Trainer trainer(c, quiet, group);
         trainer.run();
-        const launch::MemoryAccount m = trainer.memory_account();
+        const model::RankMemory m = trainer.allocated_memory();
         const double slack = 4.0 * static_cast<double>(tensors * 64 * dp);  // bytes per 4-byte element kind
         const double P = static_cast<double>(psi), n = dp;
         const double weights = zero >= 3 ? 4 * P / n : 4 * P;
@@ -124,10 +124,10 @@ TEST_F(Zero, BytesPerRankFallWithDpAsThePaperSays) {
         // largest unit of the padded layout: the dp = 1 layout's largest plus
         // 64 x dp elements of padding for each of a block's 12 tensors).
         if (zero < 2) {
-          EXPECT_EQ(m.zero_staging, 0u) << what;
+          EXPECT_EQ(m.staging, 0u) << what;
         } else {
-          EXPECT_GT(m.zero_staging, 0u) << what;
-          EXPECT_LE(static_cast<double>(m.zero_staging), 4.0 * (zero >= 3 ? 7 : 4) * (largest_unit + 64.0 * 12 * dp))
+          EXPECT_GT(m.staging, 0u) << what;
+          EXPECT_LE(static_cast<double>(m.staging), 4.0 * (zero >= 3 ? 7 : 4) * (largest_unit + 64.0 * 12 * dp))
               << what;
         }
       });

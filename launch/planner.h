@@ -1,0 +1,93 @@
+// The planner behind `plan` (launch/plan_main.cpp): every layout of a model
+// on a cluster, with its predicted memory per device and step time, ranked.
+//
+// A layout is (tp, pp, dp, micro-batch, ZeRO stage, recomputation, pipeline
+// schedule, sequence parallelism) for a global batch of B sequences of T
+// tokens on N devices. The prediction composes the engine's own models:
+//   memory     model/memory_plan.h, exactly what `train` allocates;
+//   compute    model/step_cost.h per stage and micro-batch;
+//   comm       parallel/comm_cost.h, alpha-beta per grid axis;
+// into a step the way the engine runs it:
+//   pipeline   stage s takes t_s = forward + backward + its sends per
+//              micro-batch (+ ZeRO-2/3's per-micro-batch traffic); a 1F1B or
+//              AFAB pipeline of m micro-batches takes sum_s t_s + (m-1) max_s t_s
+//              (the fill and drain cross every stage once, the steady state
+//              runs at the slowest; with equal stages this is (m + p - 1) t,
+//              the bubble of Narayanan et al. 2021, section 2.2);
+//   data parallel  the gradient reduction of plain DP and ZeRO-1 starts during
+//              the last micro-batch's backward (buckets, Li et al. 2020): on
+//              a GPU only what exceeds that backward is exposed; ZeRO-2/3
+//              reduce every micro-batch and ZeRO-3 gathers weights before
+//              forward and backward, hidden behind them likewise; ZeRO-1/2
+//              all-gather the updated weights after the optimizer (exposed).
+//              On the CPU backend communication is memcpy by the same cores
+//              that compute (MPI over shared memory), so nothing overlaps;
+//   after      the tied embedding's gradient sum between the first and last
+//              stage, the optimizer (the slowest stage's), the loss and norm
+//              reductions.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "model/flops.h"
+#include "model/gpt_config.h"
+#include "model/memory_plan.h"
+#include "model/step_cost.h"
+#include "parallel/cluster.h"
+
+namespace launch {
+
+struct PlanRequest {
+  model::GptConfig model;
+  std::int64_t global_batch = 0;  // sequences per optimizer step
+  std::int64_t seq_len = 0;
+  int devices = 0;
+  parallel::Cluster cluster;
+  model::AttentionFlops attention = model::AttentionFlops::kCausal;
+  // Which implementation runs the layouts (model/step_cost.h): "engine", or
+  // "megatron-lm-2021" to check the model against published figures.
+  std::string software = "engine";
+  // Restrictions of the enumeration; empty = every valid choice.
+  std::vector<int> tp, pp, micro_batch, zero, sequence_parallel;
+  std::vector<model::Recompute> recompute;
+  std::vector<parallel::ScheduleKind> schedule;
+
+  // bf16 on CUDA, fp32 on the CPU: what `train` uses there.
+  model::Precision precision() const;
+  // "" or one line naming what is wrong (sizes, the model's shape).
+  std::string check() const;
+};
+
+struct Prediction {
+  model::ParallelLayout layout;
+  double step_seconds = 0;
+  // The step split the way the sweep splits a measured one (examples/scaling):
+  double compute_seconds = 0;       // the rest
+  double exposed_comm_seconds = 0;  // tensor-parallel collectives, pipeline sends, data-parallel reductions not hidden
+  double bubble_seconds = 0;        // the pipeline's fill and drain on the slowest stage
+  double optimizer_seconds = 0;     // included in compute_seconds
+  double model_flops = 0;           // per step, all devices (model/flops.h)
+  double hardware_flops = 0;        // with recomputation
+  double tflops_per_device = 0;     // model FLOPs
+  double mfu = 0, hfu = 0;
+  model::RankMemory memory;         // largest of each kind over ranks
+  std::size_t memory_bytes_per_device = 0;  // the rank that holds most
+  bool fits = false;
+};
+
+// Every valid layout the request allows, in a fixed order.
+std::vector<model::ParallelLayout> enumerate_layouts(const PlanRequest& request);
+Prediction predict(const PlanRequest& request, const model::ParallelLayout& layout);
+// All predictions, those that fit first, each part by step time.
+std::vector<Prediction> plan(const PlanRequest& request);
+
+// The planner's JSON record: tp, pp, dp, micro_batch, zero, recompute,
+// schedule, sequence_parallel, step_seconds, tflops_per_device, mfu,
+// memory_bytes_per_device, fits, and the step's split.
+nlohmann::json prediction_json(const Prediction& p);
+
+}  // namespace launch

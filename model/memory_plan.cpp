@@ -1,0 +1,134 @@
+#include "model/memory_plan.h"
+
+#include <algorithm>
+
+#include "engine/check.h"
+#include "model/flat_layout.h"
+#include "model/gpt_params.h"
+#include "model/partition.h"
+#include "model/stage_activations.h"
+#include "parallel/dp_zero_units.h"
+#include "parallel/shard_layout.h"
+
+namespace model {
+
+namespace {
+// AdamW's first and second moments (optim/adamw.h), in the master dtype.
+constexpr std::size_t kAdamMoments = 2;
+}  // namespace
+
+int activation_slots(const ParallelLayout& layout, int pp_rank) {
+  return std::max(1, parallel::peak_in_flight(parallel::make_schedule(layout.schedule, layout.pp, pp_rank,
+                                                                      static_cast<int>(layout.micro_batches))));
+}
+
+namespace {
+
+// What a stage holds besides its activation slots, and the bytes of the
+// slots: allocate_stage_activations gives every slot the same tensors, so
+// its bytes are fixed + slots * per_slot exactly (measured at 1 and 2 slots
+// rather than allocating thousands of slots of a long pipeline).
+struct StageFootprint {
+  RankMemory fixed;  // activations: the shared part only
+  std::size_t per_slot = 0;
+};
+
+StageFootprint stage_footprint(const GptConfig& config, const ParallelLayout& layout, const StageRange& range) {
+  const int zero = layout.zero_stage();
+  // Every tp rank of a stage holds the same sizes; rank 0 stands for all.
+  const TensorParallel tp{0, layout.tp, layout.sequence_parallel};
+  // Under ZeRO every entry is padded so that it splits into dp equal chunks
+  // (launch/optimizer_setup.h, shard_ways).
+  const ParamRegistry registry = build_gpt_registry(config, range, tp, zero >= 1 ? layout.dp : 1);
+  const parallel::FlatLayout flat = flat_layout(registry, range, tp, config.n_layer);
+  const std::int64_t whole = registry.total_numel();
+  // The shard of a rank: its chunk of every unit (ZeRO-2/3) or of every
+  // gradient bucket (ZeRO-1). Both cut every padded entry into dp equal
+  // chunks, so either way it is whole / dp; the units' chunks are counted as
+  // the store counts them.
+  const std::int64_t shard =
+      zero >= 2 ? parallel::shard_elements(parallel::owned_chunks(flat.units, 0, layout.dp)) : whole / layout.dp;
+
+  const engine::DType master = master_dtype(layout.precision), working = activation_dtype(layout.precision);
+  const auto bytes = [](std::int64_t elements, engine::DType dt) {
+    return static_cast<std::size_t>(elements) * engine::dtype_size(dt);
+  };
+  StageFootprint f;
+  const std::int64_t weight_elements = zero >= 3 ? shard : whole;
+  f.fixed.weights = bytes(weight_elements, master) + (working != master ? bytes(weight_elements, working) : 0);
+  f.fixed.grads = bytes(zero >= 2 ? shard : whole, master);
+  f.fixed.optimizer = kAdamMoments * bytes(zero >= 1 ? shard : whole, master);
+  if (zero >= 2) f.fixed.staging = parallel::ZeroUnitShards::staging_bound(zero, flat.units, working, master);
+  const ActivationShape shape{layout.micro_batch, layout.seq_len, working};
+  const std::size_t one = stage_activation_bytes(layout.device, config, range, shape, 1, tp, layout.recompute);
+  const std::size_t two = stage_activation_bytes(layout.device, config, range, shape, 2, tp, layout.recompute);
+  f.per_slot = two - one;
+  f.fixed.activations = one - f.per_slot;
+  return f;
+}
+
+RankMemory with_slots(const StageFootprint& f, int slots) {
+  RankMemory m = f.fixed;
+  m.activations += static_cast<std::size_t>(slots) * f.per_slot;
+  return m;
+}
+
+}  // namespace
+
+RankMemory plan_stage_memory(const GptConfig& config, const ParallelLayout& layout, int pp_rank) {
+  const StageRange range = pipeline_stage_range(config, pp_rank, layout.pp);
+  return with_slots(stage_footprint(config, layout, range), activation_slots(layout, pp_rank));
+}
+
+MemoryPlan plan_memory(const GptConfig& config, const ParallelLayout& layout) {
+  const std::string problem = check_partition(config, layout.tp, layout.pp);
+  ENGINE_CHECK(problem.empty(), problem);
+  ENGINE_CHECK(layout.dp >= 1 && layout.micro_batch >= 1 && layout.micro_batches >= 1 && layout.seq_len >= 1,
+               "memory plan: dp ", layout.dp, ", micro-batch ", layout.micro_batch, ", micro-batches ",
+               layout.micro_batches, " and sequence length ", layout.seq_len, " must all be >= 1");
+  ENGINE_CHECK(!(layout.sequence_parallel && layout.tp > 1) || (layout.micro_batch * layout.seq_len) % layout.tp == 0,
+               "sequence parallel: the ", layout.micro_batch, " x ", layout.seq_len,
+               " tokens of a micro-batch do not split evenly over tp ", layout.tp);
+  // Stages differ only in their layer count (balanced to within one), the
+  // embedding, the head and their slots: size each kind of stage once.
+  struct Seen {
+    std::int64_t layers;
+    bool embedding, head;
+    StageFootprint footprint;
+  };
+  std::vector<Seen> seen;
+  MemoryPlan plan;
+  for (int s = 0; s < layout.pp; ++s) {
+    const StageRange range = pipeline_stage_range(config, s, layout.pp);
+    const std::int64_t layers = range.last_layer - range.first_layer;
+    const Seen* match = nullptr;
+    for (const Seen& k : seen)
+      if (k.layers == layers && k.embedding == range.has_embedding && k.head == range.has_head) match = &k;
+    if (!match) {
+      seen.push_back({layers, range.has_embedding, range.has_head, stage_footprint(config, layout, range)});
+      match = &seen.back();
+    }
+    plan.stages.push_back(with_slots(match->footprint, activation_slots(layout, s)));
+  }
+  return plan;
+}
+
+RankMemory MemoryPlan::largest_of_each() const {
+  RankMemory m;
+  for (const RankMemory& s : stages) {
+    m.weights = std::max(m.weights, s.weights);
+    m.grads = std::max(m.grads, s.grads);
+    m.optimizer = std::max(m.optimizer, s.optimizer);
+    m.activations = std::max(m.activations, s.activations);
+    m.staging = std::max(m.staging, s.staging);
+  }
+  return m;
+}
+
+std::size_t MemoryPlan::largest_total() const {
+  std::size_t most = 0;
+  for (const RankMemory& s : stages) most = std::max(most, s.total());
+  return most;
+}
+
+}  // namespace model

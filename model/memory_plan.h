@@ -1,0 +1,78 @@
+// The memory model: the bytes every rank of a layout holds, computed from the
+// model and the layout alone, before anything is allocated. One
+// implementation serves the trainer's start-up memory line (launch/
+// memory_report.h) and the planner (launch/planner.h): it runs the same
+// functions that size the real buffers (the parameter registry and its
+// ZeRO padding, the shard chunks, allocate_stage_activations on a planning
+// arena, the ZeRO staging bound), so the prediction is exact, not estimated.
+// tests/launch/test_memory_plan.cpp checks it against the allocations of real
+// runs under many layouts.
+//
+// What a rank holds (Rajbhandari et al. 2020, "ZeRO", section 3 and 5, for
+// Psi parameters on N data-parallel ranks and the engine's precisions):
+//   weights     fp32 master (+ bf16 working copy on CUDA);  /N under ZeRO-3
+//   grads       fp32, accumulated over micro-batches;        /N under ZeRO-2/3
+//   optimizer   AdamW's two fp32 moments (optim/adamw.h);    /N under ZeRO-1/2/3
+//   activations the stage's activation arena (model/stage_activations.h):
+//               one slot per micro-batch in flight (1F1B: pp - stage; AFAB:
+//               every micro-batch), what the recomputation mode keeps
+//   staging     ZeRO-2/3 gather and reduce buffers at their bound
+//               (parallel/dp_zero_units.h)
+// The ZeRO paper's 16 Psi for mixed-precision Adam (2 + 2 + 12) counts fp16
+// gradients and an fp32 master inside the optimizer state; here the master
+// is under weights and gradients stay fp32 (4 + 2 + 4 + 8 = 18 Psi on CUDA).
+// 1-bit Adam's extra error buffers are not planned (the planner does not
+// choose it; the memory line adds the optimizer's own count under --onebit).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/tensor.h"
+#include "model/gpt_config.h"
+#include "model/param_store.h"
+#include "model/recompute.h"
+#include "parallel/pipeline_schedule.h"
+
+namespace model {
+
+// A parallel layout as the memory (and step-time) model needs it.
+struct ParallelLayout {
+  int tp = 1, pp = 1, dp = 1;
+  int zero = 0;  // ZeRO stage 0..3; with dp 1 every stage is stage 0
+  bool sequence_parallel = false;
+  Recompute recompute = Recompute::kNone;
+  parallel::ScheduleKind schedule = parallel::ScheduleKind::kOneFOneB;
+  std::int64_t micro_batch = 1;    // sequences per micro-batch
+  std::int64_t micro_batches = 1;  // per data-parallel replica per step
+  std::int64_t seq_len = 1;
+  Precision precision = Precision::kFp32;
+  engine::DeviceType device = engine::DeviceType::kCpu;
+
+  int zero_stage() const { return dp > 1 ? zero : 0; }
+  int devices() const { return tp * pp * dp; }
+};
+
+// Bytes of one rank, by kind.
+struct RankMemory {
+  std::size_t weights = 0, grads = 0, optimizer = 0, activations = 0, staging = 0;
+  std::size_t total() const { return weights + grads + optimizer + activations + staging; }
+};
+
+struct MemoryPlan {
+  std::vector<RankMemory> stages;  // [pp stage]; every tp and dp rank of a stage holds the same
+  RankMemory largest_of_each() const;  // per kind, the largest over stages (the memory line's figures)
+  std::size_t largest_total() const;   // the rank that holds most: what must fit on one device
+};
+
+// Throws (naming the problem) when the model cannot be cut this way
+// (model/partition.h) or the micro-batch does not split under sequence parallelism.
+MemoryPlan plan_memory(const GptConfig& config, const ParallelLayout& layout);
+RankMemory plan_stage_memory(const GptConfig& config, const ParallelLayout& layout, int pp_rank);
+
+// Activation slots of `pp_rank` under the layout's schedule.
+int activation_slots(const ParallelLayout& layout, int pp_rank);
+
+}  // namespace model

@@ -1,0 +1,48 @@
+// Every activation buffer a pipeline stage allocates, and the one function
+// that allocates them. model::GptStage computes in these buffers; the memory
+// plan (model/memory_plan.h) runs the same function on a planning arena, so
+// the start-up memory line and the planner count exactly what training
+// allocates (see model/gpt_stage.h for what each recomputation mode keeps).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/buffer.h"
+#include "model/gpt_config.h"
+#include "model/partition.h"
+#include "model/recompute.h"
+#include "model/transformer_block.h"
+
+namespace model {
+
+struct StageActivations {
+  // Per slot (micro-batch in flight)
+  std::vector<std::vector<engine::Tensor>> residuals;  // [slot][0..n_blocks] (B,T,C), this rank's (n,C) under SP
+  std::vector<std::vector<BlockActivations>> acts;     // [slot][block]; empty under full recomputation
+  std::vector<engine::Tensor> tokens, targets;         // (B,T) i32 (first / last stage)
+  std::vector<engine::Tensor> losses;                  // (B*T) (last stage)
+  std::vector<engine::Tensor> head_dres;               // (B,T,C) gradient of the last residual (last stage)
+  std::vector<engine::Tensor> output_grads;            // (B,T,C) (non-last stages)
+  // Shared by all slots
+  BlockScratch scratch;
+  BlockActivations shared;  // full: every tensor; selective: att_saved only; none: nothing
+  engine::Tensor dresidual;                            // (B,T,C)
+  engine::Tensor lnf, lnf_mean, lnf_rstd, d_lnf;       // head temporaries (last stage)
+  engine::Tensor logits;                               // (B*T, Vp/tp)
+  engine::Tensor ce_max, ce_sums;                      // (B*T), (2, B*T): vocabulary-parallel loss statistics
+};
+
+// The activations of the stage running blocks [range.first_layer,
+// range.last_layer) with `slots` micro-batches in flight.
+StageActivations allocate_stage_activations(engine::Arena& arena, const GptConfig& config, const StageRange& range,
+                                            const ActivationShape& shape, int slots, TensorParallel tp,
+                                            Recompute recompute);
+
+// The bytes allocate_stage_activations takes on `device` (a planning
+// arena's count: every tensor rounded up to engine::Arena::kAlignment; the
+// device decides what attention keeps, engine::ops::attention_saved_shape).
+std::size_t stage_activation_bytes(engine::DeviceType device, const GptConfig& config, const StageRange& range,
+                                   const ActivationShape& shape, int slots, TensorParallel tp, Recompute recompute);
+
+}  // namespace model

@@ -1,0 +1,150 @@
+#include "model/step_cost.h"
+
+#include "engine/check.h"
+#include "model/gpt_params.h"
+#include "model/partition.h"
+#include "parallel/comm_cost.h"
+
+namespace model {
+
+namespace {
+
+// Ops per block (kernel launches or parallel regions), see the header.
+constexpr double kForwardOpsPerBlock = 10;
+constexpr double kBackwardOpsPerBlock = 18;
+// Memory-bound values per token and block in forward (the header): position-wise
+// values (/tp under sequence parallelism) and GELU's (/tp always).
+constexpr double kPositionWisePerC = 10;
+constexpr double kGeluPerC = 8;
+// Backward moves about twice what forward does.
+constexpr double kBackwardTraffic = 2;
+// Per logit of the last stage: written, softmax-ed in place, turned into its gradient, read by backward.
+constexpr double kPerLogit = 4;
+// AdamW per parameter: master, gradient and 2 moments read; master and moments written (master dtype),
+// the working copy written (activation dtype); plus zeroing and the norm's read of the gradient.
+constexpr double kAdamMasterValues = 7 + 2;
+
+double matmul_seconds(double flops, const parallel::Cluster& c) {
+  ENGINE_CHECK(c.peak_flops > 0 && c.gemm_efficiency > 0, "cluster '", c.name,
+               "': peak_flops and gemm_efficiency must be positive");
+  return flops / (c.peak_flops * c.gemm_efficiency);
+}
+
+double memory_seconds(double bytes, const parallel::Cluster& c) {
+  ENGINE_CHECK(c.memory_bandwidth > 0, "cluster '", c.name, "': memory_bandwidth must be positive");
+  return bytes / c.memory_bandwidth;
+}
+
+}  // namespace
+
+Software engine_software(engine::DeviceType device) {
+  Software s;
+  s.name = "engine";
+  if (device == engine::DeviceType::kCpu) {
+    s.flash_attention = false;
+    s.values_per_score = 2;  // the probabilities, written and read
+  }
+  return s;
+}
+
+Software megatron_lm_2021() {
+  Software s;
+  s.name = "megatron-lm-2021";
+  s.flash_attention = false;
+  // scores written (1), softmax read + write (2), dropout read + write (2) +
+  // its 1-byte mask (0.5 of a 2-byte value), read by the product with V (1).
+  s.values_per_score = 6.5;
+  s.causal_skip = false;
+  s.hidden_dropout = true;
+  s.rerun_whole_forward = true;
+  s.overlap_dp = false;
+  s.grad_reduce_bytes = 2;
+  return s;
+}
+
+Software software_by_name(const std::string& name, engine::DeviceType device) {
+  if (name == "engine") return engine_software(device);
+  if (name == "megatron-lm-2021") return megatron_lm_2021();
+  ENGINE_FAIL("unknown software '", name, "'; expected engine or megatron-lm-2021");
+}
+
+StageSeconds stage_micro_batch_seconds(const GptConfig& config, const ParallelLayout& layout,
+                                       const parallel::Cluster& cluster, int pp_rank, const Software& software) {
+  const StageRange range = pipeline_stage_range(config, pp_rank, layout.pp);
+  const double blocks = static_cast<double>(range.last_layer - range.first_layer);
+  const double t = layout.tp, B = static_cast<double>(layout.micro_batch), T = static_cast<double>(layout.seq_len);
+  const double C = static_cast<double>(config.n_embd), H = static_cast<double>(config.n_head);
+  const double V = static_cast<double>(config.padded_vocab());
+  const double tokens = B * T;
+  const double value = static_cast<double>(engine::dtype_size(activation_dtype(layout.precision)));
+  const bool sp = layout.sequence_parallel && layout.tp > 1;
+  const double square = software.causal_skip ? 0.5 : 1.0;  // of the T x T scores computed
+  const bool full = layout.recompute == Recompute::kFull;
+
+  // Matmul FLOPs per block, forward: the four weight matmuls (24 C^2 per
+  // token) and the attention core (4 T C per token over the square; the
+  // causal half where the kernels skip the rest).
+  const double weight_flops = 24.0 * tokens * C * C / t;
+  const double core_flops = 4.0 * square * tokens * T * C / t;
+  double recompute_flops = 0;
+  if (layout.recompute == Recompute::kSelective) recompute_flops = core_flops;
+  if (full) recompute_flops = (software.rerun_whole_forward ? 24.0 : 16.0) * tokens * C * C / t + core_flops;
+  const double head_flops = range.has_head ? 2.0 * tokens * C * V / t : 0.0;
+
+  // Memory-bound bytes per block, forward.
+  const double position_wise = (kPositionWisePerC + (software.hidden_dropout ? 1.0 : 0.0)) * C / (sp ? t : 1.0);
+  const double probabilities = software.flash_attention ? 0.0 : software.values_per_score * square * H / t * T;
+  const double forward_values = tokens * (position_wise + kGeluPerC * C / t + probabilities);
+  double recompute_values = 0;
+  if (layout.recompute == Recompute::kSelective) recompute_values = tokens * probabilities;
+  if (full) recompute_values = forward_values;
+  const double head_values = range.has_head ? kPerLogit * tokens * V / t + 2 * tokens * C : 0.0;
+  const double embedding_values = range.has_embedding ? 3 * tokens * C : 0.0;
+
+  // Tensor-parallel collectives of the activations, (B,T,C) each.
+  const parallel::Link& tp_link = parallel::axis_link(cluster, parallel::Axis::kTp, layout.tp, layout.pp, layout.dp);
+  const double activation_bytes = tokens * C * value;
+  const double one = parallel::all_reduce_seconds(activation_bytes, layout.tp, tp_link);
+  const double tp_forward = blocks * 2 * one + (range.has_embedding ? one : 0.0);
+  const double tp_backward = blocks * 2 * one + (full ? blocks * (software.rerun_whole_forward ? 2 : 1) * one : 0.0) +
+                             (range.has_head ? one : 0.0);
+
+  StageSeconds s;
+  const double fwd_matmul = matmul_seconds(blocks * (weight_flops + core_flops) + head_flops, cluster);
+  const double bwd_matmul = matmul_seconds(blocks * (2 * (weight_flops + core_flops) + recompute_flops) + 2 * head_flops, cluster);
+  const double fwd_memory = memory_seconds((blocks * forward_values + embedding_values + head_values / 2) * value, cluster);
+  const double bwd_memory =
+      memory_seconds((blocks * (kBackwardTraffic * forward_values + recompute_values) + embedding_values + head_values / 2) * value,
+                     cluster);
+  const double recompute_ops = full ? kForwardOpsPerBlock
+                               : layout.recompute == Recompute::kSelective ? 1.0
+                                                                             : 0.0;
+  const double fwd_ops = blocks * kForwardOpsPerBlock + 4;  // + embedding, final norm, head, loss
+  const double bwd_ops = blocks * (kBackwardOpsPerBlock + recompute_ops) + 6;
+  s.forward = fwd_matmul + fwd_memory + fwd_ops * cluster.op_overhead_seconds + tp_forward;
+  s.backward = bwd_matmul + bwd_memory + bwd_ops * cluster.op_overhead_seconds + tp_backward;
+  s.tp_comm = tp_forward + tp_backward;
+  s.matmul = fwd_matmul + bwd_matmul;
+  s.hardware_flops = blocks * (3 * (weight_flops + core_flops) + recompute_flops) + 3 * head_flops;
+  return s;
+}
+
+double stage_parameters(const GptConfig& config, const ParallelLayout& layout, int pp_rank) {
+  const StageRange range = pipeline_stage_range(config, pp_rank, layout.pp);
+  const TensorParallel tp{0, layout.tp, layout.sequence_parallel};
+  return static_cast<double>(
+      build_gpt_registry(config, range, tp, layout.zero_stage() >= 1 ? layout.dp : 1).total_numel());
+}
+
+double optimizer_seconds(const GptConfig& config, const ParallelLayout& layout, const parallel::Cluster& cluster,
+                         int pp_rank) {
+  const double whole = stage_parameters(config, layout, pp_rank);
+  const double updated = layout.zero_stage() >= 1 ? whole / layout.dp : whole;
+  const double master = static_cast<double>(engine::dtype_size(master_dtype(layout.precision)));
+  const double working = static_cast<double>(engine::dtype_size(activation_dtype(layout.precision)));
+  const double per_parameter = kAdamMasterValues * master + (working != master ? working : 0.0);
+  // A handful of ops per parameter tensor: count the whole optimizer as a few launches.
+  return memory_seconds(updated * per_parameter, cluster) + 4 * cluster.op_overhead_seconds;
+}
+
+}  // namespace model

@@ -1,0 +1,37 @@
+// The communication side of the cost model: how long a collective or a
+// point-to-point message of a layout takes, by the alpha-beta (Hockney)
+// model over the link its group crosses. Used by the planner
+// (launch/planner.h); model/step_cost.h is the compute side.
+//
+// Collectives are timed as the bandwidth-optimal ring algorithms whose
+// volume Communicator::bytes_sent counts (parallel/communicator.h; Patarasuk
+// & Yuan 2009, Thakur et al. 2005), for n ranks and B bytes of the full
+// tensor:
+//   all_reduce       2 (n-1) alpha + 2 (n-1)/n B / bw
+//   reduce_scatter     (n-1) alpha +   (n-1)/n B / bw
+//   all_gather         (n-1) alpha +   (n-1)/n B / bw
+//   send                     alpha +           B / bw
+// where bw is the link's ring (bus) bandwidth (parallel/cluster.h). A group
+// whose ring leaves a node runs at the inter-node link's speed (its slowest
+// hop); NCCL's trees and NVLS cut the latency term at scale, which this
+// model ignores (it matters only for small messages).
+#pragma once
+
+#include "parallel/cluster.h"
+#include "parallel/process_grid.h"
+
+namespace parallel {
+
+double all_reduce_seconds(double bytes, int ranks, const Link& link);
+double reduce_scatter_seconds(double bytes, int ranks, const Link& link);
+double all_gather_seconds(double bytes, int ranks, const Link& link);
+double send_seconds(double bytes, const Link& link);
+
+// The link the groups of `axis` cross in a tp x pp x dp grid laid out in
+// Megatron-LM's rank order (tensor parallel fastest, then data, then
+// pipeline: parallel/process_grid.h) on nodes of cluster.devices_per_node
+// consecutive ranks: intra-node when every group fits inside a node, else
+// inter-node.
+const Link& axis_link(const Cluster& cluster, Axis axis, int tp, int pp, int dp);
+
+}  // namespace parallel

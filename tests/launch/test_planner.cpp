@@ -1,0 +1,192 @@
+// The planner (launch/planner.h) and the communication side of its cost
+// model (parallel/comm_cost.h): the enumeration lists every valid layout
+// once and nothing else, the alpha-beta formulas, and the predictions move
+// the way the mechanisms they model say they must.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+#include <tuple>
+
+#include "launch/planner.h"
+#include "model/step_cost.h"
+#include "parallel/comm_cost.h"
+
+namespace {
+
+parallel::Cluster test_gpu_cluster() {
+  parallel::Cluster c;
+  c.name = "test";
+  c.device = engine::DeviceType::kCuda;
+  c.devices_per_node = 8;
+  c.peak_flops = 1000e12;
+  c.memory_bytes = 80e9;
+  c.gemm_efficiency = 0.7;
+  c.memory_bandwidth = 3e12;
+  c.op_overhead_seconds = 5e-6;
+  c.intra_node = {10e-6, 300e9};
+  c.inter_node = {20e-6, 40e9};
+  return c;
+}
+
+launch::PlanRequest gpt2_request(int devices) {
+  launch::PlanRequest r;
+  r.model = model::gpt_preset("gpt2-350m");
+  r.seq_len = 1024;
+  r.global_batch = 64;
+  r.devices = devices;
+  r.cluster = test_gpu_cluster();
+  return r;
+}
+
+}  // namespace
+
+TEST(CommCost, RingFormulas) {
+  const parallel::Link link{1e-5, 1e9};
+  EXPECT_DOUBLE_EQ(parallel::all_reduce_seconds(4e9, 4, link), 2 * 3 * 1e-5 + 2 * 0.75 * 4.0);
+  EXPECT_DOUBLE_EQ(parallel::reduce_scatter_seconds(4e9, 4, link), 3 * 1e-5 + 0.75 * 4.0);
+  EXPECT_DOUBLE_EQ(parallel::all_gather_seconds(4e9, 4, link), 3 * 1e-5 + 0.75 * 4.0);
+  EXPECT_DOUBLE_EQ(parallel::send_seconds(1e9, link), 1e-5 + 1.0);
+  EXPECT_EQ(parallel::all_reduce_seconds(4e9, 1, link), 0.0);  // a group of one communicates with nobody
+}
+
+TEST(CommCost, AxisLinkFollowsTheRankOrder) {
+  const parallel::Cluster c = test_gpu_cluster();  // 8 devices per node
+  using parallel::Axis;
+  EXPECT_EQ(&parallel::axis_link(c, Axis::kTp, 8, 4, 4), &c.intra_node);   // tp fastest: inside a node
+  EXPECT_EQ(&parallel::axis_link(c, Axis::kTp, 16, 1, 1), &c.inter_node);  // wider than a node
+  EXPECT_EQ(&parallel::axis_link(c, Axis::kDp, 2, 1, 4), &c.intra_node);   // dp spans tp x dp = 8
+  EXPECT_EQ(&parallel::axis_link(c, Axis::kDp, 4, 1, 4), &c.inter_node);
+  EXPECT_EQ(&parallel::axis_link(c, Axis::kPp, 2, 2, 2), &c.intra_node);
+  EXPECT_EQ(&parallel::axis_link(c, Axis::kPp, 2, 4, 2), &c.inter_node);
+}
+
+TEST(Planner, EnumeratesEveryValidLayoutOnce) {
+  launch::PlanRequest r = gpt2_request(8);
+  const auto layouts = launch::enumerate_layouts(r);
+  std::set<std::tuple<int, int, int, std::int64_t, int, int, int, bool>> seen;
+  for (const model::ParallelLayout& l : layouts) {
+    EXPECT_EQ(l.tp * l.pp * l.dp, 8);
+    EXPECT_EQ(r.model.n_head % l.tp, 0);
+    EXPECT_LE(l.pp, r.model.n_layer);
+    EXPECT_EQ(r.global_batch % (l.dp * l.micro_batch), 0);
+    EXPECT_EQ(l.micro_batches * l.micro_batch * l.dp, r.global_batch);
+    EXPECT_TRUE(l.dp > 1 || l.zero == 0);
+    EXPECT_TRUE(l.tp > 1 || !l.sequence_parallel);
+    EXPECT_TRUE(l.pp > 1 || l.schedule == parallel::ScheduleKind::kOneFOneB);
+    EXPECT_EQ(l.precision, model::Precision::kBf16);  // CUDA runs bf16
+    const bool fresh = seen
+                           .insert({l.tp, l.pp, l.dp, l.micro_batch, l.zero, static_cast<int>(l.recompute),
+                                    static_cast<int>(l.schedule), l.sequence_parallel})
+                           .second;
+    EXPECT_TRUE(fresh) << "listed twice";
+  }
+  // tp in {1,2,4,8} (16 heads), pp in {1,2,4,8}, tp*pp <= 8: count by hand.
+  // For each (tp, pp): dp = 8/(tp pp), micro-batches: divisors of 64/dp,
+  // zero: 4 if dp > 1, sp: 2 if tp > 1, recompute: 3, schedules: 2 if pp > 1.
+  std::size_t expected = 0;
+  for (int tp : {1, 2, 4, 8})
+    for (int pp : {1, 2, 4, 8}) {
+      if (tp * pp > 8) continue;
+      const int dp = 8 / (tp * pp);
+      int divisors = 0;
+      for (int d = 1; d <= 64 / dp; ++d) divisors += (64 / dp) % d == 0;
+      expected += static_cast<std::size_t>(divisors) * (dp > 1 ? 4 : 1) * (tp > 1 ? 2 : 1) * 3 * (pp > 1 ? 2 : 1);
+    }
+  EXPECT_EQ(layouts.size(), expected);
+
+  // Restrictions narrow it.
+  r.tp = {2};
+  r.zero = {1};
+  r.recompute = {model::Recompute::kFull};
+  for (const model::ParallelLayout& l : launch::enumerate_layouts(r)) {
+    EXPECT_EQ(l.tp, 2);
+    EXPECT_TRUE(l.zero == 1);
+    EXPECT_EQ(l.recompute, model::Recompute::kFull);
+  }
+}
+
+TEST(Planner, PredictionsMoveAsTheMechanismsSay) {
+  launch::PlanRequest r = gpt2_request(8);
+  auto layout = [&](int tp, int pp, int dp, int mb, int zero, model::Recompute rc) {
+    model::ParallelLayout l;
+    l.tp = tp;
+    l.pp = pp;
+    l.dp = dp;
+    l.micro_batch = mb;
+    l.micro_batches = r.global_batch / dp / mb;
+    l.zero = zero;
+    l.recompute = rc;
+    l.seq_len = r.seq_len;
+    l.precision = r.precision();
+    l.device = r.cluster.device;
+    return l;
+  };
+  using model::Recompute;
+  const auto base = launch::predict(r, layout(1, 1, 8, 4, 0, Recompute::kNone));
+  const auto selective = launch::predict(r, layout(1, 1, 8, 4, 0, Recompute::kSelective));
+  const auto full = launch::predict(r, layout(1, 1, 8, 4, 0, Recompute::kFull));
+  // Recomputation costs time and saves activations; MFU does not count it, HFU does.
+  EXPECT_LT(base.step_seconds, selective.step_seconds);
+  EXPECT_LT(selective.step_seconds, full.step_seconds);
+  EXPECT_GT(base.memory.activations, full.memory.activations);
+  EXPECT_NEAR(full.hfu / full.mfu, full.hardware_flops / full.model_flops, 1e-12);
+  EXPECT_GT(full.hardware_flops, base.hardware_flops);
+  EXPECT_DOUBLE_EQ(full.model_flops, base.model_flops);
+  // ZeRO shards state: each stage holds less; ZeRO-3 moves weights every micro-batch.
+  const auto z1 = launch::predict(r, layout(1, 1, 8, 4, 1, Recompute::kNone));
+  const auto z3 = launch::predict(r, layout(1, 1, 8, 4, 3, Recompute::kNone));
+  EXPECT_LT(z1.memory.optimizer, base.memory.optimizer);
+  EXPECT_LT(z3.memory.weights, z1.memory.weights);
+  EXPECT_LT(z3.memory_bytes_per_device, base.memory_bytes_per_device);
+  // A pipeline idles in its bubble, less with more micro-batches.
+  const auto pp_few = launch::predict(r, layout(1, 4, 2, 8, 0, Recompute::kNone));
+  const auto pp_many = launch::predict(r, layout(1, 4, 2, 1, 0, Recompute::kNone));
+  EXPECT_GT(pp_few.bubble_seconds, 0.0);
+  EXPECT_GT(pp_few.bubble_seconds / pp_few.step_seconds, pp_many.bubble_seconds / pp_many.step_seconds);
+  EXPECT_EQ(base.bubble_seconds, 0.0);
+  // The split adds up.
+  for (const auto& p : {base, full, z3, pp_few})
+    EXPECT_NEAR(p.compute_seconds + p.exposed_comm_seconds + p.bubble_seconds, p.step_seconds, 1e-9 * p.step_seconds);
+  // Tensor parallelism across nodes is slower than inside one.
+  launch::PlanRequest wide = gpt2_request(16);
+  wide.cluster.devices_per_node = 8;
+  const auto tp8 = launch::predict(wide, layout(8, 1, 2, 4, 0, Recompute::kNone));
+  wide.cluster.devices_per_node = 4;
+  const auto tp8_split = launch::predict(wide, layout(8, 1, 2, 4, 0, Recompute::kNone));
+  EXPECT_LT(tp8.step_seconds, tp8_split.step_seconds);
+}
+
+TEST(Planner, RanksWhatFitsFirstAndRefusesWhatDoesNot) {
+  launch::PlanRequest r = gpt2_request(8);
+  r.cluster.memory_bytes = 4e9;  // too small for some layouts of gpt2-350m
+  const auto ranked = launch::plan(r);
+  ASSERT_FALSE(ranked.empty());
+  bool seen_unfit = false, seen_fit = false;
+  for (std::size_t i = 0; i < ranked.size(); ++i) {
+    const auto& p = ranked[i];
+    EXPECT_EQ(p.fits, static_cast<double>(p.memory_bytes_per_device) <= r.cluster.memory_bytes);
+    if (!p.fits) seen_unfit = true;
+    if (p.fits) {
+      seen_fit = true;
+      EXPECT_FALSE(seen_unfit) << "a layout that fits is ranked after one that does not";
+    }
+    if (i > 0 && ranked[i - 1].fits == p.fits) EXPECT_LE(ranked[i - 1].step_seconds, p.step_seconds);
+  }
+  EXPECT_TRUE(seen_fit);
+  EXPECT_TRUE(seen_unfit);
+  const nlohmann::json j = launch::prediction_json(ranked.front());
+  for (const char* key : {"tp", "pp", "dp", "micro_batch", "zero", "recompute", "schedule", "step_seconds",
+                          "tflops_per_device", "mfu", "memory_bytes_per_device", "fits"})
+    EXPECT_TRUE(j.contains(key)) << key;
+}
+
+TEST(Planner, BadRequestsAreNamed) {
+  launch::PlanRequest r = gpt2_request(8);
+  r.seq_len = 4096;  // beyond gpt2-350m's 1024 positions
+  EXPECT_NE(r.check().find("sequence length 4096"), std::string::npos);
+  r = gpt2_request(0);
+  EXPECT_NE(r.check().find("--devices"), std::string::npos);
+  EXPECT_THROW(launch::plan(r), std::exception);
+  EXPECT_THROW(model::software_by_name("deepspeed-9", engine::DeviceType::kCuda), std::exception);
+}
