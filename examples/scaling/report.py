@@ -10,7 +10,8 @@ order, with each run's exit code). Writes DIR/results.csv, DIR/results.md,
 DIR/mfu_step_time.png, DIR/step_breakdown.png, DIR/memory.png and, with a
 plan, DIR/plan_vs_measured.png; prints a short summary.
 
-Per layout, after dropping the first K step records (warm-up: allocator,
+Per layout (its least disturbed pass when sweep.sh --repeat ran it more than
+once: the pass with the smallest median step), after dropping the first K step records (warm-up: allocator,
 caches, the first collectives' setup), the medians of the step time,
 tokens/s, MFU and of the measured waits per axis (launch/metrics.h), and:
 
@@ -75,7 +76,7 @@ def layout_tuple(layout):
 # ---- reading a sweep ------------------------------------------------------------------
 
 def read_status(out_dir):
-    """[(name, exit_code, wall_s, {key: value})] in the layout file's order, or None."""
+    """[(layout, run folder, exit_code, wall_s, {key: value})] in the order run, or None."""
     path = os.path.join(out_dir, "sweep_status.tsv")
     if not os.path.exists(path):
         return None
@@ -83,7 +84,8 @@ def read_status(out_dir):
     with open(path, newline="") as f:
         for row in csv.DictReader(f, delimiter="\t"):
             keys = dict(kv.split("=", 1) for kv in (row.get("layout_keys") or "").split() if "=" in kv)
-            rows.append((row["layout"], int(row["exit_code"]), float(row["wall_s"] or "nan"), keys))
+            rows.append((row["layout"], row.get("run") or row["layout"], int(row["exit_code"]),
+                         float(row["wall_s"] or "nan"), keys))
     return rows
 
 
@@ -178,26 +180,39 @@ def read_layout_config(run_dir):
     return {CONFIG_KEYS[k]: v for k, v in config.items() if k in CONFIG_KEYS}
 
 
+def measure_pass(runs_dir, run, code, wall, keys, skip):
+    run_dir = os.path.join(runs_dir, run)
+    # The run's resolved configuration wins: it holds the defaults the layout left out.
+    row = {"run": run, "exit_code": code, "wall_s": wall, **normalize_layout({**keys, **read_layout_config(run_dir)})}
+    row.update(measure_run(run_dir, skip))
+    if code is not None and code != 0:
+        row["status"] = "failed (exit %d)" % code
+    elif row.get("step_s") is None:
+        row["status"] = "no steps"
+    else:
+        row["status"] = "ok"
+    return row
+
+
 def collect(out_dir, skip):
+    """One row per layout. Of a layout's passes (sweep.sh --repeat; runs/NAME, runs/NAME@2, ...) the one
+    with the smallest median step speaks for it: disturbances on a shared machine only add time."""
     runs_dir = os.path.join(out_dir, "runs")
     status = read_status(out_dir)
     if status is None:  # report.py over folders made some other way: every run folder, by name
-        names = sorted(d for d in os.listdir(runs_dir) if os.path.isdir(os.path.join(runs_dir, d))) \
+        runs = sorted(d for d in os.listdir(runs_dir) if os.path.isdir(os.path.join(runs_dir, d))) \
             if os.path.isdir(runs_dir) else []
-        status = [(name, None, None, {}) for name in names]
+        status = [(run.split("@")[0], run, None, None, {}) for run in runs]
+    passes = {}  # layout -> its passes, in the order the layouts first ran
+    for layout, run, code, wall, keys in status:
+        passes.setdefault(layout, []).append(measure_pass(runs_dir, run, code, wall, keys, skip))
     rows = []
-    for name, code, wall, keys in status:
-        run_dir = os.path.join(runs_dir, name)
-        # The run's resolved configuration wins: it holds the defaults the layout left out.
-        layout = normalize_layout({**keys, **read_layout_config(run_dir)})
-        row = {"layout": name, "exit_code": code, "wall_s": wall, **layout}
-        row.update(measure_run(run_dir, skip))
-        if code is not None and code != 0:
-            row["status"] = "failed (exit %d)" % code
-        elif row.get("step_s") is None:
-            row["status"] = "no steps"
-        else:
-            row["status"] = "ok"
+    for layout, measured in passes.items():
+        ok = [p for p in measured if p["status"] == "ok"]
+        row = dict(min(ok, key=lambda p: p["step_s"]) if ok else measured[-1])
+        row["layout"] = layout
+        row["passes"] = len(measured)
+        row["step_s_passes"] = " ".join("%.6g" % p["step_s"] for p in ok)
         rows.append(row)
     return rows
 
@@ -298,7 +313,7 @@ def fmt_bytes(b):
     return "%d B" % b
 
 
-CSV_COLUMNS = (["layout", "status", "exit_code", "wall_s"] + list(LAYOUT_KEYS) +
+CSV_COLUMNS = (["layout", "status", "exit_code", "wall_s", "run", "passes", "step_s_passes"] + list(LAYOUT_KEYS) +
                ["steps_used", "step_s", "step_iqr_s", "tokens_per_s", "mfu", "compute_s", "exposed_comm_s", "bubble_s",
                 "wait_tp_s", "wait_dp_s", "wait_pp_s", "wait_world_s", "exposed_dp_rank0_s",
                 "bytes_tp", "bytes_dp", "bytes_pp", "peak_memory_bytes"] +
@@ -360,6 +375,9 @@ def write_markdown(path, rows, skip, plan_summary):
              "blocked in tensor-parallel and data-parallel communication; bubble = blocked in pipeline transfers "
              "and at the step's world-wide sums (examples/scaling/README.md). Bytes: sent per step, all ranks "
              "together, as a ring sends them. Memory: the largest rank's." % skip]
+    if any(r.get("passes", 1) > 1 for r in rows):
+        notes[-1] += (" Layouts run more than once (sweep.sh --repeat): the pass with the smallest median step "
+                      "(results.csv: run, step_s_passes).")
     if plan_summary:
         notes += [""] + ["- " + line for line in plan_text(plan_summary).split("\n")]
     with open(path, "w") as f:

@@ -6,7 +6,8 @@
 #
 #   examples/scaling/sweep.sh --layouts FILE --np N --out DIR [--build BUILD_DIR]
 #       [--model PRESET] [--steps S] [--seq-len T] [--batch-tokens TOKENS]
-#       [--data GLOB] [--plan PLAN_JSON] [--skip K] [-- extra train flags...]
+#       [--data GLOB] [--plan PLAN_JSON | --cluster CLUSTER_JSON] [--skip K] [--repeat R]
+#       [-- extra train flags...]
 #
 # - The launcher is `mpirun` unless MPIRUN says otherwise (MPIRUN="srun
 #   --mpi=pmix"); it is called as `$MPIRUN -n N train ...`. With Open MPI's
@@ -21,10 +22,17 @@
 # - Each layout runs in DIR/runs/NAME (--overwrite: a sweep starts afresh),
 #   its console in DIR/logs/NAME.log. A failed layout is recorded with its
 #   exit code in DIR/sweep_status.tsv and the sweep goes on.
+# - --repeat R runs the whole list R times over (pass p > 1 in runs/NAME@p),
+#   and the report keeps each layout's least disturbed pass (the smallest
+#   median step): on a shared machine a disturbance lasts tens of seconds and
+#   only ever adds time, so passes apart in time rarely both catch one.
 # - No validation data is given, so no validation pass lands inside a step's
 #   time; extra flags after `--` go to every run (and win over the sweep's).
 # - The plan compared against: --plan FILE, else the file $PLAN_JSON names,
 #   else DIR/plan.json if it exists (the planner's `plan --json --all`).
+#   --cluster FILE (a cluster file: examples/scaling/clusters/, or `mpirun -n N
+#   plan --calibrate --out FILE`) runs the planner first, for the sweep's model,
+#   batch and ranks, into DIR/plan.json.
 set -euo pipefail
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ENGINE_ROOT=$(cd "$SCRIPT_DIR/../.." && pwd)
@@ -39,6 +47,7 @@ die() {
 }
 
 layouts="" np="" out="" build="" model="gpt-demo" steps=20 seq_len=128 batch_tokens=4096 data="" plan="" skip=3
+cluster="" repeat=1
 extra=()
 while [ $# -gt 0 ]; do
   case $1 in
@@ -52,7 +61,9 @@ while [ $# -gt 0 ]; do
     --batch-tokens) batch_tokens=${2:?--batch-tokens needs a count}; shift 2 ;;
     --data) data=${2:?--data needs a file or glob}; shift 2 ;;
     --plan) plan=${2:?--plan needs a file}; shift 2 ;;
+    --cluster) cluster=${2:?--cluster needs a cluster file}; shift 2 ;;
     --skip) skip=${2:?--skip needs a count}; shift 2 ;;
+    --repeat) repeat=${2:?--repeat needs a count}; shift 2 ;;
     -h|--help) usage 0 ;;
     --) shift; extra=("$@"); break ;;
     *) echo "sweep.sh: unknown argument '$1'" >&2; usage ;;
@@ -62,12 +73,15 @@ done
 [ -f "$layouts" ] || die "--layouts '$layouts': no such file"
 [[ $np =~ ^[1-9][0-9]*$ ]] || die "--np '$np': expected a positive whole number"
 [[ $steps =~ ^[1-9][0-9]*$ ]] || die "--steps '$steps': expected a positive whole number"
+[[ $repeat =~ ^[1-9][0-9]*$ ]] || die "--repeat '$repeat': expected a positive whole number"
 (( steps > skip )) || echo "sweep.sh: warning: --steps $steps leaves no step after the $skip skipped as warm-up" >&2
 if [ -z "$plan" ] && [ -n "${PLAN_JSON:-}" ]; then
   [ -f "$PLAN_JSON" ] || die "PLAN_JSON '$PLAN_JSON': no such file"
   plan=$PLAN_JSON
 fi
 [ -z "$plan" ] || [ -f "$plan" ] || die "--plan '$plan': no such file"
+[ -z "$plan" ] || [ -z "$cluster" ] || die "--plan and --cluster: give one (--cluster makes the plan)"
+[ -z "$cluster" ] || [ -f "$cluster" ] || die "--cluster '$cluster': no such file"
 
 # ---- the layouts, all checked before the first run --------------------------------
 # NAME key=value ...; '#' starts a comment. tp and pp default to 1 and dp to
@@ -145,6 +159,25 @@ if [ -z "$data" ]; then
   fi
 fi
 
+# ---- the plan, when the sweep makes it -----------------------------------------------
+if [ -n "$cluster" ]; then
+  [ -x "$ENGINE_BUILD_DIR/launch/plan" ] || die "--cluster: no launch/plan in '$ENGINE_BUILD_DIR'"
+  # The model's shape and the MFU convention the runs get from the extra flags
+  # must be the planner's too.
+  plan_flags=()
+  for ((i = 0; i < ${#extra[@]}; i++)); do
+    case ${extra[i]} in
+      --n-layer|--n-head|--n-embd|--vocab-size|--max-seq-len|--attention-flops) plan_flags+=("${extra[i]}" "${extra[i + 1]:-}") ;;
+      --n-layer=*|--n-head=*|--n-embd=*|--vocab-size=*|--max-seq-len=*|--attention-flops=*) plan_flags+=("${extra[i]}") ;;
+    esac
+  done
+  plan=$out/plan.json
+  "$ENGINE_BUILD_DIR/launch/plan" --model "$model" --seq-len "$seq_len" --batch-tokens "$batch_tokens" --devices "$np" \
+    --cluster "$cluster" "${plan_flags[@]}" --json --all >"$plan.tmp" || die "the planner failed (see above)"
+  mv "$plan.tmp" "$plan"
+  echo "sweep: plan of $(grep -o '"step_seconds"' "$plan" | wc -l) layouts from $cluster in $plan"
+fi
+
 # ---- the launcher -------------------------------------------------------------------
 read -r -a launcher <<<"${MPIRUN:-mpirun}"
 case $(basename "${launcher[0]}") in
@@ -158,34 +191,40 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / np > 0 ? $(nproc) / np 
 
 # ---- the runs -----------------------------------------------------------------------
 status=$out/sweep_status.tsv
-printf 'layout\texit_code\twall_s\tlayout_keys\tcommand\n' >"$status"
-echo "sweep: ${#names[@]} layouts x $steps steps, $np ranks ($OMP_NUM_THREADS OpenMP threads each), model $model," \
-  "T $seq_len, $batch_tokens tokens a step; runs in $out/runs"
+printf 'layout\trun\texit_code\twall_s\tlayout_keys\tcommand\n' >"$status"
+passes=""
+(( repeat == 1 )) || passes=" x $repeat passes"
+echo "sweep: ${#names[@]} layouts x $steps steps$passes, $np ranks ($OMP_NUM_THREADS OpenMP" \
+  "threads each), model $model, T $seq_len, $batch_tokens tokens a step; runs in $out/runs"
 sweep_start=$(date +%s.%N)
 failed=0
-for i in "${!names[@]}"; do
-  name=${names[i]}
-  read -r -a layout_flags <<<"${layout_args[i]}"
-  cmd=("${launcher[@]}" -n "$np" "$train" --model "$model" --steps "$steps" --seq-len "$seq_len"
-       --batch-tokens "$batch_tokens" --train-data "$data" --run-dir "$out/runs/$name" --overwrite
-       --log-interval 5 "${layout_flags[@]}" "${extra[@]}")
-  start=$(date +%s.%N)
-  set +e
-  "${cmd[@]}" >"$out/logs/$name.log" 2>&1 </dev/null
-  code=$?
-  set -e
-  wall=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
-  printf '%s\t%d\t%s\t%s\t%s\n' "$name" "$code" "$wall" "${layout_keys[i]}" "${cmd[*]}" >>"$status"
-  if [ "$code" -eq 0 ]; then
-    printf 'sweep: %-24s done in %6.1f s\n' "$name" "$wall"
-  else
-    failed=$((failed + 1))
-    printf 'sweep: %-24s FAILED (exit %d) after %.1f s; last lines of %s:\n' "$name" "$code" "$wall" "$out/logs/$name.log"
-    tail -n 3 "$out/logs/$name.log" | sed 's/^/    /'
-  fi
+for ((pass = 1; pass <= repeat; pass++)); do
+  for i in "${!names[@]}"; do
+    name=${names[i]}
+    run=$name
+    (( pass == 1 )) || run=$name@$pass
+    read -r -a layout_flags <<<"${layout_args[i]}"
+    cmd=("${launcher[@]}" -n "$np" "$train" --model "$model" --steps "$steps" --seq-len "$seq_len"
+         --batch-tokens "$batch_tokens" --train-data "$data" --run-dir "$out/runs/$run" --overwrite
+         --log-interval 5 "${layout_flags[@]}" "${extra[@]}")
+    start=$(date +%s.%N)
+    set +e
+    "${cmd[@]}" >"$out/logs/$run.log" 2>&1 </dev/null
+    code=$?
+    set -e
+    wall=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+    printf '%s\t%s\t%d\t%s\t%s\t%s\n' "$name" "$run" "$code" "$wall" "${layout_keys[i]}" "${cmd[*]}" >>"$status"
+    if [ "$code" -eq 0 ]; then
+      printf 'sweep: %-24s done in %6.1f s\n' "$run" "$wall"
+    else
+      failed=$((failed + 1))
+      printf 'sweep: %-24s FAILED (exit %d) after %.1f s; last lines of %s:\n' "$run" "$code" "$wall" "$out/logs/$run.log"
+      tail -n 3 "$out/logs/$run.log" | sed 's/^/    /'
+    fi
+  done
 done
 total=$(awk -v a="$sweep_start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.0f", b - a }')
-echo "sweep: ${#names[@]} layouts in $total s, $failed failed"
+echo "sweep: $(( ${#names[@]} * repeat )) runs in $total s, $failed failed"
 
 # The plots need matplotlib, which setup_env.sh installs for the system's
 # Python: a pyenv or virtualenv python3 first on PATH may not have it.

@@ -78,8 +78,20 @@ RUNS = {
     },
 }
 ORDER = ["dp2_z0", "pp2_1f1b", "tp2_sp", "bad"]
-STATUS = [("dp2_z0", 0, "tp=1 pp=1 dp=2 micro_batch=8 zero=0"), ("pp2_1f1b", 0, "pp=2 micro_batch=4"),
-          ("tp2_sp", 0, "tp=2 sequence_parallel=1"), ("bad", 3, "tp=4")]
+# (layout, run folder, exit code, keys): a first pass over the four layouts, then a second
+# (sweep.sh --repeat 2) that is disturbed for dp2_z0, undisturbed for pp2_1f1b and fails for tp2_sp.
+STATUS = [("dp2_z0", "dp2_z0", 0, "tp=1 pp=1 dp=2 micro_batch=8 zero=0"),
+          ("pp2_1f1b", "pp2_1f1b", 0, "pp=2 micro_batch=4"),
+          ("tp2_sp", "tp2_sp", 0, "tp=2 sequence_parallel=1"), ("bad", "bad", 3, "tp=4"),
+          ("dp2_z0", "dp2_z0@2", 0, "tp=1 pp=1 dp=2 micro_batch=8 zero=0"),
+          ("pp2_1f1b", "pp2_1f1b@2", 0, "pp=2 micro_batch=4"),
+          ("tp2_sp", "tp2_sp@2", 9, "tp=2 sequence_parallel=1"), ("bad", "bad@2", 3, "tp=4")]
+SECOND_PASS = {
+    "dp2_z0@2": {"config": RUNS["dp2_z0"]["config"],
+                 "records": WARM_UP + [step_record(s, 1.0, 10, 0.01, dp=0.5) for s in (4, 5, 6)]},
+    "pp2_1f1b@2": {"config": RUNS["pp2_1f1b"]["config"],
+                   "records": WARM_UP + [step_record(s, 0.3, 90, 0.09, pp=0.05) for s in (4, 5, 6)]},
+}
 
 
 def plan_entry(tp, pp, dp, mb, step, memory, zero=0, recompute="none", schedule="1f1b", sp=False, fits=True):
@@ -103,7 +115,12 @@ class ReportTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
         self.dir = self.tmp.name
-        for name, run in RUNS.items():
+        self.write_runs(RUNS)
+        os.makedirs(os.path.join(self.dir, "runs", "bad"))
+        self.write_status(STATUS[:4])
+
+    def write_runs(self, runs):
+        for name, run in runs.items():
             folder = os.path.join(self.dir, "runs", name)
             os.makedirs(folder)
             with open(os.path.join(folder, "config.json"), "w") as f:
@@ -112,11 +129,12 @@ class ReportTest(unittest.TestCase):
                 for r in run["records"]:
                     f.write(json.dumps(r) + "\n")
                 f.write('{"step": 8, "step_ti')  # a line cut short by a crash
-        os.makedirs(os.path.join(self.dir, "runs", "bad"))
+
+    def write_status(self, status):
         with open(os.path.join(self.dir, "sweep_status.tsv"), "w") as f:
-            f.write("layout\texit_code\twall_s\tlayout_keys\tcommand\n")
-            for name, code, keys in STATUS:
-                f.write("%s\t%d\t1.5\t%s\tmpirun -n 2 train\n" % (name, code, keys))
+            f.write("layout\trun\texit_code\twall_s\tlayout_keys\tcommand\n")
+            for name, run, code, keys in status:
+                f.write("%s\t%s\t%d\t1.5\t%s\tmpirun -n 2 train\n" % (name, run, code, keys))
 
     def tearDown(self):
         self.tmp.cleanup()
@@ -196,6 +214,22 @@ class ReportTest(unittest.TestCase):
         self.assertFalse(os.path.exists(os.path.join(self.dir, "plan_vs_measured.png")))
         self.assertIn("fastest: dp2_z0, 250.0 ms", out)
         self.assertIn("bad: failed (exit 3)", out)
+
+    def test_repeated_passes_keep_the_least_disturbed(self):
+        self.write_runs(SECOND_PASS)
+        self.write_status(STATUS)
+        self.run_report()
+        rows = self.results()
+        self.assertEqual(list(rows), ORDER)
+        dp2, pp2, tp2, bad = rows["dp2_z0"], rows["pp2_1f1b"], rows["tp2_sp"], rows["bad"]
+        self.assertEqual((dp2["run"], dp2["passes"], dp2["step_s_passes"]), ("dp2_z0", "2", "0.25 1"))
+        self.assertAlmostEqual(float(dp2["wait_dp_s"]), 0.035)  # every figure from the chosen pass
+        self.assertEqual((pp2["run"], pp2["passes"], pp2["step_s_passes"]), ("pp2_1f1b@2", "2", "0.55 0.3"))
+        self.assertAlmostEqual(float(pp2["bubble_s"]), 0.05)
+        self.assertEqual((tp2["run"], tp2["status"]), ("tp2_sp", "ok"))  # its failed second pass is passed over
+        self.assertEqual((bad["run"], bad["status"]), ("bad@2", "failed (exit 3)"))
+        with open(os.path.join(self.dir, "results.md")) as f:
+            self.assertIn("the pass with the smallest median step", f.read())
 
     def test_skip_is_a_flag(self):
         self.run_report("--skip", "0")  # the warm-up steps (5 s) now count

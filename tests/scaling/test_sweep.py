@@ -1,7 +1,9 @@
 """examples/scaling/sweep.sh end to end: four layouts on two ranks of the CPU
 backend (data, tensor and pipeline parallel, and one that asks for more ranks
-than there are and fails), through a launcher given by MPIRUN, on a small
-synthetic corpus; then the report over them.
+than there are and fails), twice over (--repeat 2), through a launcher given
+by MPIRUN, on a small synthetic corpus, with the planner's predictions for this machine (a quick
+`plan --calibrate`); then the report over them, whose memory check holds
+exactly: the planner and the trainer size memory with the same functions.
 
     ENGINE_BUILD_DIR=build ENGINE_SCALING_DIR=examples/scaling python3 -m unittest -v test_sweep
 """
@@ -45,12 +47,18 @@ class SweepTest(unittest.TestCase):
             with open(launcher, "w") as f:
                 f.write('#!/bin/sh\nprintf "%%s\\n" "$*" >> %s\nexec mpirun --oversubscribe "$@"\n' % calls)
             os.chmod(launcher, os.stat(launcher).st_mode | stat.S_IXUSR)
+            # This machine as a cluster file, measured quickly (the figures only move the predicted times).
+            cluster = os.path.join(tmp, "cluster.json")
+            subprocess.run(["mpirun", "-n", "2", os.path.join(BUILD, "launch", "plan"), "--calibrate",
+                            "--calibrate-seconds", "0.1", "--out", cluster],
+                           check=True, capture_output=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
             out = os.path.join(tmp, "sweep")
             env = dict(os.environ, MPIRUN=launcher, OMP_NUM_THREADS="1")
             done = subprocess.run(
                 [os.path.join(SCALING, "sweep.sh"), "--layouts", layouts, "--np", "2", "--out", out, "--build", BUILD,
                  "--model", "gpt-micro", "--steps", "4", "--seq-len", "32", "--batch-tokens", "256",
-                 "--data", os.path.join(tmp, "synthetic_train_*.bin"), "--skip", "1", "--", "--device", "cpu"],
+                 "--data", os.path.join(tmp, "synthetic_train_*.bin"), "--skip", "1", "--repeat", "2", "--cluster", cluster,
+                 "--", "--device", "cpu"],
                 env=env, capture_output=True, text=True, timeout=280)
             self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
             self.assertIn("too_big", done.stdout)
@@ -58,7 +66,7 @@ class SweepTest(unittest.TestCase):
 
             with open(calls) as f:
                 launches = f.read().splitlines()
-            self.assertEqual(len(launches), 4)
+            self.assertEqual(len(launches), 8)  # two passes over the four layouts
             self.assertTrue(all(line.startswith("-n 2 ") for line in launches), launches)
             self.assertIn("--sequence-parallel", launches[1])
             self.assertIn("--pp 2", launches[2])
@@ -67,8 +75,9 @@ class SweepTest(unittest.TestCase):
 
             with open(os.path.join(out, "sweep_status.tsv")) as f:
                 status = list(csv.DictReader(f, delimiter="\t"))
-            self.assertEqual([s["layout"] for s in status], ["dp2", "tp2_sp", "pp2", "too_big"])
-            self.assertEqual([s["exit_code"] == "0" for s in status], [True, True, True, False])
+            self.assertEqual([s["layout"] for s in status], ["dp2", "tp2_sp", "pp2", "too_big"] * 2)
+            self.assertEqual([s["run"] for s in status[4:]], ["dp2@2", "tp2_sp@2", "pp2@2", "too_big@2"])
+            self.assertEqual([s["exit_code"] == "0" for s in status], [True, True, True, False] * 2)
 
             # The step records carry the measured waits of every axis.
             with open(os.path.join(out, "runs", "pp2", "metrics.jsonl")) as f:
@@ -84,6 +93,8 @@ class SweepTest(unittest.TestCase):
             for row in (dp2, tp2, pp2):
                 self.assertEqual(row["status"], "ok")
                 self.assertEqual(row["steps_used"], "3")
+                self.assertEqual(row["passes"], "2")
+                self.assertEqual(len(row["step_s_passes"].split()), 2)
                 self.assertGreater(float(row["step_s"]), 0)
                 # The parts add up to the step (compute is what is left).
                 parts = float(row["compute_s"]) + float(row["exposed_comm_s"]) + float(row["bubble_s"])
@@ -98,7 +109,16 @@ class SweepTest(unittest.TestCase):
             self.assertEqual(float(dp2["wait_tp_s"]) + float(dp2["wait_pp_s"]), 0)
             self.assertEqual(float(pp2["wait_tp_s"]) + float(pp2["wait_dp_s"]), 0)
             self.assertTrue(rows["too_big"]["status"].startswith("failed (exit "))
-            for name in ("results.md", "mfu_step_time.png", "step_breakdown.png", "memory.png"):
+
+            # The plan: every layout that ran found in it, its memory the trainer's to the byte.
+            self.assertIn("3 layouts matched, 3 compared", done.stdout)
+            self.assertIn("Predicted memory equals the planned total for every layout: yes", done.stdout)
+            self.assertIn("Predicted memory equals the allocated total for every layout: yes", done.stdout)
+            for row in (dp2, tp2, pp2):
+                self.assertGreater(float(row["predicted_step_s"]), 0)
+                self.assertEqual(row["predicted_memory_bytes"], row["planned_total"])
+            for name in ("results.md", "mfu_step_time.png", "step_breakdown.png", "memory.png", "plan.json",
+                         "plan_vs_measured.png"):
                 self.assertTrue(os.path.exists(os.path.join(out, name)), name)
 
 
