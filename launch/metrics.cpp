@@ -68,6 +68,10 @@ void MetricsLog::record(const StepMetrics& m) {
     j["bubble_fraction"] = m.bubble_fraction;
     j["comm_bytes"] = {{"tp", m.comm_bytes_tp}, {"dp", m.comm_bytes_dp}, {"pp", m.comm_bytes_pp}};
     j["exposed_comm_s"] = m.exposed_comm_seconds;
+    j["wait_seconds_tp"] = m.wait_seconds_tp;
+    j["wait_seconds_pp"] = m.wait_seconds_pp;
+    j["wait_seconds_dp"] = m.wait_seconds_dp;
+    j["wait_seconds_world"] = m.wait_seconds_world;
   }
   file_ << j.dump() << '\n';
   check_written();

@@ -29,6 +29,23 @@ struct StepMetrics {
   double bubble_fraction = 0;           // pipeline bubble of the schedule, (pp-1)/(m+pp-1)
   double comm_bytes_tp = 0, comm_bytes_dp = 0, comm_bytes_pp = 0;  // sent this step, all ranks together
   double exposed_comm_seconds = 0;  // rank 0's wait for gradient reductions after backward (not hidden)
+  // Measured seconds blocked in each axis's communication this step
+  // (parallel::Communicator::wait_seconds: blocking calls, wait() on
+  // asynchronous handles; the part that overlapped computation is not in it),
+  // each the mean over all ranks, so that step_seconds = compute + the sum of
+  // these, approximately, on every rank on average:
+  //   tp:    tensor-parallel all-reduces / all-gathers / reduce-scatters
+  //          (transfer time plus waits for the slowest rank of the group);
+  //   pp:    pipeline point-to-point and the tied-embedding gradient sum of
+  //          the first and last stage: the pipeline bubble plus transfers;
+  //   dp:    data-parallel gradient reductions not hidden behind backward,
+  //          ZeRO's parameter gathers and the optimizer's all-gathers;
+  //   world: the step's scalar reductions over all ranks (loss, gradient
+  //          norm), which absorb load imbalance; with pp > 1 this is where a
+  //          later stage idles while the first finishes its last backward
+  //          (the tail of the bubble).
+  // On the NCCL backend wait() does not block the host and these stay near 0.
+  double wait_seconds_tp = 0, wait_seconds_pp = 0, wait_seconds_dp = 0, wait_seconds_world = 0;
   bool parallel = false;                // print the parallel fields
   bool skipped = false;                 // non-finite loss or norm: not applied (--on-nonfinite skip)
 };

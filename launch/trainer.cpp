@@ -373,8 +373,9 @@ RunSummary Trainer::run_steps() {
     // between steps, rather than make the next save wait for it.
     if (saver_ && saver_->in_flight() && !gate.writes_pending) finish_save_in_flight();
 
-    for (parallel::Communicator* c : {comms_.tp.get(), comms_.dp.get(), comms_.pp.get(), tied_->comm()})
-      if (c) c->reset_bytes_sent();
+    for (parallel::Communicator* c : {comms_.tp.get(), comms_.dp.get(), comms_.pp.get(), tied_->comm(),
+                                      static_cast<parallel::Communicator*>(host_world_.get())})
+      if (c) { c->reset_bytes_sent(); c->reset_wait_seconds(); }
     const auto t0 = Clock::now();
     const double loss = train_step(step);
     const double norm = global_grad_norm();

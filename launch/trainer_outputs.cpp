@@ -82,6 +82,8 @@ void check_inputs(const TrainConfig& config) {
 StepMetrics Trainer::step_metrics(std::int64_t step, double loss, double norm, double lr, double seconds,
                                   const StepFlops& flops, PeakFlops& peak) {
   const int devices = grid_.world_size();
+  // Read before this function's own reductions over the world add to it.
+  const double world_wait = host_world_->wait_seconds();
   StepMetrics m;
   m.step = step + 1;
   m.steps = config_.steps;
@@ -106,6 +108,14 @@ StepMetrics Trainer::step_metrics(std::int64_t step, double loss, double norm, d
     m.comm_bytes_dp = sum_over_world(static_cast<double>(comms_.dp->bytes_sent()));
     m.comm_bytes_pp = sum_over_world(static_cast<double>(comms_.pp->bytes_sent()) +
                                      (embedding ? static_cast<double>(embedding->bytes_sent()) : 0.0));
+    // Means over ranks (metrics.h), summed in one reduction.
+    double waits[4] = {comms_.tp->wait_seconds(), comms_.pp->wait_seconds() + (embedding ? embedding->wait_seconds() : 0.0),
+                       comms_.dp->wait_seconds(), world_wait};
+    host_world_->all_reduce(engine::Tensor(waits, engine::Shape{4}, engine::DType::kF64, engine::DeviceType::kCpu));
+    m.wait_seconds_tp = waits[0] / devices;
+    m.wait_seconds_pp = waits[1] / devices;
+    m.wait_seconds_dp = waits[2] / devices;
+    m.wait_seconds_world = waits[3] / devices;
   }
   return m;
 }

@@ -3,6 +3,7 @@
 // backends only move bytes (the non-virtual interface idiom).
 #include "parallel/communicator.h"
 
+#include <chrono>
 #include <sstream>
 
 #include "engine/buffer.h"
@@ -24,6 +25,43 @@ std::uint64_t ring_bytes(std::uint64_t bytes, int n, int factor) {
          static_cast<std::uint64_t>(n);
 }
 
+// Adds the seconds from construction to destruction to a counter.
+class WaitClock {
+ public:
+  explicit WaitClock(double& seconds) : seconds_(seconds), start_(std::chrono::steady_clock::now()) {}
+  ~WaitClock() { seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+  WaitClock(const WaitClock&) = delete;
+  WaitClock& operator=(const WaitClock&) = delete;
+
+ private:
+  double& seconds_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+// A backend's handle whose waits are timed (communicator.h, "Time
+// accounting"). A decorator rather than timing inside each backend, so every
+// backend counts the same way.
+class TimedOp final : public PendingOp {
+ public:
+  TimedOp(CommHandle inner, std::shared_ptr<double> seconds) : inner_(std::move(inner)), seconds_(std::move(seconds)) {}
+  // A handle dropped without wait() still waits, in the inner handle's own
+  // destructor (with its rules, e.g. MPI's "not while unwinding"); that
+  // blocking time counts like a wait().
+  ~TimedOp() override {
+    WaitClock clock(*seconds_);
+    inner_.reset();
+  }
+  void wait() override {
+    WaitClock clock(*seconds_);
+    inner_->wait();
+  }
+  void progress() override { inner_->progress(); }  // never blocks: not counted
+
+ private:
+  CommHandle inner_;
+  std::shared_ptr<double> seconds_;
+};
+
 void copy_tensor(const Tensor& dst, const Tensor& src) {
   if (dst.data() != src.data())
     engine::copy_bytes(dst.data(), dst.device(), src.data(), src.device(), src.bytes());
@@ -40,6 +78,10 @@ bool overlaps(const Tensor& a, const Tensor& b) {
   const char* a0 = static_cast<const char*>(a.data());
   const char* b0 = static_cast<const char*>(b.data());
   return a0 < b0 + b.bytes() && b0 < a0 + a.bytes();
+}
+
+CommHandle Communicator::timed(CommHandle op) const {
+  return std::make_unique<TimedOp>(std::move(op), wait_seconds_);
 }
 
 std::string Communicator::describe() const {
@@ -62,7 +104,7 @@ CommHandle Communicator::all_reduce_async(const Tensor& inout, ReduceOp op) {
   check_tensor(inout, "all_reduce", "inout");
   if (size() == 1 || inout.numel() == 0) return completed_op();
   count(ring_bytes(inout.bytes(), size(), 2));
-  return start_all_reduce(inout, op);
+  return timed(start_all_reduce(inout, op));
 }
 
 CommHandle Communicator::reduce_scatter_async(const Tensor& in, const Tensor& out, ReduceOp op) {
@@ -81,7 +123,7 @@ CommHandle Communicator::reduce_scatter_async(const Tensor& in, const Tensor& ou
   ENGINE_CHECK(!overlaps(in, out) || out.data() == in.flat_slice(rank() * out.numel(), out.numel()).data(),
                name_, " reduce_scatter: out overlaps in but is not this rank's slice of it");
   count(ring_bytes(in.bytes(), size(), 1));
-  return start_reduce_scatter(in, out, op);
+  return timed(start_reduce_scatter(in, out, op));
 }
 
 CommHandle Communicator::all_gather_async(const Tensor& in, const Tensor& out) {
@@ -100,7 +142,7 @@ CommHandle Communicator::all_gather_async(const Tensor& in, const Tensor& out) {
   ENGINE_CHECK(!overlaps(in, out) || in.data() == out.flat_slice(rank() * in.numel(), in.numel()).data(),
                name_, " all_gather: in overlaps out but is not this rank's slice of it");
   count(ring_bytes(out.bytes(), size(), 1));
-  return start_all_gather(in, out);
+  return timed(start_all_gather(in, out));
 }
 
 CommHandle Communicator::broadcast_async(const Tensor& t, int root) {
@@ -109,7 +151,7 @@ CommHandle Communicator::broadcast_async(const Tensor& t, int root) {
                " is outside the group of size ", size());
   if (size() == 1 || t.numel() == 0) return completed_op();
   count(ring_bytes(t.bytes(), size(), 1));
-  return start_broadcast(t, root);
+  return timed(start_broadcast(t, root));
 }
 
 void Communicator::all_to_all(const Tensor& in, const Tensor& out) {
@@ -124,11 +166,13 @@ void Communicator::all_to_all(const Tensor& in, const Tensor& out) {
   if (in.numel() == 0) return;
   if (size() == 1) return copy_tensor(out, in);
   count(ring_bytes(in.bytes(), size(), 1));
-  start_all_to_all(in, out)->wait();
+  timed(start_all_to_all(in, out))->wait();
 }
 
 void Communicator::barrier() {
-  if (size() > 1) do_barrier();
+  if (size() == 1) return;
+  WaitClock clock(*wait_seconds_);
+  do_barrier();
 }
 
 void Communicator::all_reduce(const Tensor& inout, ReduceOp op) { all_reduce_async(inout, op)->wait(); }
@@ -153,7 +197,9 @@ CommHandle Communicator::batch_p2p_async(std::span<const P2POp> ops) {
   // must meet its receive even when it carries 0 bytes.
   if (ops.empty()) return completed_op();
   count(bytes);
-  return start_p2p(ops);
+  // A size-1 group's messages go to itself: nothing to wait for, and the
+  // rule is that such groups count nothing.
+  return size() == 1 ? start_p2p(ops) : timed(start_p2p(ops));
 }
 
 CommHandle Communicator::send_async(const Tensor& t, int peer) {
@@ -189,6 +235,11 @@ std::string GridComms::bytes_summary() const {
 void GridComms::reset_bytes_sent() {
   for (Communicator* c : {world.get(), tp.get(), dp.get(), pp.get()})
     if (c) c->reset_bytes_sent();
+}
+
+void GridComms::reset_wait_seconds() {
+  for (Communicator* c : {world.get(), tp.get(), dp.get(), pp.get()})
+    if (c) c->reset_wait_seconds();
 }
 
 }  // namespace parallel

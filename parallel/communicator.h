@@ -39,6 +39,22 @@
 // (trees, NVLS, eager copies, the MPI backend's f32 staging of bf16 sums), so
 // the step log's bytes per axis can be compared across runs and layouts and
 // turned into bus bandwidth (NCCL's "busbw" convention).
+//
+// Time accounting (wait_seconds)
+// ------------------------------
+// The counter adds the wall-clock seconds this rank spends blocked in this
+// group's communication: inside the blocking calls (which are "start, then
+// wait") and barrier(), inside wait() of the handles the asynchronous calls
+// return, and inside a handle's destructor when it waits there. Starting an
+// operation and progress() count nothing: that is the time communication
+// overlaps computation. So the counter is the communication this rank could
+// not hide, whether spent moving bytes or waiting for a peer that is late (a
+// pipeline stage blocked on its neighbour's activations counts its bubble
+// here). Size-1 groups and empty tensors count nothing.
+// What "blocked" means follows each backend's wait(): on MPI the transfer
+// itself; on NCCL only the host's enqueue of a stream dependency (the device
+// waits, the host does not), so there the counter stays near zero and device
+// time has to be measured with events instead.
 #pragma once
 
 #include <cstdint>
@@ -133,6 +149,8 @@ class Communicator {
   // ---- accounting -----------------------------------------------------------
   std::uint64_t bytes_sent() const { return bytes_sent_; }  // see the top of this file
   void reset_bytes_sent() { bytes_sent_ = 0; }
+  double wait_seconds() const { return *wait_seconds_; }  // see the top of this file
+  void reset_wait_seconds() { *wait_seconds_ = 0; }
 
  protected:
   explicit Communicator(std::string name) : name_(std::move(name)) {}
@@ -152,9 +170,14 @@ class Communicator {
  private:
   void check_tensor(const Tensor& t, const char* op, const char* what) const;
   void count(std::uint64_t bytes) { bytes_sent_ += bytes; }
+  // Wraps a backend's handle so that its wait() adds to wait_seconds_.
+  CommHandle timed(CommHandle op) const;
 
   std::string name_;
   std::uint64_t bytes_sent_ = 0;
+  // Shared with the handles in flight, so a handle that outlives its
+  // communicator (destroyed later, during unwinding) still writes valid memory.
+  std::shared_ptr<double> wait_seconds_ = std::make_shared<double>(0.0);
 };
 
 // One communicator per grid axis plus the world, as a launcher holds them.
@@ -164,6 +187,7 @@ struct GridComms {
   // Bytes sent per axis since the last reset: "tp 1.50 MiB, dp 3.00 MiB, pp 12.0 KiB"
   std::string bytes_summary() const;
   void reset_bytes_sent();
+  void reset_wait_seconds();
 };
 
 // True when the byte ranges of a and b intersect (same device assumed).

@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cstring>
 #include <functional>
+#include <thread>
 
 #include "engine/check.h"
 #include "engine/device.h"
@@ -308,6 +310,46 @@ TEST_P(CommunicatorTest, ByteCounters) {
   EXPECT_EQ(comm().bytes_sent(), want);
   comm().reset_bytes_sent();
   EXPECT_EQ(comm().bytes_sent(), 0u);
+}
+
+TEST_P(CommunicatorTest, WaitSecondsCountBlockedTime) {
+  // Rank 1 sleeps before it sends; rank 0, already in a blocking recv, waits
+  // that long. Then the same through an asynchronous handle dropped without
+  // wait(): its destructor's wait counts too. A size-1 group counts nothing.
+  constexpr double kSleep = 0.2, kAtLeast = 0.15;
+  TestTensor t = make(DType::kF32, 16);
+  comm().barrier();
+  comm().reset_wait_seconds();
+  EXPECT_EQ(comm().wait_seconds(), 0.0);
+  if (n() == 1) {
+    comm().all_reduce(t.tensor());
+    comm().barrier();
+    TestTensor landing = make(DType::kF32, 16);
+    const P2POp self[] = {P2POp::send(t.tensor(), 0), P2POp::recv(landing.tensor(), 0)};
+    comm().batch_p2p(self);  // a message to myself: posted, but nobody to wait for
+    EXPECT_EQ(comm().wait_seconds(), 0.0);
+    return;
+  }
+  for (bool blocking : {true, false}) {
+    comm().barrier();
+    comm().reset_wait_seconds();
+    if (r() == 1) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(kSleep));
+      comm().send(t.tensor(), 0);
+    } else if (r() == 0) {
+      if (blocking) {
+        comm().recv(t.tensor(), 1);
+      } else {
+        CommHandle pending = comm().recv_async(t.tensor(), 1);
+        pending->progress();  // never blocks, counts nothing
+      }  // dropped: waits in its destructor
+      EXPECT_GE(comm().wait_seconds(), kAtLeast) << (blocking ? "blocking recv" : "dropped handle");
+      EXPECT_LT(comm().wait_seconds(), 10.0);
+    }
+  }
+  comm().reset_wait_seconds();
+  EXPECT_EQ(comm().wait_seconds(), 0.0);
+  comm().barrier();
 }
 
 TEST_P(CommunicatorTest, BadArgumentsThrowBeforeCommunicating) {
