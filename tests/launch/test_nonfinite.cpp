@@ -92,11 +92,12 @@ TEST(NonFinite, SkippedStepLeavesWeightsAndOptimizerUntouched) {
   EXPECT_EQ(skipped.params, one_step.params) << "step 2 was not applied, so the weights are those after step 1";
   EXPECT_EQ(skipped.optimizer_steps, 1);
   const std::vector<nlohmann::json> records = read_jsonl(config.log_file);
-  ASSERT_EQ(records.size(), 3u);  // two steps and the summary
-  EXPECT_EQ(records[2]["event"], "summary");
-  EXPECT_FALSE(records[0].contains("skipped"));
-  EXPECT_TRUE(records[1].value("skipped", false)) << records[1].dump();
-  EXPECT_TRUE(records[1]["grad_norm"].is_null()) << "a NaN norm is written as null";
+  ASSERT_EQ(records.size(), 4u);  // the start-up memory plan, two steps and the summary
+  EXPECT_EQ(records[0]["event"], "memory");
+  EXPECT_EQ(records[3]["event"], "summary");
+  EXPECT_FALSE(records[1].contains("skipped"));
+  EXPECT_TRUE(records[2].value("skipped", false)) << records[2].dump();
+  EXPECT_TRUE(records[2]["grad_norm"].is_null()) << "a NaN norm is written as null";
 }
 
 TEST(NonFinite, SkipGoesOnAndCheckpointsStayFinite) {
