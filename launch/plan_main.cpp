@@ -4,7 +4,7 @@
 // cluster file (launch/calibrate.h). With --failure-rate it also suggests a
 // checkpoint interval (launch/checkpoint_interval.h).
 //
-//   plan --model gpt2-1558m --seq-len 1024 --global-batch 512 --devices 64 \
+//   plan --model gpt2-1558m --seq-len 1024 --global-batch 512 --devices 64
 //        --cluster examples/scaling/clusters/selene_a100.json
 //   mpirun -np 2 plan --calibrate --out cluster.json
 #include <mpi.h>
