@@ -49,7 +49,8 @@ struct Options {
 
 std::string seconds_text(double s) {
   std::ostringstream o;
-  o << std::setprecision(3) << (s < 1 ? s * 1e3 : s) << (s < 1 ? " ms" : " s");
+  if (s >= 3600) o << std::fixed << std::setprecision(1) << s / 3600 << " h";
+  else o << std::setprecision(3) << (s < 1 ? s * 1e3 : s) << (s < 1 ? " ms" : " s");
   return o.str();
 }
 
