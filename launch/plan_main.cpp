@@ -10,6 +10,7 @@
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iomanip>
@@ -45,6 +46,7 @@ struct Options {
   bool calibrate = false;
   std::string out, storage_dir, name;
   double calibrate_seconds = 1.0;
+  double peak_tflops = 0;
 };
 
 std::string seconds_text(double s) {
@@ -120,10 +122,16 @@ void print_table(const launch::PlanRequest& r, const std::vector<launch::Predict
               << seconds_text(p.bubble_seconds) << std::setw(12) << engine::format_bytes(p.memory_bytes_per_device)
               << (p.fits ? "" : "  does not fit") << "\n";
   }
-  if (fitting == 0)
-    std::cout << "none fits: the smallest needs "
-              << (ranked.empty() ? std::string("-") : engine::format_bytes(ranked.front().memory_bytes_per_device))
-              << " per device\n";
+  if (ranked.empty())
+    std::cout << "no layout: no tp x pp x dp of " << r.devices << " devices splits the model (heads, layers, padded vocabulary) "
+              << "and the global batch of " << r.global_batch << " sequences, within the restriction flags\n";
+  else if (fitting == 0) {
+    const auto smallest = std::min_element(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
+      return a.memory_bytes_per_device < b.memory_bytes_per_device;
+    });
+    std::cout << "none fits: the smallest, " << layout_text(smallest->layout) << ", needs "
+              << engine::format_bytes(smallest->memory_bytes_per_device) << " per device\n";
+  }
 }
 
 void print_checkpoints(const launch::PlanRequest& r, const launch::Prediction& best, const Options& o) {
@@ -180,6 +188,7 @@ int run(int argc, char** argv) {
   app.add_option("--out", o.out, "Cluster file --calibrate writes");
   app.add_option("--storage-dir", o.storage_dir, "Folder --calibrate times checkpoint-like writes in (default: not measured)");
   app.add_option("--name", o.name, "Name --calibrate gives the cluster");
+  app.add_option("--peak-tflops", o.peak_tflops, "Peak TFLOP/s per device --calibrate records (default: the engine's GPU table or the measured CPU peak)");
   app.add_option("--calibrate-seconds", o.calibrate_seconds, "Budget of each --calibrate measurement")->capture_default_str();
   try {
     app.parse(argc, argv);
@@ -194,6 +203,7 @@ int run(int argc, char** argv) {
     c.output_path = o.out;
     c.storage_dir = o.storage_dir;
     c.name = o.name;
+    c.peak_flops = o.peak_tflops * 1e12;
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     c.log = rank == 0 ? &std::cout : nullptr;

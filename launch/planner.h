@@ -65,10 +65,13 @@ struct PlanRequest {
 struct Prediction {
   model::ParallelLayout layout;
   double step_seconds = 0;
-  // The step split the way the sweep splits a measured one (examples/scaling):
+  // The step split into three parts. The sweep (examples/scaling) splits a
+  // measured step by where ranks wait, which files pipeline transfers and
+  // the tied-embedding sum under the bubble; here they count as
+  // communication. Compare the totals, not the parts, across the two.
   double compute_seconds = 0;       // the rest
   double exposed_comm_seconds = 0;  // tensor-parallel collectives, pipeline sends, data-parallel reductions not hidden
-  double bubble_seconds = 0;        // the pipeline's fill and drain on the slowest stage
+  double bubble_seconds = 0;        // the pipeline's fill and drain on the slowest stage: sum_s t_s - max_s t_s
   double optimizer_seconds = 0;     // included in compute_seconds
   double model_flops = 0;           // per step, all devices (model/flops.h)
   double hardware_flops = 0;        // with recomputation

@@ -32,7 +32,10 @@ const Link& axis_link(const Cluster& cluster, Axis axis, int tp, int pp, int dp)
   int span = tp;
   if (axis == Axis::kDp) span = tp * dp;
   if (axis == Axis::kPp) span = tp * dp * pp;
-  return span <= cluster.devices_per_node ? cluster.intra_node : cluster.inter_node;
+  // Inside a node only if every group is: groups of `span` consecutive ranks
+  // tile the nodes exactly when span divides devices_per_node.
+  const bool inside = span <= cluster.devices_per_node && cluster.devices_per_node % span == 0;
+  return inside ? cluster.intra_node : cluster.inter_node;
 }
 
 }  // namespace parallel

@@ -30,8 +30,8 @@ double send_seconds(double bytes, const Link& link);
 // The link the groups of `axis` cross in a tp x pp x dp grid laid out in
 // Megatron-LM's rank order (tensor parallel fastest, then data, then
 // pipeline: parallel/process_grid.h) on nodes of cluster.devices_per_node
-// consecutive ranks: intra-node when every group fits inside a node, else
-// inter-node.
+// consecutive ranks: intra-node when every group lies inside one node (its
+// span divides the node), else inter-node.
 const Link& axis_link(const Cluster& cluster, Axis axis, int tp, int pp, int dp);
 
 }  // namespace parallel

@@ -66,6 +66,15 @@ def normalize_layout(values):
                 out[key] = 1 if value else 0
         else:
             out[key] = int(value)
+    # The planner lists each layout in one canonical form: ZeRO means
+    # nothing with one replica, the schedule nothing with one stage,
+    # sequence parallelism nothing without tensor parallelism.
+    if out.get("dp") == 1:
+        out["zero"] = 0
+    if out.get("pp") == 1:
+        out["schedule"] = "1f1b"
+    if out.get("tp") == 1:
+        out["sequence_parallel"] = 0
     return out
 
 
@@ -405,7 +414,12 @@ def plan_text(s):
 
 
 def write_plots(out_dir, rows, plan_summary):
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        print("report: matplotlib is missing (Debian: apt install python3-matplotlib): no plots written",
+              file=sys.stderr)
+        return
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 

@@ -57,6 +57,8 @@ TEST(CommCost, AxisLinkFollowsTheRankOrder) {
   EXPECT_EQ(&parallel::axis_link(c, Axis::kTp, 16, 1, 1), &c.inter_node);  // wider than a node
   EXPECT_EQ(&parallel::axis_link(c, Axis::kDp, 2, 1, 4), &c.intra_node);   // dp spans tp x dp = 8
   EXPECT_EQ(&parallel::axis_link(c, Axis::kDp, 4, 1, 4), &c.inter_node);
+  EXPECT_EQ(&parallel::axis_link(c, Axis::kDp, 2, 1, 3), &c.inter_node);  // span 6: ranks 6-11 cross a node
+  EXPECT_EQ(&parallel::axis_link(c, Axis::kTp, 3, 1, 1), &c.inter_node);
   EXPECT_EQ(&parallel::axis_link(c, Axis::kPp, 2, 2, 2), &c.intra_node);
   EXPECT_EQ(&parallel::axis_link(c, Axis::kPp, 2, 4, 2), &c.inter_node);
 }
