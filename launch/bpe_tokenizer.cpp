@@ -118,7 +118,7 @@ BpeTokenizer BpeTokenizer::from_json(std::string_view json_text, const std::stri
   try {
     root = json::parse(json_text);
   } catch (const json::exception& error) {
-    ENGINE_CHECK(false, where, "not valid JSON: ", error.what());
+    ENGINE_FAIL(where, "not valid JSON: ", error.what());
   }
   ENGINE_CHECK(root.is_object(), where, "expected a JSON object (a Hugging Face tokenizer.json)");
 
@@ -231,7 +231,7 @@ BpeTokenizer BpeTokenizer::from_json(std::string_view json_text, const std::stri
   if (!t.regex) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error_code, message, sizeof(message));
-    ENGINE_CHECK(false, "tokenizer: PCRE2 refused GPT-2's pattern at offset ", error_offset, ": ",
+    ENGINE_FAIL("tokenizer: PCRE2 refused GPT-2's pattern at offset ", error_offset, ": ",
                  reinterpret_cast<const char*>(message));
   }
   pcre2_jit_compile(t.regex, PCRE2_JIT_COMPLETE);  // an optimisation: the interpreter is used if JIT is unavailable
@@ -295,7 +295,7 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<std::int32_t
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
       pcre2_match_data_free(match);
-      ENGINE_CHECK(false, "tokenizer: PCRE2 match failed with code ", rc, " at byte ", at);
+      ENGINE_FAIL("tokenizer: PCRE2 match failed with code ", rc, " at byte ", at);
     }
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match);
     const std::size_t start = ovector[0], end = ovector[1];

@@ -46,6 +46,10 @@
 
 namespace launch {
 
+// GPT-2's end-of-text token: `prepare` puts it before every document when
+// the tokenizer has it (as llm.c's data scripts do).
+inline constexpr const char* kEndOfText = "<|endoftext|>";
+
 class BpeTokenizer {
  public:
   // Throws engine::Error naming `path` and what is wrong.
