@@ -14,6 +14,15 @@
 //
 // Documents are concatenated with nothing between them: the byte vocabulary
 // has no spare id for an end-of-text token (see byte_tokenizer.h).
+//
+// --tokenizer FILE encodes with a byte-level BPE from a Hugging Face
+// tokenizer.json instead (bpe_tokenizer.h, e.g. GPT-2's). Then every document
+// (input file) starts with <|endoftext|> when the tokenizer has that token, as
+// in llm.c's GPT-2 data, and a block is extended to just past the next '\n'
+// (or to the end of the file) so that no word or UTF-8 character is cut in
+// two and tokenized differently from the whole. The shards then hold ids below
+// the tokenizer's vocab_size(), which `train --tokenizer FILE` takes as the
+// model's vocabulary.
 
 #include <unistd.h>
 
@@ -29,11 +38,13 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <optional>
 #include <regex>
 #include <string>
 #include <vector>
 
 #include "engine/check.h"
+#include "launch/bpe_tokenizer.h"
 #include "launch/byte_tokenizer.h"
 #include "launch/token_shard.h"
 
@@ -57,6 +68,7 @@ struct Options {
   std::int64_t shard_tokens = 100'000'000;
   std::string name = "corpus";
   bool overwrite = false;
+  std::string tokenizer;  // tokenizer.json; "" = bytes
 };
 
 struct InputFile {
@@ -235,7 +247,21 @@ int run(const Options& options) {
   ENGINE_CHECK(!files.empty(), "no files found in the inputs (", options.inputs.size(), " path(s) given)");
   prepare_output_dir(options);
 
-  const launch::ByteTokenizer tokenizer;
+  const launch::ByteTokenizer bytes;
+  std::optional<launch::BpeTokenizer> bpe;
+  std::optional<std::uint16_t> end_of_text;
+  if (!options.tokenizer.empty()) {
+    bpe = launch::BpeTokenizer::from_file(options.tokenizer);
+    if (const auto id = bpe->token_to_id(launch::kEndOfText)) end_of_text = static_cast<std::uint16_t>(*id);
+    std::cout << "prepare: tokenizer " << options.tokenizer << ": vocabulary " << bpe->vocab_size()
+              << (end_of_text ? ", <|endoftext|> before each document" : ", no <|endoftext|> token")
+              << " (train with --tokenizer " << options.tokenizer << ")\n";
+  }
+  auto encode = [&](std::string_view text) {
+    if (!bpe) return bytes.encode(text);
+    const std::vector<std::int32_t> ids = bpe->encode(text);
+    return std::vector<std::uint16_t>(ids.begin(), ids.end());  // ids < 65536: checked when loaded
+  };
   const fs::path dir(options.output_dir);
   ShardWriter train(dir, options.name + "_train", options.shard_tokens);
   ShardWriter val(dir, options.name + "_val", options.shard_tokens);
@@ -276,9 +302,15 @@ int run(const Options& options) {
       continue;
     }
     ++files_used;
-    for (std::size_t at = 0; at < text.size(); at += kBlockBytes) {
-      const std::string_view block = std::string_view(text).substr(at, kBlockBytes);
-      const std::vector<std::uint16_t> tokens = tokenizer.encode(block);
+    for (std::size_t at = 0, size = 0; at < text.size(); at += size) {
+      size = std::min<std::size_t>(kBlockBytes, text.size() - at);
+      if (bpe && at + size < text.size()) {  // whole lines only (see the top of the file)
+        const std::size_t newline = text.find('\n', at + size - 1);
+        size = newline == std::string::npos ? text.size() - at : newline + 1 - at;
+      }
+      const std::string_view block = std::string_view(text).substr(at, size);
+      std::vector<std::uint16_t> tokens = encode(block);
+      if (end_of_text && at == 0) tokens.insert(tokens.begin(), *end_of_text);
       const auto val_tokens = static_cast<std::size_t>(std::llround(options.val_fraction * tokens.size()));
       const std::span<const std::uint16_t> all(tokens);
       train.add(all.first(tokens.size() - val_tokens));
@@ -307,7 +339,8 @@ int run(const Options& options) {
 int main(int argc, char** argv) {
   Options options;
   CLI::App app(
-      "Tokenize UTF-8 text files with the byte-level tokenizer (vocab 256) into llm.c-format token shards.\n"
+      "Tokenize UTF-8 text files with the byte-level tokenizer (vocab 256), or a BPE tokenizer.json\n"
+      "(--tokenizer), into llm.c-format token shards.\n"
       "Writes DIR/NAME_train_000000.bin, ... and DIR/NAME_val_000000.bin, ... .\n"
       "Split: each input file is cut into 1 MiB blocks; the last val-fraction of every block goes to the\n"
       "validation split, the rest to training (deterministic, no RNG). Files containing NUL bytes are\n"
@@ -325,6 +358,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(std::int64_t{launch::kShardMinTokens}, std::int64_t{std::numeric_limits<std::int32_t>::max()}))
       ->capture_default_str();
   app.add_option("--name", options.name, "Shard file name prefix")->capture_default_str();
+  app.add_option("--tokenizer", options.tokenizer,
+                 "Encode with the byte-level BPE of this Hugging Face tokenizer.json (e.g. GPT-2's) instead of "
+                 "bytes; <|endoftext|> starts each document when the tokenizer has it");
   app.add_flag("--overwrite", options.overwrite, "Replace shards of the same name left by an earlier run");
 
   try {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/check.h"
+#include "launch/bpe_tokenizer.h"
 #include "launch/json_config.h"
 #include "model/partition.h"
 #include "parallel/process_grid.h"
@@ -93,6 +94,11 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
   const char* kData = "Data";
   app.add_option("--train-data", c.train_data, "Training token shards: a file or a glob (llm.c format)")->group(kData);
   app.add_option("--val-data", c.val_data, "Validation token shards: a file or a glob")->group(kData);
+  app.add_option("--tokenizer", c.tokenizer,
+                 "Hugging Face tokenizer.json (byte-level BPE) the shards were made with (prepare --tokenizer): "
+                 "sets the vocabulary to the tokenizer's unless --vocab-size is given, and decodes the sample "
+                 "(default: bytes)")
+      ->group(kData);
   app.add_option("--shuffle", c.shuffle, "Shuffle sequences each epoch (true/false)")->group(kData)->capture_default_str();
   app.add_option("--val-interval", c.val_interval, "Validate every N steps (0 = at the end only)")->group(kData)->capture_default_str();
   app.add_option("--val-tokens", c.val_tokens,
@@ -220,6 +226,14 @@ void TrainConfig::resolve(int cuda_devices, int world) {
   if (n_head) model.n_head = n_head;
   if (n_embd) model.n_embd = n_embd;
   if (vocab_size) model.vocab_size = vocab_size;
+  if (!tokenizer.empty()) {
+    // Loaded here only for its size (every rank, before allocating); the
+    // sampler loads it again at the end.
+    const int needed = BpeTokenizer::from_file(tokenizer).vocab_size();
+    ENGINE_CHECK(vocab_size == 0 || vocab_size >= needed, "--vocab-size ", vocab_size, " is smaller than --tokenizer '",
+                 tokenizer, "' needs (", needed, " tokens)");
+    if (vocab_size == 0) model.vocab_size = needed;
+  }
   if (max_seq_len) model.max_seq_len = max_seq_len;
   model.validate();
 

@@ -49,6 +49,11 @@ struct TrainConfig {
   // Data.
   std::string train_data;  // shard file or glob
   std::string val_data;    // optional
+  // Hugging Face tokenizer.json of a byte-level BPE (launch/bpe_tokenizer.h)
+  // the shards were made with (prepare --tokenizer); "" = bytes
+  // (launch/byte_tokenizer.h). It sets the model's vocabulary unless
+  // --vocab-size does, and decodes the sample.
+  std::string tokenizer;
   bool shuffle = true;
   std::int64_t val_interval = 0;  // steps; 0 = only at the end (when val_data is set)
   // Tokens each validation scores: the first val_tokens / seq_len sequences

@@ -14,6 +14,7 @@
 #include <random>
 
 #include "engine/device.h"
+#include "launch/bpe_tokenizer.h"
 #include "launch/byte_tokenizer.h"
 #include "launch/checkpoint_files.h"
 #include "launch/fault_injection.h"
@@ -156,11 +157,19 @@ std::string Trainer::sample_text(const model::ParamStore& store) {
   sampler.allocate(plan);
   engine::Arena arena(config_.device_type, plan.used());
   sampler.allocate(arena);
-  ByteTokenizer tokenizer;
+  const SamplingOptions options{config_.sample_tokens, config_.temperature, config_.top_k};
   std::vector<std::int32_t> prompt;
+  if (!config_.tokenizer.empty()) {
+    const BpeTokenizer tokenizer = BpeTokenizer::from_file(config_.tokenizer);
+    prompt = tokenizer.encode(config_.sample_prompt);
+    // An empty prompt starts a document: prepare puts <|endoftext|> before each.
+    if (prompt.empty()) prompt.push_back(tokenizer.token_to_id(kEndOfText).value_or(tokenizer.encode("\n").at(0)));
+    const std::vector<std::int32_t> ids = generate(sampler, config_.model.vocab_size, prompt, options, sampler_rng_);
+    return config_.sample_prompt + tokenizer.decode(ids);
+  }
+  ByteTokenizer tokenizer;
   for (std::uint16_t t : tokenizer.encode(config_.sample_prompt)) prompt.push_back(t);
   if (prompt.empty()) prompt.push_back('\n');
-  const SamplingOptions options{config_.sample_tokens, config_.temperature, config_.top_k};
   const std::vector<std::int32_t> ids = generate(sampler, config_.model.vocab_size, prompt, options, sampler_rng_);
   return config_.sample_prompt + tokenizer.decode(ids);
 }

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "engine/check.h"
+#include "launch/bpe_tokenizer.h"
 #include "launch/byte_tokenizer.h"
 #include "launch/data_loader.h"
 #include "launch/token_shard.h"
@@ -546,6 +547,43 @@ TEST(Prepare, FailsWithNonZeroExitOnBadInput) {
   EXPECT_EQ(run_command(base + quiet), 0);
   EXPECT_NE(run_command(base + quiet), 0);
   EXPECT_EQ(run_command(base + " --overwrite" + quiet), 0);
+}
+
+// --tokenizer: the byte-level BPE's ids, <|endoftext|> before each document,
+// and a bad tokenizer file refused on one line.
+TEST(Prepare, TokenizerFileEncodesWithBpeAndStartsDocumentsWithEndOfText) {
+  TempDir dir;
+  const std::string tokenizer_file = std::string(TOKENIZER_DATA_DIR) + "/tiny_bpe.json";
+  const BpeTokenizer tokenizer = BpeTokenizer::from_file(tokenizer_file);
+  const std::string a = "Crème brûlée, it's 1234 日本語 😀\n  trailing  \n";
+  const std::string b = "I'm sure they'll say we've done it.\n";
+  write_text(dir.file("in/a.txt"), a);
+  write_text(dir.file("in/b.txt"), b);
+  const std::string log = dir.file("log.txt");
+  ASSERT_EQ(run_command(std::string(PREPARE_BIN) + " --input " + dir.file("in") + " --output-dir " + dir.file("out") +
+                        " --val-fraction 0 --tokenizer " + tokenizer_file + " >" + log + " 2>&1"),
+            0)
+      << std::string(read_bytes(log).data(), read_bytes(log).size());
+  const std::int32_t eot = tokenizer.token_to_id(kEndOfText).value();
+  std::vector<std::int32_t> expected{eot};
+  for (const std::int32_t id : tokenizer.encode(a)) expected.push_back(id);
+  expected.push_back(eot);
+  for (const std::int32_t id : tokenizer.encode(b)) expected.push_back(id);
+  const TokenShard shard(dir.file("out/corpus_train_000000.bin"));
+  EXPECT_EQ(std::vector<std::int32_t>(shard.tokens().begin(), shard.tokens().end()), expected);
+  EXPECT_EQ(tokenizer.decode(shard.tokens()), "<|endoftext|>" + a + "<|endoftext|>" + b);
+  const DataLoader loader(dir.file("out/corpus_train_*.bin"), 4, tokenizer.vocab_size(), false, 0);
+  EXPECT_GT(loader.sequences_per_epoch(), 0);
+
+  write_text(dir.file("bad.json"), R"({"model": {"type": "BPE", "vocab": {"a": 0}}})");
+  EXPECT_NE(run_command(std::string(PREPARE_BIN) + " --input " + dir.file("in") + " --output-dir " +
+                        dir.file("out2") + " --tokenizer " + dir.file("bad.json") + " >" + log + " 2>&1"),
+            0);
+  const std::vector<char> bytes = read_bytes(log);
+  const std::string message(bytes.begin(), bytes.end());
+  EXPECT_THAT(message, HasSubstr("prepare: error: "));
+  EXPECT_THAT(message, HasSubstr("tokenizer '" + dir.file("bad.json") + "': missing model.merges (a list)"));
+  EXPECT_EQ(std::count(message.begin(), message.end(), '\n'), 1) << message;
 }
 
 }  // namespace
