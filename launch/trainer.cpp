@@ -11,6 +11,7 @@
 #include "engine/device.h"
 #include "engine/ops.h"
 #include "launch/checkpoint.h"
+#include "launch/hf_gpt2.h"
 #include "launch/llmc_model.h"
 #include "launch/rank_agreement.h"
 #include "launch/job_error.h"
@@ -169,7 +170,7 @@ void Trainer::initialize_weights() {
   // Read the whole model, then keep this rank's slices of it.
   const model::ParamRegistry full = model::build_gpt_registry(config_.model);
   std::vector<float> whole(static_cast<std::size_t>(full.total_numel()), 0.0f);
-  read_llmc_model(config_.init_from, config_.model, full, whole.data());
+  read_init_model(config_.init_from, config_.model, full, whole.data());  // llm.c or Hugging Face
   std::vector<float> mine(static_cast<std::size_t>(registry_.total_numel()), 0.0f);
   for (const model::ParamInfo& p : registry_.entries()) {
     const float* src = whole.data() + full.find(p.name).offset;
@@ -266,6 +267,7 @@ void Trainer::report_paths() {
   if (!paths.text_log.empty()) where.push_back("log " + paths.text_log);
   if (!config_.checkpoint_dir.empty()) where.push_back("checkpoints " + config_.checkpoint_dir);
   if (!config_.save_model.empty()) where.push_back("model " + config_.save_model);
+  if (!config_.save_hf.empty()) where.push_back("hf model " + config_.save_hf);
   if (where.empty()) where.push_back("none written (no --run-dir, --log-file, --checkpoint-dir or --save-model)");
   out_ << "outputs    ";
   for (std::size_t i = 0; i < where.size(); ++i) out_ << (i ? " | " : "") << where[i];
