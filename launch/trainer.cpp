@@ -39,15 +39,14 @@ namespace {
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // The node-local rank picks the GPU (one GPU per rank; several ranks share
-// one only in correctness runs with the MPI communicator).
+// one only in correctness runs with the MPI communicator). Found once, by
+// every rank, as the trainer starts (node_local_rank may be collective); the
+// messages that name the GPU later only read it.
+int g_node_local_rank = -1;
+
 int local_gpu() {
-  int local = 0;
-  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"})
-    if (const char* v = std::getenv(var)) {
-      local = std::atoi(v);
-      break;
-    }
-  return local % engine::cuda_device_count();
+  ENGINE_CHECK(g_node_local_rank >= 0, "local_gpu() before the trainer found the node-local rank");
+  return g_node_local_rank % engine::cuda_device_count();
 }
 
 int rank_of(MPI_Comm world) {
@@ -87,6 +86,16 @@ std::unique_ptr<TextLogCopy> start_outputs(const TrainConfig& config, int rank, 
 
 }  // namespace
 
+int node_local_rank(MPI_Comm world) {
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"})
+    if (const char* v = std::getenv(var); v != nullptr && *v != '\0') return std::atoi(v);
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank_of(world), MPI_INFO_NULL, &node);
+  const int local = rank_of(node);
+  MPI_Comm_free(&node);
+  return local;
+}
+
 // ---- set-up ---------------------------------------------------------------------
 
 Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
@@ -99,7 +108,10 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
       metrics_(rank_of(world) == 0 ? config.log_file : std::string()),
       faults_(FaultInjection::from_environment(rank_of(world), size_of(world))) {
   const model::GptConfig& mc = config.model;
-  if (config.device_type == engine::DeviceType::kCuda) engine::cuda_set_device(local_gpu());
+  if (config.device_type == engine::DeviceType::kCuda) {
+    g_node_local_rank = node_local_rank(world);  // every rank alike: may split `world`
+    engine::cuda_set_device(local_gpu());
+  }
   host_world_ = std::make_unique<parallel::MpiCommunicator>(world, "world");
   comms_ = make_comms(config, grid_, world);
 
