@@ -279,7 +279,9 @@ std::vector<std::int32_t> BpeTokenizer::encode(std::string_view text) const {
 void BpeTokenizer::encode_piece(std::string_view piece, std::vector<std::int32_t>& out) const {
   std::string prefixed;
   if (impl_->add_prefix_space && piece.front() != ' ') {
-    prefixed = " " + std::string(piece);
+    prefixed.reserve(piece.size() + 1);
+    prefixed.push_back(' ');
+    prefixed.append(piece);
     piece = prefixed;
   }
   if (!impl_->use_regex) {

@@ -15,7 +15,7 @@ ENGINE_APT_PACKAGES=(
   libpcre2-dev                                  # GPT-2's pre-tokenizer regex (launch/bpe_tokenizer.cpp)
   libgtest-dev                                  # the test suite
   python3                                       # launch/supervise (restarts, goodput) and its tests
-  python3-matplotlib python3-numpy              # examples/scaling/report.py's plots and its test
+  python3-matplotlib python3-numpy              # report.py, plot_run.py and their tests; test_hf_safetensors.py
   fortunes fortunes-min                         # the demo's English text corpus
 )
 

@@ -53,7 +53,10 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--n-embd", c.n_embd, "Override the preset's width")->group(kModel);
   app.add_option("--vocab-size", c.vocab_size, "Override the preset's vocabulary (padded to a multiple of 128)")->group(kModel);
   app.add_option("--max-seq-len", c.max_seq_len, "Override the preset's position-table length")->group(kModel);
-  app.add_option("--init-from", c.init_from, "Start from a GPT-2 model file in llm.c's format")->group(kModel);
+  app.add_option("--init-from", c.init_from,
+                 "Start from a GPT-2 model: an llm.c model file, or a Hugging Face folder (model.safetensors) or "
+                 ".safetensors file")
+      ->group(kModel);
 
   const char* kBatch = "Batch";
   app.add_option("--micro-batch", c.micro_batch, "Sequences per micro-batch (B)")->group(kBatch)->capture_default_str();
@@ -124,6 +127,12 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--save-model", c.save_model,
                  "Write the final model here in llm.c's GPT-2 format (any layout: rank 0 gathers the slices)")
       ->group(kCkpt);
+  app.add_option("--save-hf", c.save_hf,
+                 "Write the final model into this folder as Hugging Face GPT-2 (model.safetensors and config.json, "
+                 "loadable by transformers' GPT2LMHeadModel.from_pretrained)")
+      ->group(kCkpt);
+  app.add_option("--save-hf-dtype", c.save_hf_dtype, "dtype of --save-hf's tensors: fp32 or bf16")
+      ->group(kCkpt)->capture_default_str()->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_option("--max-failed-saves", c.max_failed_saves,
                  "A checkpoint that cannot be written (disk full) is abandoned with a warning, the previous one "
                  "kept, and training goes on; stop after this many failed saves in a row")
@@ -292,6 +301,8 @@ void TrainConfig::resolve(int cuda_devices, int world) {
   ENGINE_CHECK(on_nonfinite == "stop" || on_nonfinite == "skip", "--on-nonfinite '", on_nonfinite,
                "': expected stop or skip");
   ENGINE_CHECK(max_skipped_steps >= 1, "--max-skipped-steps must be >= 1, got ", max_skipped_steps);
+  ENGINE_CHECK(save_hf_dtype == "fp32" || save_hf_dtype == "bf16", "--save-hf-dtype '", save_hf_dtype,
+               "': expected fp32 or bf16");
   ENGINE_CHECK(max_failed_saves >= 1, "--max-failed-saves must be >= 1, got ", max_failed_saves);
   ENGINE_CHECK(keep_checkpoints >= 0, "--keep-checkpoints must be >= 0 (0 = keep all), got ", keep_checkpoints);
   ENGINE_CHECK(collective_timeout >= 0, "--collective-timeout must be >= 0 seconds, got ", collective_timeout);

@@ -64,7 +64,7 @@ struct TrainConfig {
   std::string checkpoint_dir;
   std::int64_t checkpoint_interval = 0;  // steps; 0 = only at the end (when checkpoint_dir is set)
   std::string resume;                     // "", "latest", "auto" (latest if any, else fresh), or a directory
-  std::string init_from;                  // llm.c GPT-2 model file to start from
+  std::string init_from;                  // llm.c GPT-2 model file, or Hugging Face folder / .safetensors, to start from
   // A save that fails (disk full) keeps the previous checkpoint and training
   // goes on; this many failures in a row stop the run.
   std::int64_t max_failed_saves = 3;
@@ -102,6 +102,8 @@ struct TrainConfig {
   bool eval_only = false;          // score the model (--init-from or --resume) on --val-data and exit
   std::int64_t log_interval = 1;   // print every K-th step (the JSONL keeps every step)
   std::string save_model;          // write the final model in llm.c's format here
+  std::string save_hf;             // write the final model as a Hugging Face GPT-2 folder here (launch/hf_gpt2.h)
+  std::string save_hf_dtype = "fp32";  // fp32 | bf16: the dtype of its model.safetensors
   double peak_tflops = 0;          // per device; 0 = table (GPU) or measured once and cached (CPU, launch/cpu_peak.h)
   std::string attention_flops = "causal";  // causal | full: attention FLOPs in MFU/HFU (model/flops.h)
   // Seconds one collective or pipeline transfer may wait before the job ends

@@ -11,6 +11,7 @@
 #include "engine/device.h"
 #include "engine/ops.h"
 #include "launch/checkpoint.h"
+#include "launch/hf_gpt2.h"
 #include "launch/llmc_model.h"
 #include "launch/rank_agreement.h"
 #include "launch/job_error.h"
@@ -38,15 +39,14 @@ namespace {
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // The node-local rank picks the GPU (one GPU per rank; several ranks share
-// one only in correctness runs with the MPI communicator).
+// one only in correctness runs with the MPI communicator). Found once, by
+// every rank, as the trainer starts (node_local_rank may be collective); the
+// messages that name the GPU later only read it.
+int g_node_local_rank = -1;
+
 int local_gpu() {
-  int local = 0;
-  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"})
-    if (const char* v = std::getenv(var)) {
-      local = std::atoi(v);
-      break;
-    }
-  return local % engine::cuda_device_count();
+  ENGINE_CHECK(g_node_local_rank >= 0, "local_gpu() before the trainer found the node-local rank");
+  return g_node_local_rank % engine::cuda_device_count();
 }
 
 int rank_of(MPI_Comm world) {
@@ -86,6 +86,16 @@ std::unique_ptr<TextLogCopy> start_outputs(const TrainConfig& config, int rank, 
 
 }  // namespace
 
+int node_local_rank(MPI_Comm world) {
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"})
+    if (const char* v = std::getenv(var); v != nullptr && *v != '\0') return std::atoi(v);
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank_of(world), MPI_INFO_NULL, &node);
+  const int local = rank_of(node);
+  MPI_Comm_free(&node);
+  return local;
+}
+
 // ---- set-up ---------------------------------------------------------------------
 
 Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
@@ -98,7 +108,10 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
       metrics_(rank_of(world) == 0 ? config.log_file : std::string()),
       faults_(FaultInjection::from_environment(rank_of(world), size_of(world))) {
   const model::GptConfig& mc = config.model;
-  if (config.device_type == engine::DeviceType::kCuda) engine::cuda_set_device(local_gpu());
+  if (config.device_type == engine::DeviceType::kCuda) {
+    g_node_local_rank = node_local_rank(world);  // every rank alike: may split `world`
+    engine::cuda_set_device(local_gpu());
+  }
   host_world_ = std::make_unique<parallel::MpiCommunicator>(world, "world");
   comms_ = make_comms(config, grid_, world);
 
@@ -169,7 +182,7 @@ void Trainer::initialize_weights() {
   // Read the whole model, then keep this rank's slices of it.
   const model::ParamRegistry full = model::build_gpt_registry(config_.model);
   std::vector<float> whole(static_cast<std::size_t>(full.total_numel()), 0.0f);
-  read_llmc_model(config_.init_from, config_.model, full, whole.data());
+  read_init_model(config_.init_from, config_.model, full, whole.data());  // llm.c or Hugging Face
   std::vector<float> mine(static_cast<std::size_t>(registry_.total_numel()), 0.0f);
   for (const model::ParamInfo& p : registry_.entries()) {
     const float* src = whole.data() + full.find(p.name).offset;
@@ -266,6 +279,7 @@ void Trainer::report_paths() {
   if (!paths.text_log.empty()) where.push_back("log " + paths.text_log);
   if (!config_.checkpoint_dir.empty()) where.push_back("checkpoints " + config_.checkpoint_dir);
   if (!config_.save_model.empty()) where.push_back("model " + config_.save_model);
+  if (!config_.save_hf.empty()) where.push_back("hf model " + config_.save_hf);
   if (where.empty()) where.push_back("none written (no --run-dir, --log-file, --checkpoint-dir or --save-model)");
   out_ << "outputs    ";
   for (std::size_t i = 0; i < where.size(); ++i) out_ << (i ? " | " : "") << where[i];

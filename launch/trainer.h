@@ -217,4 +217,12 @@ class Trainer {
 // reported once and every rank exits (train_main.cpp).
 void check_inputs(const TrainConfig& config);
 
+// This rank's index among the ranks of `world` on its node, which picks its
+// GPU: from the launcher's variable (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID,
+// SLURM_LOCALID under srun, LOCAL_RANK), else, for a launcher that sets none
+// of them, by splitting `world` into shared-memory (node-local) communicators
+// (MPI_Comm_split_type, MPI_COMM_TYPE_SHARED). Collective over `world` in the
+// second case: every rank of `world` calls it alike.
+int node_local_rank(MPI_Comm world);
+
 }  // namespace launch

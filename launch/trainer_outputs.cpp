@@ -18,6 +18,7 @@
 #include "launch/byte_tokenizer.h"
 #include "launch/checkpoint_files.h"
 #include "launch/fault_injection.h"
+#include "launch/hf_gpt2.h"
 #include "launch/llmc_model.h"
 #include "launch/run_folder.h"
 #include "launch/whole_model.h"
@@ -66,11 +67,16 @@ void check_inputs(const TrainConfig& config) {
     if (!config.run_dir.empty()) probe_writable_dir(config.run_dir, "--run-dir");
     if (!config.checkpoint_dir.empty()) probe_writable_dir(config.checkpoint_dir, "--checkpoint-dir");
     if (!config.save_model.empty()) probe_parent(config.save_model, "--save-model");
+    if (!config.save_hf.empty()) probe_writable_dir(config.save_hf, "--save-hf");
   }
   if (!config.init_from.empty()) {
-    const model::GptConfig found = read_llmc_config(config.init_from);
-    ENGINE_CHECK(found == config.model, "--init-from '", config.init_from, "' holds a model of another shape: ",
-                 found.describe(), "; this run's model is ", config.model.describe());
+    if (is_hf_model_path(config.init_from)) {
+      check_hf_gpt2(config.init_from, config.model);
+    } else {
+      const model::GptConfig found = read_llmc_config(config.init_from);
+      ENGINE_CHECK(found == config.model, "--init-from '", config.init_from, "' holds a model of another shape: ",
+                   found.describe(), "; this run's model is ", config.model.describe());
+    }
   }
   // Last: a bad input is named as such even where another run's outputs are.
   refuse_to_mix_runs(config);
@@ -124,7 +130,7 @@ StepMetrics Trainer::step_metrics(std::int64_t step, double loss, double norm, d
 // ---- after the last step ----------------------------------------------------------
 
 void Trainer::write_outputs(RunSummary& summary) {
-  if (config_.save_model.empty() && config_.sample_tokens == 0) return;
+  if (config_.save_model.empty() && config_.save_hf.empty() && config_.sample_tokens == 0) return;
   // The whole model on rank 0, under any layout: each (tp, pp) position's
   // data-parallel rank 0 downloads its master weights (collective over dp
   // where they are sharded) and sends its slices to rank 0.
@@ -138,6 +144,11 @@ void Trainer::write_outputs(RunSummary& summary) {
   if (!config_.save_model.empty()) {
     write_llmc_model(config_.save_model, config_.model, whole_registry, whole.data());
     out_ << "model      written to " << config_.save_model << " (llm.c GPT-2 format)\n";
+  }
+  if (!config_.save_hf.empty()) {
+    write_hf_gpt2(config_.save_hf, config_.model, whole_registry, whole.data(), parse_hf_dtype(config_.save_hf_dtype));
+    out_ << "model      written to " << config_.save_hf << " (Hugging Face GPT-2: model.safetensors, config.json, "
+         << config_.save_hf_dtype << ")\n";
   }
   if (config_.sample_tokens == 0) return;
   if (grid_.tp_size() == 1 && grid_.pp_size() == 1 && !store_->weights_sharded()) {
@@ -247,6 +258,7 @@ void Trainer::report_summary(RunSummary& summary) {
   if (!config_.checkpoint_dir.empty() && last_saved_step_ >= 0)
     outputs["checkpoint"] = (std::filesystem::path(config_.checkpoint_dir) / checkpoint_files::step_dir_name(last_saved_step_)).string();
   if (!config_.save_model.empty() && summary.exit_code == kExitDone) outputs["model"] = config_.save_model;
+  if (!config_.save_hf.empty() && summary.exit_code == kExitDone) outputs["hf_model"] = config_.save_hf;
 
   nlohmann::ordered_json record = {{"event", "summary"},
                                    {"status", summary.exit_code == kExitDone ? "done" : "stopped"},

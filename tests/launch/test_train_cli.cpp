@@ -115,6 +115,17 @@ TEST_F(TrainCli, InitFromAModelOfAnotherShape) {
                  "another shape");
 }
 
+TEST_F(TrainCli, InitFromAHuggingFaceFolderOfAnotherShape) {
+  const Outcome saved = run_train(dir_, base_args(dir_) + " --checkpoint-dir " + (dir_ / "hf_run") + " --save-hf " +
+                                            (dir_ / "hf") + " --save-hf-dtype bf16");
+  ASSERT_EQ(saved.exit_code, 0) << saved.output;
+  expect_refused(base_args(dir_) + " --n-embd 64 --init-from " + (dir_ / "hf"),
+                 "tensor 'transformer.wte.weight' is [256, 32], this run's model");
+  const Outcome fp16 = run_train(dir_, base_args(dir_) + " --save-hf " + (dir_ / "hf2") + " --save-hf-dtype fp16");
+  EXPECT_NE(fp16.exit_code, 0);
+  EXPECT_NE(fp16.output.find("--save-hf-dtype: fp16 not in {fp32,bf16}"), std::string::npos) << fp16.output;
+}
+
 TEST_F(TrainCli, ZeroConfigurationsThatCannotWork) {
   expect_refused(base_args(dir_) + " --zero 4", "expected a ZeRO stage 0, 1, 2 or 3");
   expect_refused(base_args(dir_) + " --zero 2 --optimizer onebit-adam --freeze-step 2",

@@ -1,0 +1,44 @@
+// node_local_rank (launch/trainer.h): the launcher's variable when there is
+// one, else the rank within the node's shared-memory communicator, which on
+// one machine equals what mpirun reports in OMPI_COMM_WORLD_LOCAL_RANK.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "launch/trainer.h"
+
+namespace {
+
+const char* kVars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"};
+
+int world_rank() {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+}  // namespace
+
+TEST(NodeLocalRank, SlurmLocalIdIsRead) {
+  const char* ompi = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  const std::string saved = ompi ? ompi : "";
+  for (const char* var : kVars) unsetenv(var);
+  setenv("SLURM_LOCALID", "5", 1);
+  EXPECT_EQ(launch::node_local_rank(MPI_COMM_WORLD), 5);
+  unsetenv("SLURM_LOCALID");
+  if (!saved.empty()) setenv("OMPI_COMM_WORLD_LOCAL_RANK", saved.c_str(), 1);
+}
+
+TEST(NodeLocalRank, WithoutVariablesTheNodesCommunicatorDecides) {
+  const char* ompi = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  const std::string saved = ompi ? ompi : "";
+  for (const char* var : kVars) unsetenv(var);
+  // All ranks of this test run on one machine: the node-local rank is the world rank.
+  EXPECT_EQ(launch::node_local_rank(MPI_COMM_WORLD), world_rank());
+  if (!saved.empty()) {
+    EXPECT_EQ(std::atoi(saved.c_str()), world_rank());
+    setenv("OMPI_COMM_WORLD_LOCAL_RANK", saved.c_str(), 1);
+  }
+}
