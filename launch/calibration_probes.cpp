@@ -266,16 +266,6 @@ double all_reduces(parallel::Communicator* group, const Tensor& t, int repetitio
 
 }  // namespace
 
-void barrier_sleeping(MPI_Comm comm) {
-  MPI_Request request = MPI_REQUEST_NULL;
-  MPI_Ibarrier(comm, &request);
-  for (int done = 0;;) {
-    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
-    if (done) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-}
-
 LinkProbe probe_link(MPI_Comm world, MPI_Comm pair_comm, MPI_Comm group_comm, DeviceType device,
                      std::size_t large_bytes, double seconds) {
   ENGINE_CHECK(large_bytes >= 8, "probe_link: large_bytes must be at least 8, got ", large_bytes);

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "engine/tensor.h"
+#include "launch/cpu_peak.h"
 
 namespace launch {
 
@@ -72,10 +73,8 @@ OpOverheadProbe probe_op_overhead(engine::DeviceType device, double seconds);
 
 // ---- links (collective) ---------------------------------------------------------
 
-// A barrier whose early arrivals sleep (1 ms polls) instead of spinning as
-// MPI's blocking waits do, which would steal the cores of ranks still
-// measuring on the same node.
-void barrier_sleeping(MPI_Comm comm);
+// barrier_sleeping (launch/cpu_peak.h) keeps waiting ranks off the cores
+// that others are measuring on.
 
 // One kind of link, measured over two groups (collective over `world`; every
 // rank passes its own groups, MPI_COMM_NULL where it has none):

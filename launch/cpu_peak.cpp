@@ -88,17 +88,6 @@ std::string broadcast_text(MPI_Comm comm, const std::string& text, int root = 0)
   return out;
 }
 
-// A barrier over `comm` that waits asleep: OpenMPI's blocking waits
-// busy-poll, and the ranks waiting here share the cores being measured.
-void barrier_asleep(MPI_Comm comm) {
-  MPI_Request request = MPI_REQUEST_NULL;
-  MPI_Ibarrier(comm, &request);
-  for (int done = 0;;) {
-    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
-    if (done) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-}
 
 // Busy and total time of `cpus` (all of them when empty) from /proc/stat,
 // and this process's CPU time, in seconds: what the rest of the machine did
@@ -168,6 +157,16 @@ double best_gemm_rate(double seconds) {
 }
 
 }  // namespace
+
+void barrier_sleeping(MPI_Comm comm) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  MPI_Ibarrier(comm, &request);
+  for (int done = 0;;) {
+    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (done) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
 
 // ---- the CPU and the node ---------------------------------------------------------
 
@@ -390,7 +389,7 @@ CpuPeak resolve_cpu_peak(MPI_Comm world, const CpuPeakOptions& options) {
       error = e.what();
     }
   }
-  barrier_asleep(node);
+  barrier_sleeping(node);
 
   // Every rank of the node gets what its local rank 0 found.
   double values[6] = {peak.node,        peak.measured_now ? 1.0 : 0.0, peak.checked_now ? 1.0 : 0.0,

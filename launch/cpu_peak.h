@@ -38,6 +38,11 @@
 
 namespace launch {
 
+// A barrier whose early arrivals sleep (1 ms polls) instead of busy-polling
+// as OpenMPI's blocking waits do, which would steal the cores of ranks still
+// measuring on the same node (the CPU peak here, launch/calibrate.h).
+void barrier_sleeping(MPI_Comm comm);
+
 // The CPU as the cache tells machines apart.
 struct CpuIdentity {
   std::string model;  // /proc/cpuinfo's "model name" (ARM: implementer and part), else "unknown CPU"

@@ -124,8 +124,6 @@ StageSeconds stage_micro_batch_seconds(const GptConfig& config, const ParallelLa
   s.forward = fwd_matmul + fwd_memory + fwd_ops * cluster.op_overhead_seconds + tp_forward;
   s.backward = bwd_matmul + bwd_memory + bwd_ops * cluster.op_overhead_seconds + tp_backward;
   s.tp_comm = tp_forward + tp_backward;
-  s.matmul = fwd_matmul + bwd_matmul;
-  s.hardware_flops = blocks * (3 * (weight_flops + core_flops) + recompute_flops) + 3 * head_flops;
   return s;
 }
 

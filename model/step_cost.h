@@ -84,8 +84,6 @@ struct StageSeconds {
   double forward = 0;   // one micro-batch's forward, its tensor-parallel collectives included
   double backward = 0;  // its backward, recomputation included
   double tp_comm = 0;   // of both, the tensor-parallel collectives
-  double matmul = 0;    // of both, the matmuls
-  double hardware_flops = 0;  // FLOPs this rank computes per micro-batch (model + recomputed)
 };
 
 StageSeconds stage_micro_batch_seconds(const GptConfig& config, const ParallelLayout& layout,

@@ -64,6 +64,9 @@ TEST(MemoryPlan, EqualsWhatEveryLayoutAllocates) {
     EXPECT_EQ(planned.grads, allocated.grads) << name(k);
     EXPECT_EQ(planned.optimizer, allocated.optimizer) << name(k);
     EXPECT_EQ(planned.activations, allocated.activations) << name(k);
+    // The ZeRO-2/3 pool grows as units are used; what the run reports is its
+    // bound from the strategy's own unit list, so this checks that the plan
+    // cuts the same units, not the pool's use (test_zero checks that).
     EXPECT_EQ(planned.staging, allocated.staging) << name(k);
     EXPECT_TRUE(trainer.memory().matches()) << name(k);
     EXPECT_EQ(quiet.str().find("warning    the memory plan"), std::string::npos) << name(k) << "\n" << quiet.str();
