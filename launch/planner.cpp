@@ -113,8 +113,8 @@ Prediction predict(const PlanRequest& r, const ParallelLayout& l) {
                        (software.overlap_dp == model::Software::DpOverlap::kAlways || l.pp == 1);
   const double mbs = static_cast<double>(l.micro_batches);
   const engine::DType working = model::activation_dtype(l.precision);
-  const parallel::Link& pp_link = parallel::axis_link(c, parallel::Axis::kPp, l.tp, l.pp, l.dp);
-  const parallel::Link& dp_link = parallel::axis_link(c, parallel::Axis::kDp, l.tp, l.pp, l.dp);
+  const parallel::Link pp_link = parallel::axis_link(c, parallel::Axis::kPp, l.tp, l.pp, l.dp);
+  const parallel::Link dp_link = parallel::axis_link(c, parallel::Axis::kDp, l.tp, l.pp, l.dp);
   const int zero = l.zero_stage();
 
   // Pipeline boundary: the (B,T,C) activation forward and its gradient backward.

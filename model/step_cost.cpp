@@ -57,6 +57,9 @@ Software megatron_lm_2021() {
   s.causal_skip = false;
   s.hidden_dropout = true;
   s.rerun_whole_forward = true;
+  s.attention_output_copy = true;
+  // main_grad.add_(grad) in fp16: the gradient and the buffer read, the buffer written.
+  s.grad_accumulation_bytes = 3 * 2;
   s.overlap_dp = Software::DpOverlap::kWithoutPipeline;
   s.grad_reduce_bytes = 2;
   return s;
@@ -94,7 +97,8 @@ StageSeconds stage_micro_batch_seconds(const GptConfig& config, const ParallelLa
   // Memory-bound bytes per block, forward.
   const double position_wise = (kPositionWisePerC + (software.hidden_dropout ? 1.0 : 0.0)) * C / (sp ? t : 1.0);
   const double probabilities = software.flash_attention ? 0.0 : software.values_per_score * square * H / t * T;
-  const double forward_values = tokens * (position_wise + kGeluPerC * C / t + probabilities);
+  const double output_copy = software.attention_output_copy ? 2.0 * C / t : 0.0;
+  const double forward_values = tokens * (position_wise + kGeluPerC * C / t + probabilities + output_copy);
   double recompute_values = 0;
   if (layout.recompute == Recompute::kSelective) recompute_values = tokens * probabilities;
   if (full) recompute_values = forward_values;
@@ -102,7 +106,7 @@ StageSeconds stage_micro_batch_seconds(const GptConfig& config, const ParallelLa
   const double embedding_values = range.has_embedding ? 3 * tokens * C : 0.0;
 
   // Tensor-parallel collectives of the activations, (B,T,C) each.
-  const parallel::Link& tp_link = parallel::axis_link(cluster, parallel::Axis::kTp, layout.tp, layout.pp, layout.dp);
+  const parallel::Link tp_link = parallel::axis_link(cluster, parallel::Axis::kTp, layout.tp, layout.pp, layout.dp);
   const double activation_bytes = tokens * C * value;
   const double one = parallel::all_reduce_seconds(activation_bytes, layout.tp, tp_link);
   const double tp_forward = blocks * 2 * one + (range.has_embedding ? one : 0.0);
@@ -113,9 +117,11 @@ StageSeconds stage_micro_batch_seconds(const GptConfig& config, const ParallelLa
   const double fwd_matmul = matmul_seconds(blocks * (weight_flops + core_flops) + head_flops, cluster);
   const double bwd_matmul = matmul_seconds(blocks * (2 * (weight_flops + core_flops) + recompute_flops) + 2 * head_flops, cluster);
   const double fwd_memory = memory_seconds((blocks * forward_values + embedding_values + head_values / 2) * value, cluster);
-  const double bwd_memory =
-      memory_seconds((blocks * (kBackwardTraffic * forward_values + recompute_values) + embedding_values + head_values / 2) * value,
-                     cluster);
+  const double grad_accumulation = software.grad_accumulation_bytes * stage_parameters(config, layout, pp_rank);
+  const double bwd_memory = memory_seconds(
+      (blocks * (kBackwardTraffic * forward_values + recompute_values) + embedding_values + head_values / 2) * value +
+          grad_accumulation,
+      cluster);
   const double recompute_ops = full ? kForwardOpsPerBlock
                                : layout.recompute == Recompute::kSelective ? 1.0
                                                                              : 0.0;

@@ -58,6 +58,14 @@ struct Software {
   bool causal_skip = true;          // attention matmuls skip the blocks above the diagonal
   bool hidden_dropout = false;      // dropout masks written and read at both residual adds
   bool rerun_whole_forward = false; // full recomputation reruns every matmul of the block (the engine skips the MLP projection)
+  // The attention output is copied from (B, heads, T, head_dim) to (T, B, C)
+  // between the attention core and its projection (C / tp values read and
+  // written per token); the engine's kernels write it in place.
+  bool attention_output_copy = false;
+  // Bytes per parameter and micro-batch of a separate pass that adds each
+  // weight gradient into the accumulation buffer; 0 where the matmuls
+  // accumulate in place (the engine: engine/ops.h, parameter gradients +=).
+  double grad_accumulation_bytes = 0;
   // Plain DP / ZeRO-1 reductions start during the last backward (on a GPU):
   // always (the engine), or only without a pipeline (Megatron-LM's
   // run_table_1.sh used PyTorch DDP at pp 1 and its own after-backward
@@ -72,10 +80,16 @@ struct Software {
 Software engine_software(engine::DeviceType device);
 // Megatron-LM as Narayanan et al. 2021 ran it (SC21, section 5): fp16, the
 // attention scores materialised (baddbmm, fused scale-mask-softmax, dropout
-// 0.1 on the probabilities, bmm) over the whole square, bias-dropout-add on
-// the hidden states, full recomputation of each layer's whole forward, and
-// gradients all-reduced in fp16, overlapped with backward only without a
-// pipeline (NVIDIA/Megatron-LM examples/sc21/run_table_1.sh and CONFIG.sh).
+// 0.1 on the probabilities, bmm) over the whole square, the attention output
+// permuted with .contiguous() (a copy), bias-dropout-add on the hidden
+// states, full recomputation of each layer's whole forward, and gradients
+// all-reduced in fp16, overlapped with backward only without a pipeline
+// (NVIDIA/Megatron-LM examples/sc21/run_table_1.sh: DDP=torch at pp 1,
+// DDP=local with pipelines). Its local DDP adds each weight's gradient into
+// a contiguous buffer after every micro-batch's backward
+// (megatron/model/distributed.py of 2021: param.main_grad.add_(param.grad));
+// modelled for every row, as torch DDP copies gradients into its buckets
+// about as much.
 Software megatron_lm_2021();
 // "engine" or "megatron-lm-2021".
 Software software_by_name(const std::string& name, engine::DeviceType device);

@@ -30,8 +30,16 @@ double send_seconds(double bytes, const Link& link);
 // The link the groups of `axis` cross in a tp x pp x dp grid laid out in
 // Megatron-LM's rank order (tensor parallel fastest, then data, then
 // pipeline: parallel/process_grid.h) on nodes of cluster.devices_per_node
-// consecutive ranks: intra-node when every group lies inside one node (its
-// span divides the node), else inter-node.
-const Link& axis_link(const Cluster& cluster, Axis axis, int tp, int pp, int dp);
+// consecutive ranks: the intra-node link when no group leaves its node, else
+// the inter-node link with the bandwidth of as many NICs as the group has
+// members on its sparsest node. The cluster's inter-node bandwidth is per
+// device (one NIC per GPU, as on a DGX); NCCL spreads a ring's channels over
+// the NICs of the GPUs it uses on a node, so a ring with m members on each
+// node crosses between nodes m times as fast, up to the intra-node bus
+// bandwidth (NVIDIA measures 192 GB/s all-reduce bus bandwidth across DGX
+// A100 nodes with 8 HDR NICs of 24 GB/s each: github.com/NVIDIA/nccl/issues/812).
+// Pipeline groups exchange point-to-point messages, each through its own
+// device's NIC: their link is never widened.
+Link axis_link(const Cluster& cluster, Axis axis, int tp, int pp, int dp);
 
 }  // namespace parallel

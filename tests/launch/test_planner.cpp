@@ -53,14 +53,32 @@ TEST(CommCost, RingFormulas) {
 TEST(CommCost, AxisLinkFollowsTheRankOrder) {
   const parallel::Cluster c = test_gpu_cluster();  // 8 devices per node
   using parallel::Axis;
-  EXPECT_EQ(&parallel::axis_link(c, Axis::kTp, 8, 4, 4), &c.intra_node);   // tp fastest: inside a node
-  EXPECT_EQ(&parallel::axis_link(c, Axis::kTp, 16, 1, 1), &c.inter_node);  // wider than a node
-  EXPECT_EQ(&parallel::axis_link(c, Axis::kDp, 2, 1, 4), &c.intra_node);   // dp spans tp x dp = 8
-  EXPECT_EQ(&parallel::axis_link(c, Axis::kDp, 4, 1, 4), &c.inter_node);
-  EXPECT_EQ(&parallel::axis_link(c, Axis::kDp, 2, 1, 3), &c.inter_node);  // span 6: ranks 6-11 cross a node
-  EXPECT_EQ(&parallel::axis_link(c, Axis::kTp, 3, 1, 1), &c.inter_node);
-  EXPECT_EQ(&parallel::axis_link(c, Axis::kPp, 2, 2, 2), &c.intra_node);
-  EXPECT_EQ(&parallel::axis_link(c, Axis::kPp, 2, 4, 2), &c.inter_node);
+  const auto bandwidth = [&](Axis axis, int tp, int pp, int dp) {
+    return parallel::axis_link(c, axis, tp, pp, dp).bandwidth_bytes_per_second;
+  };
+  const auto latency = [&](Axis axis, int tp, int pp, int dp) {
+    return parallel::axis_link(c, axis, tp, pp, dp).latency_seconds;
+  };
+  const double intra = c.intra_node.bandwidth_bytes_per_second, inter = c.inter_node.bandwidth_bytes_per_second;
+  EXPECT_EQ(bandwidth(Axis::kTp, 8, 4, 4), intra);  // tp fastest: inside a node
+  EXPECT_EQ(latency(Axis::kTp, 8, 4, 4), c.intra_node.latency_seconds);
+  EXPECT_EQ(bandwidth(Axis::kDp, 2, 1, 4), intra);  // dp spans tp x dp = 8 ranks: one node
+  EXPECT_EQ(bandwidth(Axis::kDp, 2, 1, 3), intra);  // 6 ranks, all on one node
+  EXPECT_EQ(bandwidth(Axis::kPp, 2, 2, 2), intra);
+  // Groups with one member per node cross between nodes through one NIC each.
+  EXPECT_EQ(bandwidth(Axis::kDp, 8, 1, 4), inter);
+  EXPECT_EQ(latency(Axis::kDp, 8, 1, 4), c.inter_node.latency_seconds);
+  // Pipeline stages exchange point-to-point messages: one NIC each, however many share a node.
+  EXPECT_EQ(bandwidth(Axis::kPp, 2, 4, 2), inter);  // stages 4 ranks apart: stage 2 starts the next node
+  EXPECT_EQ(bandwidth(Axis::kPp, 8, 2, 1), inter);
+  // Groups with m members on every node cross through m NICs, up to the node's bus bandwidth.
+  EXPECT_EQ(bandwidth(Axis::kDp, 4, 1, 4), std::min(intra, 2 * inter));
+  EXPECT_EQ(bandwidth(Axis::kDp, 1, 1, 32), std::min(intra, 8 * inter));
+  EXPECT_EQ(bandwidth(Axis::kTp, 16, 1, 1), std::min(intra, 8 * inter));  // wider than a node
+  // An uneven split is as fast as its sparsest node: dp groups of 6 ranks on 8-rank
+  // nodes; the second pipeline stage's groups hold ranks 6-11 (2 on one node, 4 on the next).
+  EXPECT_EQ(bandwidth(Axis::kDp, 1, 2, 6), std::min(intra, 2 * inter));
+  EXPECT_EQ(bandwidth(Axis::kTp, 3, 3, 1), inter);  // {6, 7, 8}: one member on the second node
 }
 
 TEST(Planner, EnumeratesEveryValidLayoutOnce) {
