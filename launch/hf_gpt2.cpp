@@ -180,10 +180,13 @@ void write_hf_gpt2(const std::string& dir, const GptConfig& config, const ParamR
       {"torch_dtype", dtype == SafetensorsDType::kBF16 ? "bfloat16" : "float32"},
       {"use_cache", true},
       {"vocab_size", config.vocab_size}};
-  if (config.vocab_size == 50257) {  // GPT-2's tokenizer: <|endoftext|> begins and ends documents
-    c["bos_token_id"] = 50256;
-    c["eos_token_id"] = 50256;
-  }
+  // GPT-2's tokenizer: <|endoftext|> begins and ends documents. Another
+  // vocabulary has no token we know to be one: null, which GPT2Config would
+  // otherwise default to 50256, an id outside it (transformers warns on
+  // loading, and generate() would wait for a token that cannot come).
+  const bool gpt2_vocabulary = config.vocab_size == 50257;
+  c["bos_token_id"] = gpt2_vocabulary ? nlohmann::ordered_json(50256) : nlohmann::ordered_json(nullptr);
+  c["eos_token_id"] = c["bos_token_id"];
   AtomicFile json((std::filesystem::path(dir) / "config.json").string());
   json.write(c.dump(2) + "\n");
   json.commit();

@@ -138,6 +138,11 @@ TEST_F(HfGpt2, WritesGpt2NamesShapesAndConv1DLayout) {
   EXPECT_EQ(c["activation_function"], "gelu_new");
   EXPECT_EQ(c["tie_word_embeddings"], true);
   EXPECT_DOUBLE_EQ(c["layer_norm_epsilon"].get<double>(), 1e-5);
+  // Not GPT-2's vocabulary: no <|endoftext|>. Left out, GPT2Config would make
+  // both 50256, outside these 200 ids (transformers 5.23 warned on loading).
+  ASSERT_TRUE(c.contains("bos_token_id"));
+  EXPECT_TRUE(c["bos_token_id"].is_null());
+  EXPECT_TRUE(c["eos_token_id"].is_null());
 }
 
 TEST_F(HfGpt2, Fp32RoundTripIsExact) {
