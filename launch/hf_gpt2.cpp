@@ -11,6 +11,7 @@
 #include "engine/check.h"
 #include "launch/atomic_file.h"
 #include "launch/llmc_model.h"
+#include "launch/safetensors_shards.h"
 #include "model/gpt_params.h"
 
 namespace launch {
@@ -71,7 +72,7 @@ bool ignored(const std::string& name) {
 }
 
 // "transformer." or "", whichever the file uses.
-std::string file_prefix(const SafetensorsFile& file) {
+std::string file_prefix(const SafetensorsShards& file) {
   if (file.contains(std::string(kPrefix) + "wte.weight")) return kPrefix;
   ENGINE_CHECK(file.contains("wte.weight"), "model file '", file.path(),
                "' is not a GPT-2 checkpoint: it has neither 'transformer.wte.weight' nor 'wte.weight'");
@@ -91,7 +92,7 @@ nlohmann::json sibling_config(const std::string& safetensors_path) {
   return nullptr;
 }
 
-void check_file(const SafetensorsFile& file, const GptConfig& expected, const std::vector<HfTensor>& tensors) {
+void check_file(const SafetensorsShards& file, const GptConfig& expected, const std::vector<HfTensor>& tensors) {
   const std::string prefix = file_prefix(file);
   const std::string run = "this run's model (" + expected.describe() + ")";
   std::set<std::string> known;
@@ -127,15 +128,17 @@ SafetensorsDType parse_hf_dtype(const std::string& name) {
 }
 
 bool is_hf_model_path(const std::string& path) {
-  return std::filesystem::is_directory(path) || ends_with(path, ".safetensors");
+  return std::filesystem::is_directory(path) || ends_with(path, ".safetensors") || ends_with(path, ".safetensors.index.json");
 }
 
 std::string hf_safetensors_file(const std::string& path) {
   if (!std::filesystem::is_directory(path)) return path;
-  const std::string file = (std::filesystem::path(path) / "model.safetensors").string();
-  ENGINE_CHECK(std::filesystem::exists(file), "model folder '", path,
-               "' has no model.safetensors (sharded Hugging Face checkpoints are not read)");
-  return file;
+  // transformers' order: the single file first, else the sharded index.
+  const std::filesystem::path folder(path);
+  for (const char* name : {"model.safetensors", "model.safetensors.index.json"})
+    if (std::filesystem::exists(folder / name)) return (folder / name).string();
+  ENGINE_CHECK(false, "model folder '", path, "' has no model.safetensors nor model.safetensors.index.json");
+  return "";
 }
 
 void write_hf_gpt2(const std::string& dir, const GptConfig& config, const ParamRegistry& registry, const float* master,
@@ -180,22 +183,25 @@ void write_hf_gpt2(const std::string& dir, const GptConfig& config, const ParamR
       {"torch_dtype", dtype == SafetensorsDType::kBF16 ? "bfloat16" : "float32"},
       {"use_cache", true},
       {"vocab_size", config.vocab_size}};
-  if (config.vocab_size == 50257) {  // GPT-2's tokenizer: <|endoftext|> begins and ends documents
-    c["bos_token_id"] = 50256;
-    c["eos_token_id"] = 50256;
-  }
+  // GPT-2's tokenizer: <|endoftext|> begins and ends documents. Another
+  // vocabulary has no token we know to be one: null, which GPT2Config would
+  // otherwise default to 50256, an id outside it (transformers warns on
+  // loading, and generate() would wait for a token that cannot come).
+  const bool gpt2_vocabulary = config.vocab_size == 50257;
+  c["bos_token_id"] = gpt2_vocabulary ? nlohmann::ordered_json(50256) : nlohmann::ordered_json(nullptr);
+  c["eos_token_id"] = c["bos_token_id"];
   AtomicFile json((std::filesystem::path(dir) / "config.json").string());
   json.write(c.dump(2) + "\n");
   json.commit();
 }
 
 void check_hf_gpt2(const std::string& path, const GptConfig& expected) {
-  const SafetensorsFile file(hf_safetensors_file(path));
+  const SafetensorsShards file(hf_safetensors_file(path));
   check_file(file, expected, hf_tensors(expected, model::build_gpt_registry(expected)));
 }
 
 void read_hf_gpt2(const std::string& path, const GptConfig& expected, const ParamRegistry& registry, float* master) {
-  const SafetensorsFile file(hf_safetensors_file(path));
+  const SafetensorsShards file(hf_safetensors_file(path));
   const std::vector<HfTensor> tensors = hf_tensors(expected, registry);
   check_file(file, expected, tensors);
   const std::string prefix = file_prefix(file);

@@ -18,7 +18,9 @@
 // Reading accepts names with or without the "transformer." prefix (OpenAI's
 // gpt2 checkpoint on the Hub has none), ignores the attention-mask buffers
 // (attn.bias, attn.masked_bias) and a tied lm_head.weight, and pads the
-// vocabulary back with zero rows.
+// vocabulary back with zero rows. A folder may hold model.safetensors or, as
+// save_pretrained(max_shard_size=...) writes large models, the shards of
+// model.safetensors.index.json (launch/safetensors_shards.h).
 #pragma once
 
 #include <string>
@@ -32,10 +34,12 @@ namespace launch {
 // "fp32" | "bf16" (the --save-hf-dtype values), else throws.
 SafetensorsDType parse_hf_dtype(const std::string& name);
 
-// A folder, or a file named *.safetensors: a Hugging Face model. Anything
-// else is taken for an llm.c model file (launch/llmc_model.h).
+// A folder, a file named *.safetensors or a sharded index named
+// *.safetensors.index.json: a Hugging Face model. Anything else is taken for
+// an llm.c model file (launch/llmc_model.h).
 bool is_hf_model_path(const std::string& path);
-// The safetensors file of `path`: DIR/model.safetensors for a folder.
+// The safetensors file or index of `path`: for a folder, DIR/model.safetensors,
+// else DIR/model.safetensors.index.json.
 std::string hf_safetensors_file(const std::string& path);
 
 // Writes DIR/model.safetensors and DIR/config.json (creating DIR). `master`

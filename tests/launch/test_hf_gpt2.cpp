@@ -1,13 +1,15 @@
 // Hugging Face GPT-2 files (launch/hf_gpt2.h, launch/safetensors.h): round
 // trips in fp32 and bf16, the same weights from llm.c's format and from
 // safetensors, the names without "transformer." and the mask buffers of
-// OpenAI's checkpoint, and damaged or mismatched files refused by name.
+// OpenAI's checkpoint, sharded folders (launch/safetensors_shards.h), and
+// damaged, mismatched or inconsistent files refused by name.
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <sstream>
 
@@ -17,6 +19,7 @@
 #include "launch/hf_gpt2.h"
 #include "launch/llmc_model.h"
 #include "launch/safetensors.h"
+#include "launch/safetensors_shards.h"
 #include "model/gpt_params.h"
 #include "training_fixture.h"
 
@@ -138,6 +141,11 @@ TEST_F(HfGpt2, WritesGpt2NamesShapesAndConv1DLayout) {
   EXPECT_EQ(c["activation_function"], "gelu_new");
   EXPECT_EQ(c["tie_word_embeddings"], true);
   EXPECT_DOUBLE_EQ(c["layer_norm_epsilon"].get<double>(), 1e-5);
+  // Not GPT-2's vocabulary: no <|endoftext|>. Left out, GPT2Config would make
+  // both 50256, outside these 200 ids (transformers 5.23 warned on loading).
+  ASSERT_TRUE(c.contains("bos_token_id"));
+  EXPECT_TRUE(c["bos_token_id"].is_null());
+  EXPECT_TRUE(c["eos_token_id"].is_null());
 }
 
 TEST_F(HfGpt2, Fp32RoundTripIsExact) {
@@ -245,4 +253,113 @@ TEST_F(HfGpt2, DamagedFilesAreRefusedClearly) {
   std::filesystem::create_directories(dir_ / "empty");
   e = error_of([&] { check_init_model(dir_ / "empty", config_); });
   EXPECT_NE(e.find("has no model.safetensors"), std::string::npos) << e;
+}
+
+namespace {
+
+// The tensors of DIR/hf/model.safetensors spread over `shards` files as
+// save_pretrained(max_shard_size=...) writes them, round-robin by name, with
+// the index's weight_map; `edit` may change the map before it is written.
+void write_sharded(const TempDir& dir, const std::string& folder, int shards,
+                   const std::function<void(nlohmann::json&)>& edit = nullptr) {
+  const SafetensorsFile whole(dir / "hf/model.safetensors");
+  std::filesystem::create_directories(dir / folder);
+  std::filesystem::copy_file(dir / "hf/config.json", dir / (folder + "/config.json"));
+  std::vector<std::vector<SafetensorsOutput>> outputs(static_cast<std::size_t>(shards));
+  nlohmann::json index = {{"metadata", {{"total_size", 0}}}, {"weight_map", nlohmann::json::object()}};
+  int i = 0;
+  for (const auto& [name, entry] : whole.entries()) {
+    const int s = i++ % shards;
+    char file[64];
+    std::snprintf(file, sizeof file, "model-%05d-of-%05d.safetensors", s + 1, shards);
+    outputs[static_cast<std::size_t>(s)].push_back({name, entry.shape, [&whole, name = name](float* out) { whole.read_f32(name, out); }});
+    index["weight_map"][name] = file;
+  }
+  for (int s = 0; s < shards; ++s) {
+    char file[64];
+    std::snprintf(file, sizeof file, "model-%05d-of-%05d.safetensors", s + 1, shards);
+    write_safetensors(dir / (folder + "/" + file), outputs[static_cast<std::size_t>(s)], SafetensorsDType::kF32,
+                      {{"format", "pt"}});
+  }
+  if (edit) edit(index);
+  std::ofstream(dir / (folder + "/model.safetensors.index.json")) << index.dump(2);
+}
+
+}  // namespace
+
+TEST_F(HfGpt2, ReadsShardedFolders) {
+  write_hf_gpt2(dir_ / "hf", config_, registry_, master_.data(), SafetensorsDType::kF32);
+  write_sharded(dir_, "sharded", 3);
+  ASSERT_FALSE(std::filesystem::exists(dir_ / "sharded/model.safetensors"));
+  EXPECT_EQ(SafetensorsShards(dir_ / "sharded/model.safetensors.index.json").shard_count(), 3u);
+  EXPECT_TRUE(is_hf_model_path(dir_ / "sharded/model.safetensors.index.json"));
+  check_init_model(dir_ / "sharded", config_);
+  EXPECT_EQ(read_back(dir_ / "sharded"), expected());
+  EXPECT_EQ(read_back(dir_ / "sharded/model.safetensors.index.json"), expected());  // the index itself
+  // Another shape is still refused naming the tensor, and config.json beside
+  // the index is still read.
+  model::GptConfig more_heads = config_;
+  more_heads.n_head = 4;
+  EXPECT_NE(error_of([&] { check_init_model(dir_ / "sharded", more_heads); }).find("config.json has n_head 2"),
+            std::string::npos);
+}
+
+TEST_F(HfGpt2, InconsistentShardIndexIsRefusedOnOneLine) {
+  write_hf_gpt2(dir_ / "hf", config_, registry_, master_.data(), SafetensorsDType::kF32);
+  const auto refusal = [&](const std::string& folder, const std::function<void(nlohmann::json&)>& edit) {
+    write_sharded(dir_, folder, 2, edit);
+    const std::string e = error_of([&] { check_init_model(dir_ / folder, config_); });
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+    return e;
+  };
+  std::string e = refusal("missing_file", [](nlohmann::json& index) {
+    index["weight_map"]["transformer.wpe.weight"] = "model-00009-of-00009.safetensors";
+  });
+  EXPECT_NE(e.find("weight_map maps tensor 'transformer.wpe.weight' to 'model-00009-of-00009.safetensors', which "
+                   "does not exist"),
+            std::string::npos)
+      << e;
+
+  const auto other_shard = [](const std::string& file) {
+    return file == "model-00001-of-00002.safetensors" ? "model-00002-of-00002.safetensors"
+                                                      : "model-00001-of-00002.safetensors";
+  };
+  // wte listed in the shard that holds it, and also written into the other.
+  std::string wte_file;
+  write_sharded(dir_, "twice", 2, [&](nlohmann::json& index) { wte_file = index["weight_map"]["transformer.wte.weight"]; });
+  {
+    const SafetensorsFile whole(dir_ / "hf/model.safetensors");
+    const std::string other = dir_ / ("twice/" + std::string(other_shard(wte_file)));
+    const SafetensorsFile second(other);
+    std::vector<SafetensorsOutput> outputs;
+    for (const auto& [name, entry] : second.entries())
+      outputs.push_back({name, entry.shape, [&second, name = name](float* out) { second.read_f32(name, out); }});
+    outputs.push_back({"transformer.wte.weight", whole.entry("transformer.wte.weight").shape,
+                       [&whole](float* out) { whole.read_f32("transformer.wte.weight", out); }});
+    write_safetensors(other, outputs, SafetensorsDType::kF32, {});
+  }
+  e = error_of([&] { check_init_model(dir_ / "twice", config_); });
+  EXPECT_NE(e.find("tensor 'transformer.wte.weight' is in two shards"), std::string::npos) << e;
+  EXPECT_NE(e.find("model-00001-of-00002.safetensors"), std::string::npos) << e;
+  EXPECT_NE(e.find("model-00002-of-00002.safetensors"), std::string::npos) << e;
+
+  e = refusal("moved", [&](nlohmann::json& index) {  // the map names the shard that does not hold it
+    nlohmann::json& file = index["weight_map"]["transformer.wte.weight"];
+    file = other_shard(file.get<std::string>());
+  });
+  EXPECT_NE(e.find("tensor 'transformer.wte.weight' is in two shards"), std::string::npos) << e;
+
+  e = refusal("unlisted", [](nlohmann::json& index) { index["weight_map"].erase("transformer.ln_f.bias"); });
+  EXPECT_NE(e.find("holds tensor 'transformer.ln_f.bias', which weight_map does not list"), std::string::npos) << e;
+
+  e = refusal("phantom", [](nlohmann::json& index) {
+    index["weight_map"]["transformer.h.9.ln_1.weight"] = "model-00001-of-00002.safetensors";
+  });
+  EXPECT_NE(e.find("maps tensor 'transformer.h.9.ln_1.weight' to 'model-00001-of-00002.safetensors', which has no "
+                   "such tensor"),
+            std::string::npos)
+      << e;
+
+  e = refusal("no_map", [](nlohmann::json& index) { index.erase("weight_map"); });
+  EXPECT_NE(e.find("has no \"weight_map\" object"), std::string::npos) << e;
 }
