@@ -171,6 +171,11 @@ Prediction predict(const PlanRequest& r, const ParallelLayout& l) {
   p.compute_seconds = p.step_seconds - p.bubble_seconds - p.exposed_comm_seconds;
   p.model_flops = model::training_flops_per_step(m, r.global_batch, r.seq_len, r.attention);
   p.hardware_flops = p.model_flops + model::recompute_flops_per_step(m, r.global_batch, r.seq_len, l.recompute, r.attention);
+  if (l.recompute == model::Recompute::kFull && software.rerun_whole_forward) {
+    // The engine's full recomputation skips the MLP projection (model/flops.h); this software reruns it too.
+    const double h = static_cast<double>(m.n_embd);
+    p.hardware_flops += 2.0 * static_cast<double>(r.global_batch) * r.seq_len * 4.0 * h * h * m.n_layer;
+  }
   const double device_seconds = p.step_seconds * l.devices();
   p.tflops_per_device = p.model_flops / device_seconds / 1e12;
   p.mfu = p.model_flops / device_seconds / c.peak_flops;

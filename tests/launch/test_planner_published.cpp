@@ -68,6 +68,7 @@ TEST(PlannerPublished, Narayanan2021Table1) {
     r.sequence_parallel = {0};
     r.recompute = {model::Recompute::kFull};
     r.schedule = {parallel::ScheduleKind::kOneFOneB};
+    r.attention = model::AttentionFlops::kFull;  // the paper counts the whole s x s square
     const std::vector<launch::Prediction> ranked = launch::plan(r);
     ASSERT_FALSE(ranked.empty()) << row.params;
     const launch::Prediction& best = ranked.front();
@@ -75,6 +76,8 @@ TEST(PlannerPublished, Narayanan2021Table1) {
     const double B = row.batch, s = 2048, l = row.layers, h = row.hidden, V = 51200;
     const double paper_flops = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
     const double predicted = paper_flops / best.step_seconds / row.gpus / 1e12;
+    // The planner's hardware FLOPs (HFU's numerator) are the paper's count: recomputation of the whole forward.
+    EXPECT_NEAR(best.hardware_flops / paper_flops, 1.0, 1e-12) << row.params;
     const double error = predicted / row.tflops - 1;
     std::printf("%8s tp %d pp %2d mb %2lld: predicted %6.1f TFLOP/s per GPU, published %5.1f, error %+5.1f%%\n",
                 row.params, row.tp, row.pp, static_cast<long long>(best.layout.micro_batch), predicted, row.tflops,
