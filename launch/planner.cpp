@@ -118,9 +118,17 @@ Prediction predict(const PlanRequest& r, const ParallelLayout& l) {
   const int zero = l.zero_stage();
 
   // Pipeline boundary: the (B,T,C) activation forward and its gradient backward.
-  const double boundary_elements = static_cast<double>(l.micro_batch * l.seq_len * m.n_embd) /
-                                   (l.sequence_parallel && l.tp > 1 ? l.tp : 1);
-  const double send = l.pp > 1 ? parallel::send_seconds(bytes_of(boundary_elements, working), pp_link) : 0.0;
+  // Under sequence parallelism each tensor-parallel rank holds and sends its
+  // 1/tp of it; software that scatters and gathers (Narayanan et al. 2021,
+  // section 4.1) sends 1/tp from each rank too and all-gathers the whole over
+  // the tensor-parallel link on arrival.
+  const bool split_boundary = l.tp > 1 && (l.sequence_parallel || software.pipeline_scatter_gather);
+  const double boundary_elements = static_cast<double>(l.micro_batch * l.seq_len * m.n_embd) / (split_boundary ? l.tp : 1);
+  double send = l.pp > 1 ? parallel::send_seconds(bytes_of(boundary_elements, working), pp_link) : 0.0;
+  if (l.pp > 1 && l.tp > 1 && !l.sequence_parallel && software.pipeline_scatter_gather) {
+    const parallel::Link tp_link = parallel::axis_link(c, parallel::Axis::kTp, l.tp, l.pp, l.dp);
+    send += parallel::all_gather_seconds(bytes_of(boundary_elements * l.tp, working), l.tp, tp_link);
+  }
 
   Prediction p;
   p.layout = l;

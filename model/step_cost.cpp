@@ -60,6 +60,7 @@ Software megatron_lm_2021() {
   s.attention_output_copy = true;
   // main_grad.add_(grad) in fp16: the gradient and the buffer read, the buffer written.
   s.grad_accumulation_bytes = 3 * 2;
+  s.pipeline_scatter_gather = true;
   s.overlap_dp = Software::DpOverlap::kWithoutPipeline;
   s.grad_reduce_bytes = 2;
   return s;

@@ -66,6 +66,10 @@ struct Software {
   // weight gradient into the accumulation buffer; 0 where the matmuls
   // accumulate in place (the engine: engine/ops.h, parameter gradients +=).
   double grad_accumulation_bytes = 0;
+  // Without sequence parallelism, the pipeline boundary is sent as 1/tp from
+  // each tensor-parallel rank and all-gathered on arrival (Narayanan et al.
+  // 2021, section 4.1, Megatron-LM's default then); else every rank sends it whole.
+  bool pipeline_scatter_gather = false;
   // Plain DP / ZeRO-1 reductions start during the last backward (on a GPU):
   // always (the engine), or only without a pipeline (Megatron-LM's
   // run_table_1.sh used PyTorch DDP at pp 1 and its own after-backward
@@ -89,7 +93,8 @@ Software engine_software(engine::DeviceType device);
 // a contiguous buffer after every micro-batch's backward
 // (megatron/model/distributed.py of 2021: param.main_grad.add_(param.grad));
 // modelled for every row, as torch DDP copies gradients into its buckets
-// about as much.
+// about as much. Pipeline messages are scattered over the tensor-parallel
+// ranks and gathered on arrival (the paper's section 4.1).
 Software megatron_lm_2021();
 // "engine" or "megatron-lm-2021".
 Software software_by_name(const std::string& name, engine::DeviceType device);
