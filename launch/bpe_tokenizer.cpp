@@ -1,8 +1,5 @@
 #include "launch/bpe_tokenizer.h"
 
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -12,6 +9,7 @@
 #include <sstream>
 
 #include "engine/check.h"
+#include "launch/byte_level.h"
 
 namespace launch {
 
@@ -19,26 +17,9 @@ namespace {
 
 using json = nlohmann::json;
 
-// GPT-2's pre-tokenizer pattern (tokenizers' ByteLevel, openai/gpt-2 encoder.py).
-constexpr const char* kGpt2Pattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-
 // A pre-token cache bigger than this is cleared rather than grown: a corpus
 // of many gigabytes has an unbounded tail of rare words.
 constexpr std::size_t kMaxCacheEntries = 1 << 20;
-
-void append_utf8(std::string& out, std::uint32_t cp) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
 
 std::uint64_t pair_key(std::int32_t a, std::int32_t b) {
   return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) | static_cast<std::uint32_t>(b);
@@ -60,22 +41,6 @@ std::vector<std::string_view> utf8_chars(std::string_view s) {
 
 }  // namespace
 
-const std::vector<std::string>& BpeTokenizer::byte_to_unicode() {
-  // bytes_to_unicode() of openai/gpt-2 encoder.py: printable Latin-1 bytes
-  // stand for themselves; the other 68 bytes map to U+0100, U+0101, ... in
-  // byte order, so no stand-in is whitespace or a control character.
-  static const std::vector<std::string> table = [] {
-    std::vector<std::string> t(256);
-    std::uint32_t next = 256;
-    for (int b = 0; b < 256; ++b) {
-      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-      append_utf8(t[b], printable ? static_cast<std::uint32_t>(b) : next++);
-    }
-    return t;
-  }();
-  return table;
-}
-
 struct BpeTokenizer::Impl {
   std::string source;
   std::unordered_map<std::string, std::int32_t> vocab;
@@ -88,12 +53,8 @@ struct BpeTokenizer::Impl {
   bool add_prefix_space = false;
   bool use_regex = true;
   bool ignore_merges = false;
-  pcre2_code* regex = nullptr;
+  Gpt2Splitter splitter;
   mutable std::unordered_map<std::string, std::vector<std::int32_t>> cache;
-
-  ~Impl() {
-    if (regex) pcre2_code_free(regex);
-  }
 };
 
 BpeTokenizer::BpeTokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -224,18 +185,6 @@ BpeTokenizer BpeTokenizer::from_json(std::string_view json_text, const std::stri
     t.unicode_to_byte[table[byte]] = static_cast<std::uint8_t>(byte);
   }
 
-  int error_code = 0;
-  PCRE2_SIZE error_offset = 0;
-  t.regex = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kGpt2Pattern), PCRE2_ZERO_TERMINATED,
-                          PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &error_code, &error_offset, nullptr);
-  if (!t.regex) {
-    PCRE2_UCHAR message[256];
-    pcre2_get_error_message(error_code, message, sizeof(message));
-    ENGINE_FAIL("tokenizer: PCRE2 refused GPT-2's pattern at offset ", error_offset, ": ",
-                 reinterpret_cast<const char*>(message));
-  }
-  pcre2_jit_compile(t.regex, PCRE2_JIT_COMPLETE);  // an optimisation: the interpreter is used if JIT is unavailable
-
   BpeTokenizer tokenizer(std::move(impl));
   tokenizer.vocab_size_ = static_cast<int>(max_id + 1);
   return tokenizer;
@@ -288,32 +237,7 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<std::int32_t
     encode_word(piece, out);
     return;
   }
-  pcre2_match_data* match = pcre2_match_data_create_from_pattern(impl_->regex, nullptr);
-  ENGINE_CHECK(match != nullptr, "tokenizer: out of memory for PCRE2 match data");
-  const auto* subject = reinterpret_cast<PCRE2_SPTR>(piece.data());
-  std::size_t at = 0;
-  while (at < piece.size()) {
-    const int rc = pcre2_match(impl_->regex, subject, piece.size(), at, 0, match, nullptr);
-    if (rc == PCRE2_ERROR_NOMATCH) break;
-    if (rc < 0) {
-      pcre2_match_data_free(match);
-      ENGINE_FAIL("tokenizer: PCRE2 match failed with code ", rc, " at byte ", at);
-    }
-    const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match);
-    const std::size_t start = ovector[0], end = ovector[1];
-    // Text the pattern does not match (only invalid UTF-8 can be) is a
-    // pre-token of its own, as tokenizers' "isolated" split keeps gaps.
-    if (start > at) encode_word(piece.substr(at, start - at), out);
-    if (end == start) {  // cannot happen with this pattern; guards against looping
-      encode_word(piece.substr(start, 1), out);
-      at = start + 1;
-      continue;
-    }
-    encode_word(piece.substr(start, end - start), out);
-    at = end;
-  }
-  if (at < piece.size()) encode_word(piece.substr(at), out);
-  pcre2_match_data_free(match);
+  impl_->splitter.split(piece, [&](std::string_view word) { encode_word(word, out); });
 }
 
 // One pre-token: bytes -> byte tokens -> merges by rank -> ids.
@@ -326,9 +250,8 @@ void BpeTokenizer::encode_word(std::string_view word, std::vector<std::int32_t>&
   }
   std::vector<std::int32_t> symbols;
   if (t.ignore_merges) {
-    std::string mapped;
-    for (const char c : word) mapped += byte_to_unicode()[static_cast<unsigned char>(c)];
-    if (const auto it = t.vocab.find(mapped); it != t.vocab.end()) symbols.push_back(it->second);
+    if (const auto it = t.vocab.find(bytes_to_unicode_string(word)); it != t.vocab.end())
+      symbols.push_back(it->second);
   }
   if (symbols.empty()) {
     symbols.reserve(word.size());

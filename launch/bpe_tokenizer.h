@@ -22,11 +22,12 @@
 //
 // Encoding, per stretch of text between added tokens:
 //   1. ByteLevel's add_prefix_space: prepend " " unless it starts with one.
-//   2. Split with GPT-2's pattern (PCRE2, UTF + UCP):
+//   2. Split with GPT-2's pattern (byte_level.h: PCRE2, UTF + UCP):
 //        's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 //      Invalid UTF-8 (our input is bytes, Rust's is always valid) matches
 //      nothing; each run of such bytes becomes a pre-token of its own.
-//   3. Map each byte to its printable stand-in (GPT-2's bytes_to_unicode).
+//   3. Map each byte to its printable stand-in (GPT-2's bytes_to_unicode,
+//      byte_level.h).
 //   4. Apply merges by rank (lowest first, leftmost among equal ranks) and
 //      look the symbols up in the vocabulary. Results are cached per
 //      pre-token.
@@ -72,9 +73,6 @@ class BpeTokenizer {
   // The id of a vocabulary or added token given as it is written in the file
   // (e.g. "<|endoftext|>"), or nullopt.
   std::optional<std::int32_t> token_to_id(const std::string& token) const;
-
-  // GPT-2's bytes_to_unicode: byte -> the UTF-8 of its printable stand-in.
-  static const std::vector<std::string>& byte_to_unicode();
 
  private:
   struct Impl;

@@ -18,11 +18,22 @@
 // --tokenizer FILE encodes with a byte-level BPE from a Hugging Face
 // tokenizer.json instead (bpe_tokenizer.h, e.g. GPT-2's). Then every document
 // (input file) starts with <|endoftext|> when the tokenizer has that token, as
-// in llm.c's GPT-2 data, and a block is extended to just past the next '\n'
-// (or to the end of the file) so that no word or UTF-8 character is cut in
-// two and tokenized differently from the whole. The shards then hold ids below
-// the tokenizer's vocab_size(), which `train --tokenizer FILE` takes as the
-// model's vocabulary.
+// in llm.c's GPT-2 data, and text is cut only at line ends, so that no word or
+// UTF-8 character is cut in two and tokenized differently from the whole: a
+// block is extended to just past the next '\n' (or to the end of the file),
+// and its validation part starts at the first line start at or after the
+// val-fraction point (at the last line start before it when no line follows,
+// at the point itself when the block is one line). The two parts are encoded
+// apart, so the validation split is text the training split never holds. The
+// shards then hold ids below the tokenizer's vocab_size(), which `train
+// --tokenizer FILE` takes as the model's vocabulary.
+//
+// --train-tokenizer N first learns a byte-level BPE of N tokens (bpe_trainer.h:
+// Hugging Face tokenizers' BpeTrainer, GPT-2's pre-tokenizer) from the
+// training parts of those blocks only, writes it as a tokenizer.json
+// (--tokenizer-out, default DIR/NAME_tokenizer.json), then encodes with it as
+// --tokenizer does. The input is read twice (learn, then encode) rather than
+// held in memory.
 
 #include <unistd.h>
 
@@ -36,6 +47,8 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <iomanip>
 #include <iostream>
 #include <limits>
 #include <optional>
@@ -45,6 +58,7 @@
 
 #include "engine/check.h"
 #include "launch/bpe_tokenizer.h"
+#include "launch/bpe_trainer.h"
 #include "launch/byte_tokenizer.h"
 #include "launch/token_shard.h"
 
@@ -69,6 +83,13 @@ struct Options {
   std::string name = "corpus";
   bool overwrite = false;
   std::string tokenizer;  // tokenizer.json; "" = bytes
+  std::optional<int> train_tokenizer;  // learn a BPE of this many tokens
+  std::string tokenizer_out;  // where the learned one goes; "" = DIR/NAME_tokenizer.json
+
+  bool bpe() const { return !tokenizer.empty() || train_tokenizer; }
+  std::string learned_tokenizer_path() const {
+    return tokenizer_out.empty() ? (fs::path(output_dir) / (name + "_tokenizer.json")).string() : tokenizer_out;
+  }
 };
 
 struct InputFile {
@@ -223,6 +244,10 @@ void prepare_output_dir(const Options& options) {
   for (const auto& entry : fs::directory_iterator(dir)) {
     if (std::regex_match(entry.path().filename().string(), ours)) stale.push_back(entry.path());
   }
+  if (options.train_tokenizer && fs::exists(options.learned_tokenizer_path())) {
+    ENGINE_CHECK(options.overwrite, "the learned tokenizer's file '", options.learned_tokenizer_path(),
+                 "' already exists; pass --overwrite to replace it, or choose another --tokenizer-out or --name");
+  }
   if (stale.empty()) return;
   ENGINE_CHECK(options.overwrite, "output directory '", options.output_dir, "' already holds ", stale.size(),
                " shard(s) named '", options.name, "_*' (e.g. ", stale.front().filename().string(),
@@ -238,9 +263,104 @@ std::string read_file(const fs::path& path) {
   return content;
 }
 
+// The text of an input file, or nullopt and why it is skipped: a file found
+// in a directory that cannot be read, or any file with NUL bytes (not text).
+// A file named on the command line that cannot be read is an error.
+std::optional<std::string> read_text_file(const InputFile& file, std::string& why_skipped) {
+  std::string text;
+  try {
+    text = read_file(file.path);
+  } catch (const engine::Error& error) {
+    if (file.named_on_command_line) throw;
+    why_skipped = error.what();
+    return std::nullopt;
+  }
+  if (std::memchr(text.data(), '\0', text.size()) != nullptr) {
+    why_skipped = "'" + file.path.string() + "': contains NUL bytes, so not text";
+    return std::nullopt;
+  }
+  return text;
+}
+
+// One block of a file (see the top of the file): its training and its
+// validation text, and whether it starts the document.
+struct Block {
+  std::string_view train, val;
+  bool document_start;
+};
+
+// Where a block's validation text starts: val-fraction of it from the end,
+// rounded to whole bytes, or with a BPE at a line start (see the top).
+std::size_t validation_start(std::string_view block, double val_fraction, bool whole_lines) {
+  const std::size_t cut = block.size() - static_cast<std::size_t>(std::llround(val_fraction * block.size()));
+  if (!whole_lines || cut == block.size() || cut == 0) return cut;
+  const std::size_t after = block.find('\n', cut - 1);
+  if (after != std::string_view::npos && after + 1 < block.size()) return after + 1;
+  const std::size_t before = block.rfind('\n', cut - 1);
+  if (before != std::string_view::npos) return before + 1;
+  std::size_t at = cut;  // one line: at the point, moved to the start of a UTF-8 character
+  while (at < block.size() && (static_cast<unsigned char>(block[at]) & 0xC0) == 0x80) ++at;
+  return at;
+}
+
+void for_each_block(std::string_view text, const Options& options, const std::function<void(const Block&)>& on_block) {
+  for (std::size_t at = 0, size = 0; at < text.size(); at += size) {
+    size = std::min<std::size_t>(kBlockBytes, text.size() - at);
+    if (options.bpe() && at + size < text.size()) {  // whole lines only (see the top of the file)
+      const std::size_t newline = text.find('\n', at + size - 1);
+      size = newline == std::string::npos ? text.size() - at : newline + 1 - at;
+    }
+    const std::string_view block = text.substr(at, size);
+    const std::size_t cut = validation_start(block, options.val_fraction, options.bpe());
+    on_block({block.substr(0, cut), block.substr(cut), at == 0});
+  }
+}
+
+// --train-tokenizer: learns the BPE from the training text of every file
+// that the encoding pass will use, and writes it (whole or not at all).
+void learn_tokenizer(const std::vector<InputFile>& files, const Options& options) {
+  const auto start = std::chrono::steady_clock::now();
+  launch::BpeTrainer trainer;
+  std::int64_t train_bytes = 0;
+  for (const InputFile& file : files) {
+    std::string why_skipped;  // reported by the encoding pass
+    const std::optional<std::string> text = read_text_file(file, why_skipped);
+    if (!text) continue;
+    for_each_block(*text, options, [&](const Block& block) {
+      trainer.add_text(block.train);
+      train_bytes += static_cast<std::int64_t>(block.train.size());
+    });
+  }
+  const launch::LearnedBpe learned = trainer.train(*options.train_tokenizer);
+  const std::string path = options.learned_tokenizer_path();
+  const std::string temp = path + ".tmp";
+  {
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    ENGINE_CHECK(out, "cannot write the learned tokenizer to '", temp, "': ", std::strerror(errno));
+    out << learned.to_json();
+    out.close();
+    ENGINE_CHECK(out, "error writing the learned tokenizer to '", temp, "'");
+  }
+  std::error_code error;
+  fs::rename(temp, path, error);
+  ENGINE_CHECK(!error, "cannot rename '", temp, "' to '", path, "': ", error.message());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cout << "prepare: learned a byte-level BPE of " << learned.tokens.size() << " tokens (256 bytes, "
+            << learned.merges.size() << " merges, " << launch::kEndOfText << ") from " << train_bytes
+            << " bytes of training text (" << trainer.distinct_words() << " distinct words) in " << std::fixed
+            << std::setprecision(1) << seconds << " s: wrote " << path << "\n";
+  std::cout.unsetf(std::ios::fixed);
+}
+
 int run(const Options& options) {
   ENGINE_CHECK(!options.name.empty() && options.name.find('/') == std::string::npos, "--name '", options.name,
                "' must be non-empty and contain no '/'");
+  if (options.train_tokenizer) {  // before reading anything (the trainer would say the same, later)
+    const int n = *options.train_tokenizer;
+    ENGINE_CHECK(n >= launch::BpeTrainer::kMinVocab && n <= launch::BpeTrainer::kMaxVocab, "--train-tokenizer ", n,
+                 ": a byte-level BPE needs ", launch::BpeTrainer::kMinVocab, " tokens at least (the 256 bytes and ",
+                 launch::kEndOfText, ") and ", launch::BpeTrainer::kMaxVocab, " at most (the shards' uint16 ids)");
+  }
   const std::vector<InputFile> files = collect_inputs(options.inputs);
   std::int64_t total_bytes = 0;
   for (const InputFile& file : files) total_bytes += file.bytes;
@@ -250,12 +370,14 @@ int run(const Options& options) {
   const launch::ByteTokenizer bytes;
   std::optional<launch::BpeTokenizer> bpe;
   std::optional<std::uint16_t> end_of_text;
-  if (!options.tokenizer.empty()) {
-    bpe = launch::BpeTokenizer::from_file(options.tokenizer);
+  if (options.train_tokenizer) learn_tokenizer(files, options);
+  if (options.bpe()) {
+    const std::string path = options.train_tokenizer ? options.learned_tokenizer_path() : options.tokenizer;
+    bpe = launch::BpeTokenizer::from_file(path);
     if (const auto id = bpe->token_to_id(launch::kEndOfText)) end_of_text = static_cast<std::uint16_t>(*id);
-    std::cout << "prepare: tokenizer " << options.tokenizer << ": vocabulary " << bpe->vocab_size()
+    std::cout << "prepare: tokenizer " << path << ": vocabulary " << bpe->vocab_size()
               << (end_of_text ? ", <|endoftext|> before each document" : ", no <|endoftext|> token")
-              << " (train with --tokenizer " << options.tokenizer << ")\n";
+              << " (train with --tokenizer " << path << ")\n";
   }
   auto encode = [&](std::string_view text) {
     if (!bpe) return bytes.encode(text);
@@ -289,36 +411,24 @@ int run(const Options& options) {
     progress.update(progress_bytes);
   };
   for (const InputFile& file : files) {
-    std::string text;
-    try {
-      text = read_file(file.path);
-    } catch (const engine::Error& error) {
-      if (file.named_on_command_line) throw;
-      skip(file, error.what());
-      continue;
-    }
-    if (std::memchr(text.data(), '\0', text.size()) != nullptr) {
-      skip(file, "'" + file.path.string() + "': contains NUL bytes, so not text");
+    std::string why_skipped;
+    const std::optional<std::string> text = read_text_file(file, why_skipped);
+    if (!text) {
+      skip(file, why_skipped);
       continue;
     }
     ++files_used;
-    for (std::size_t at = 0, size = 0; at < text.size(); at += size) {
-      size = std::min<std::size_t>(kBlockBytes, text.size() - at);
-      if (bpe && at + size < text.size()) {  // whole lines only (see the top of the file)
-        const std::size_t newline = text.find('\n', at + size - 1);
-        size = newline == std::string::npos ? text.size() - at : newline + 1 - at;
-      }
-      const std::string_view block = std::string_view(text).substr(at, size);
-      std::vector<std::uint16_t> tokens = encode(block);
-      if (end_of_text && at == 0) tokens.insert(tokens.begin(), *end_of_text);
-      const auto val_tokens = static_cast<std::size_t>(std::llround(options.val_fraction * tokens.size()));
-      const std::span<const std::uint16_t> all(tokens);
-      train.add(all.first(tokens.size() - val_tokens));
-      val.add(all.last(val_tokens));
-      text_bytes += static_cast<std::int64_t>(block.size());
-      progress_bytes += static_cast<std::int64_t>(block.size());
+    for_each_block(*text, options, [&](const Block& block) {
+      // Encoded apart: with a BPE no token spans the cut (see the top of the file).
+      std::vector<std::uint16_t> train_tokens = encode(block.train);
+      if (end_of_text && block.document_start) train_tokens.insert(train_tokens.begin(), *end_of_text);
+      train.add(train_tokens);
+      val.add(encode(block.val));
+      const auto bytes = static_cast<std::int64_t>(block.train.size() + block.val.size());
+      text_bytes += bytes;
+      progress_bytes += bytes;
       progress.update(progress_bytes);
-    }
+    });
   }
   progress.finish();
   train.finish();  // may print a note, so after the bar's last line
@@ -339,12 +449,15 @@ int run(const Options& options) {
 int main(int argc, char** argv) {
   Options options;
   CLI::App app(
-      "Tokenize UTF-8 text files with the byte-level tokenizer (vocab 256), or a BPE tokenizer.json\n"
-      "(--tokenizer), into llm.c-format token shards.\n"
-      "Writes DIR/NAME_train_000000.bin, ... and DIR/NAME_val_000000.bin, ... .\n"
+      "Tokenize UTF-8 text files with the byte-level tokenizer (vocab 256), a BPE tokenizer.json\n"
+      "(--tokenizer), or a byte-level BPE learned here from the training split (--train-tokenizer N),\n"
+      "into llm.c-format token shards.\n"
+      "Writes DIR/NAME_train_000000.bin, ... and DIR/NAME_val_000000.bin, ... (and, with\n"
+      "--train-tokenizer, DIR/NAME_tokenizer.json unless --tokenizer-out says where).\n"
       "Split: each input file is cut into 1 MiB blocks; the last val-fraction of every block goes to the\n"
-      "validation split, the rest to training (deterministic, no RNG). Files containing NUL bytes are\n"
-      "skipped as not text; files are concatenated in order with no separator.",
+      "validation split, the rest to training (deterministic, no RNG; with a BPE, cut at line starts).\n"
+      "Files containing NUL bytes are skipped as not text; files are concatenated in order with no\n"
+      "separator (with a BPE that has <|endoftext|>, that token starts each file).",
       "prepare");
   app.add_option("--input", options.inputs,
                  "Text file or directory (every regular file below it, sorted by path); repeatable")
@@ -361,6 +474,15 @@ int main(int argc, char** argv) {
   app.add_option("--tokenizer", options.tokenizer,
                  "Encode with the byte-level BPE of this Hugging Face tokenizer.json (e.g. GPT-2's) instead of "
                  "bytes; <|endoftext|> starts each document when the tokenizer has it");
+  auto* learn = app.add_option("--train-tokenizer", options.train_tokenizer,
+                               "Learn a byte-level BPE of N tokens in all (256 bytes + merges + <|endoftext|>, as "
+                               "Hugging Face tokenizers' BpeTrainer with GPT-2's pre-tokenizer) from the training "
+                               "split, write its tokenizer.json and encode with it")
+                    ->excludes("--tokenizer");
+  app.add_option("--tokenizer-out", options.tokenizer_out,
+                 "Where --train-tokenizer writes the tokenizer.json (default DIR/NAME_tokenizer.json); give it to "
+                 "train --tokenizer")
+      ->needs(learn);
   app.add_flag("--overwrite", options.overwrite, "Replace shards of the same name left by an earlier run");
 
   try {

@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # The main job on its built-in default: installs what is missing, builds,
-# turns the English text of Debian's `fortunes` packages into byte-level token
-# shards, and trains a small GPT on it (the GPU if there is one, else the CPU),
-# printing one line per step, then a sample of generated text.
+# learns a byte-level BPE of BPE_TOKENS (default 1024) tokens from the English
+# text of Debian's `fortunes` packages and turns the text into token shards
+# with it (prepare --train-tokenizer; BPE_TOKENS=0 for bytes, as before), and
+# trains a small GPT on it (the GPU if there is one, else the CPU), printing
+# one line per step, then a sample of generated text. The BPE reads better
+# than bytes at the same steps and model (examples/benchmarks/RESULTS.md,
+# "Learned BPE against bytes in the demo"); prepare is deterministic, so the
+# same corpus gives the same tokenizer and shards.
 #
 #   launch/train.sh                          # the demo, one process
 #   launch/train.sh --steps 2000 --lr 1e-3   # any `train` flag overrides the demo's
@@ -25,13 +30,23 @@ fi
 engine_install_dependencies
 engine_build train prepare
 
-DATA_DIR=${DATA_DIR:-$ENGINE_ROOT/data/fortunes}
-if ! ls "$DATA_DIR"/fortunes_train_*.bin >/dev/null 2>&1; then
+BPE_TOKENS=${BPE_TOKENS:-1024}
+tokenizer=()
+if [ "$BPE_TOKENS" -gt 0 ]; then
+  DATA_DIR=${DATA_DIR:-$ENGINE_ROOT/data/fortunes_bpe$BPE_TOKENS}
+  learn=(--train-tokenizer "$BPE_TOKENS")
+  tokenizer=(--tokenizer "$DATA_DIR/fortunes_tokenizer.json")
+else
+  DATA_DIR=${DATA_DIR:-$ENGINE_ROOT/data/fortunes}
+  learn=()
+fi
+if ! ls "$DATA_DIR"/fortunes_train_*.bin >/dev/null 2>&1 || { [ "$BPE_TOKENS" -gt 0 ] && [ ! -f "${tokenizer[1]}" ]; }; then
   corpus=$(mktemp -d)
   trap 'rm -rf "$corpus"' EXIT
   # The fortune files themselves; *.dat are indexes and *.u8 are symlinks.
   find -L /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' -exec cp {} "$corpus"/ \;
-  "$ENGINE_BUILD_DIR/launch/prepare" --input "$corpus" --output-dir "$DATA_DIR" --name fortunes --val-fraction 0.05
+  "$ENGINE_BUILD_DIR/launch/prepare" --input "$corpus" --output-dir "$DATA_DIR" --name fortunes --val-fraction 0.05 \
+    --overwrite "${learn[@]}"
 fi
 
 RUN_DIR=${RUN_DIR:-$ENGINE_ROOT/runs/demo}
@@ -66,5 +81,6 @@ exec "${launcher[@]}" "$ENGINE_BUILD_DIR/launch/train" \
   --val-data "$DATA_DIR/fortunes_val_*.bin" \
   --micro-batch $(( 16 / dp )) \
   --run-dir "$RUN_DIR" \
+  "${tokenizer[@]}" \
   "${start[@]}" \
   "$@"

@@ -22,6 +22,7 @@
 
 #include "engine/check.h"
 #include "launch/bpe_tokenizer.h"
+#include "launch/bpe_trainer.h"
 #include "launch/byte_tokenizer.h"
 #include "launch/data_loader.h"
 #include "launch/token_shard.h"
@@ -584,6 +585,79 @@ TEST(Prepare, TokenizerFileEncodesWithBpeAndStartsDocumentsWithEndOfText) {
   EXPECT_THAT(message, HasSubstr("prepare: error: "));
   EXPECT_THAT(message, HasSubstr("tokenizer '" + dir.file("bad.json") + "': missing model.merges (a list)"));
   EXPECT_EQ(std::count(message.begin(), message.end(), '\n'), 1) << message;
+}
+
+// --train-tokenizer: a BPE learned from the training split only, written next
+// to the shards (or to --tokenizer-out), equal to the trainer's on that text,
+// and the shards encoded with it; the validation split starts at a line start.
+TEST(Prepare, TrainTokenizerLearnsFromTheTrainingSplitAndEncodesWithIt) {
+  TempDir dir;
+  std::string a, b;
+  for (int i = 0; i < 40; ++i) a += "Line " + std::to_string(i) + " of the first file: it's caf\xC3\xA9 time.\n";
+  for (int i = 0; i < 30; ++i) b += "The second file says hello, world number " + std::to_string(i * 7) + ".\n";
+  b += "VALIDATIONONLYWORD ends the second file\n";
+  write_text(dir.file("in/a.txt"), a);
+  write_text(dir.file("in/b.txt"), b);
+  const std::string log = dir.file("log.txt");
+  const std::string base = std::string(PREPARE_BIN) + " --input " + dir.file("in") + " --val-fraction 0.1";
+  ASSERT_EQ(run_command(base + " --output-dir " + dir.file("out") + " --train-tokenizer 300 >" + log + " 2>&1"), 0)
+      << std::string(read_bytes(log).data(), read_bytes(log).size());
+  const std::string file = dir.file("out/corpus_tokenizer.json");
+  const BpeTokenizer tokenizer = BpeTokenizer::from_file(file);
+  EXPECT_EQ(tokenizer.vocab_size(), 300);
+  EXPECT_EQ(tokenizer.token_to_id(kEndOfText), 0);
+
+  // The validation text: each file's last lines from the 10% point on, whole.
+  auto val_start = [](const std::string& s) {
+    return s.find('\n', s.size() - std::llround(0.1 * s.size()) - 1) + 1;
+  };
+  const std::string train_text = a.substr(0, val_start(a)) + b.substr(0, val_start(b));
+  const std::string val_text = a.substr(val_start(a)) + b.substr(val_start(b));
+  BpeTrainer trainer;
+  trainer.add_text(a.substr(0, val_start(a)));
+  trainer.add_text(b.substr(0, val_start(b)));
+  const std::vector<char> written = read_bytes(file);
+  EXPECT_EQ(std::string(written.begin(), written.end()), trainer.train(300).to_json());
+
+  auto ids_of = [&](const std::string& pattern) {
+    std::vector<std::int32_t> ids;
+    for (const std::string& shard_file : expand_shard_pattern(dir.file(pattern))) {
+      const TokenShard shard(shard_file);
+      ids.insert(ids.end(), shard.tokens().begin(), shard.tokens().end());
+    }
+    return ids;
+  };
+  const std::vector<std::int32_t> train_ids = ids_of("out/corpus_train_*.bin"), val_ids = ids_of("out/corpus_val_*.bin");
+  EXPECT_EQ(tokenizer.decode(train_ids), std::string(kEndOfText) + a.substr(0, val_start(a)) + kEndOfText +
+                                             b.substr(0, val_start(b)));
+  EXPECT_EQ(tokenizer.decode(val_ids), val_text);
+  EXPECT_NE(val_text.find("VALIDATIONONLYWORD"), std::string::npos);
+  EXPECT_EQ(train_text.find("VALIDATIONONLYWORD"), std::string::npos);
+
+  // An existing tokenizer file is not silently replaced; --tokenizer-out puts it elsewhere; --overwrite replaces.
+  const std::string again = base + " --output-dir " + dir.file("out") + " --train-tokenizer 300";
+  EXPECT_NE(run_command(again + " >" + log + " 2>&1"), 0);
+  const std::vector<char> refused = read_bytes(log);
+  EXPECT_THAT(std::string(refused.begin(), refused.end()), HasSubstr("already exists"));
+  EXPECT_EQ(run_command(again + " --overwrite >" + log + " 2>&1"), 0);
+  EXPECT_EQ(run_command(base + " --output-dir " + dir.file("out2") + " --train-tokenizer 300 --tokenizer-out " +
+                        dir.file("elsewhere.json") + " >" + log + " 2>&1"),
+            0);
+  EXPECT_TRUE(fs::exists(dir.file("elsewhere.json")));
+  EXPECT_FALSE(fs::exists(dir.file("out2/corpus_tokenizer.json")));
+
+  // Sizes it cannot learn are refused on one line, naming the problem.
+  for (const auto& [size, says] : std::vector<std::pair<std::string, std::string>>{
+           {"256", "--train-tokenizer 256: a byte-level BPE needs 257 tokens at least"},
+           {"60000", "a byte-level BPE of 60000 tokens: the text gives only"}}) {
+    EXPECT_NE(run_command(base + " --output-dir " + dir.file("out3") + " --train-tokenizer " + size + " >" + log +
+                          " 2>&1"),
+              0);
+    const std::vector<char> bytes = read_bytes(log);
+    const std::string message(bytes.begin(), bytes.end());
+    EXPECT_THAT(message, HasSubstr("prepare: error: " + says)) << message;
+    EXPECT_EQ(std::count(message.begin(), message.end(), '\n'), 1) << message;
+  }
 }
 
 }  // namespace

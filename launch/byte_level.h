@@ -1,0 +1,45 @@
+// GPT-2's byte-level pre-tokenization (Radford et al. 2019 section 2.2), the
+// part that Hugging Face `tokenizers` calls the ByteLevel pre-tokenizer: the
+// split pattern and the byte -> printable character map. Shared by the BPE
+// that encodes with a tokenizer.json (bpe_tokenizer.h) and the one that
+// learns it (bpe_trainer.h), so both see the same pre-tokens.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace launch {
+
+// GPT-2's pattern, compiled once with PCRE2 (UTF + UCP, JIT when available):
+//   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+class Gpt2Splitter {
+ public:
+  Gpt2Splitter();
+  ~Gpt2Splitter();
+  Gpt2Splitter(Gpt2Splitter&& other) noexcept;
+  Gpt2Splitter& operator=(Gpt2Splitter&& other) noexcept;
+  Gpt2Splitter(const Gpt2Splitter&) = delete;
+  Gpt2Splitter& operator=(const Gpt2Splitter&) = delete;
+
+  // Calls on_piece for every pre-token of `text`, in order; together they are
+  // `text`. Invalid UTF-8 (our input is bytes, Rust's is always valid)
+  // matches nothing; each run of such bytes becomes a pre-token of its own,
+  // as tokenizers' "isolated" split keeps the gaps between matches.
+  void split(std::string_view text, const std::function<void(std::string_view)>& on_piece) const;
+
+ private:
+  void* regex_ = nullptr;  // pcre2_code_8, kept out of this header
+};
+
+// GPT-2's bytes_to_unicode: byte -> the UTF-8 of its printable stand-in.
+const std::vector<std::string>& byte_to_unicode();
+// The same stand-ins as code points (what tokenizers sorts its alphabet by).
+std::uint32_t byte_to_code_point(std::uint8_t byte);
+// A string of bytes as its stand-ins: how a byte-level token is written in a
+// tokenizer.json.
+std::string bytes_to_unicode_string(std::string_view bytes);
+
+}  // namespace launch
