@@ -9,6 +9,7 @@
 
 #include "engine/check.h"
 #include "launch/bpe_tokenizer.h"
+#include "launch/llmc_tokenizer.h"
 #include "launch/json_config.h"
 #include "model/partition.h"
 #include "parallel/process_grid.h"
@@ -98,9 +99,9 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--train-data", c.train_data, "Training token shards: a file or a glob (llm.c format)")->group(kData);
   app.add_option("--val-data", c.val_data, "Validation token shards: a file or a glob")->group(kData);
   app.add_option("--tokenizer", c.tokenizer,
-                 "Hugging Face tokenizer.json (byte-level BPE) the shards were made with (prepare --tokenizer): "
-                 "sets the vocabulary to the tokenizer's unless --vocab-size is given, and decodes the sample "
-                 "(default: bytes)")
+                 "Hugging Face tokenizer.json (byte-level BPE) the shards were made with (prepare --tokenizer), "
+                 "or llm.c's gpt2_tokenizer.bin (decodes only: no --sample-prompt): sets the vocabulary to the "
+                 "tokenizer's unless --vocab-size is given, and decodes the sample (default: bytes)")
       ->group(kData);
   app.add_option("--shuffle", c.shuffle, "Shuffle sequences each epoch (true/false)")->group(kData)->capture_default_str();
   app.add_option("--val-interval", c.val_interval, "Validate every N steps (0 = at the end only)")->group(kData)->capture_default_str();
@@ -238,7 +239,12 @@ void TrainConfig::resolve(int cuda_devices, int world) {
   if (!tokenizer.empty()) {
     // Loaded here only for its size (every rank, before allocating); the
     // sampler loads it again at the end.
-    const int needed = BpeTokenizer::from_file(tokenizer).vocab_size();
+    const bool llmc = LlmcTokenizer::is_llmc_file(tokenizer);
+    const int needed = llmc ? LlmcTokenizer::from_file(tokenizer).vocab_size() : BpeTokenizer::from_file(tokenizer).vocab_size();
+    // The default prompt ("\n") and "" start a document at <|endoftext|>; any other needs encoding.
+    ENGINE_CHECK(!llmc || sample_prompt.empty() || sample_prompt == "\n" || sample_tokens == 0,
+                 "--sample-prompt needs a tokenizer that encodes: llm.c's tokenizer file '", tokenizer,
+                 "' only decodes (give its tokenizer.json, or no prompt)");
     ENGINE_CHECK(vocab_size == 0 || vocab_size >= needed, "--vocab-size ", vocab_size, " is smaller than --tokenizer '",
                  tokenizer, "' needs (", needed, " tokens)");
     if (vocab_size == 0) model.vocab_size = needed;

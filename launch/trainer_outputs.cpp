@@ -15,6 +15,7 @@
 
 #include "engine/device.h"
 #include "launch/bpe_tokenizer.h"
+#include "launch/llmc_tokenizer.h"
 #include "launch/byte_tokenizer.h"
 #include "launch/checkpoint_files.h"
 #include "launch/fault_injection.h"
@@ -170,6 +171,12 @@ std::string Trainer::sample_text(const model::ParamStore& store) {
   sampler.allocate(arena);
   const SamplingOptions options{config_.sample_tokens, config_.temperature, config_.top_k};
   std::vector<std::int32_t> prompt;
+  if (!config_.tokenizer.empty() && LlmcTokenizer::is_llmc_file(config_.tokenizer)) {
+    // Decoding only (the configuration refused any prompt but the default): start a document.
+    const LlmcTokenizer tokenizer = LlmcTokenizer::from_file(config_.tokenizer);
+    prompt.push_back(tokenizer.end_of_text());
+    return config_.sample_prompt + tokenizer.decode(generate(sampler, config_.model.vocab_size, prompt, options, sampler_rng_));
+  }
   if (!config_.tokenizer.empty()) {
     const BpeTokenizer tokenizer = BpeTokenizer::from_file(config_.tokenizer);
     prompt = tokenizer.encode(config_.sample_prompt);

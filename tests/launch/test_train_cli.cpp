@@ -172,6 +172,28 @@ TEST_F(TrainCli, JsonConfigAndFlagOverride) {
             "the same flag)") << twice.output;
 }
 
+// llm.c's gpt2_tokenizer.bin decodes the sample, which starts a document at
+// its end-of-text id; it cannot encode, so another prompt is refused.
+TEST_F(TrainCli, LlmcTokenizerDecodesTheSampleAndRefusesAPrompt) {
+  // A version 2 file of 300 tokens: the 256 bytes, 43 two-byte tokens and an end-of-text.
+  std::vector<std::uint32_t> header(256, 0);
+  header[0] = 20240328, header[1] = 2, header[2] = 300, header[3] = 299;
+  std::string bytes(reinterpret_cast<const char*>(header.data()), header.size() * 4);
+  for (int b = 0; b < 256; ++b) bytes += std::string{'\x01', static_cast<char>(b)};
+  for (int i = 0; i < 43; ++i) bytes += std::string{'\x02', static_cast<char>('a' + i % 26), 'z'};
+  bytes += std::string("\x05<eot>");
+  std::ofstream(dir_ / "gpt2_tokenizer.bin", std::ios::binary) << bytes;
+  const std::string args = "--model gpt-micro --micro-batch 2 --seq-len 16 --steps 2 --device cpu --peak-tflops 1 "
+                           "--train-data " + (dir_ / "train_*.bin") + " --tokenizer " + (dir_ / "gpt2_tokenizer.bin");
+  const Outcome ok = run_train(dir_, args + " --sample-tokens 8");
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_NE(ok.output.find("V=300"), std::string::npos) << "the tokenizer sets the vocabulary:\n" << ok.output;
+  EXPECT_NE(ok.output.find("sample     ----"), std::string::npos) << ok.output;
+  const Outcome prompt = run_train(dir_, args + " --sample-tokens 8 --sample-prompt Hello");
+  EXPECT_NE(prompt.exit_code, 0) << prompt.output;
+  EXPECT_NE(prompt.output.find("--sample-prompt needs a tokenizer that encodes"), std::string::npos) << prompt.output;
+}
+
 // A layout that cannot work is refused by every rank alike: one message,
 // every rank non-zero, nobody left waiting. Tried on several rank counts.
 TEST(TrainCliMpi, BadGridExitsNonZeroWithOneMessageOnEveryRankCount) {
