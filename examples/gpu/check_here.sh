@@ -27,6 +27,7 @@ HIDE_DIRS=(/usr/include/CLI /usr/include/nlohmann /usr/include/gtest /usr/includ
   /usr/share/cmake/nlohmann_json /usr/lib/$A/cmake/GTest /usr/lib/$A/openmpi /usr/share/games/fortunes)
 HIDE_FILES=(/usr/include/xxhash.h /usr/include/xxh3.h /usr/include/pcre2.h /usr/include/cblas.h
   /usr/lib/$A/pkgconfig/libpcre2-8.pc /usr/lib/$A/libgtest.a /usr/lib/$A/libgtest_main.a
+  /usr/lib/$A/libgmock.a /usr/lib/$A/libgmock_main.a
   /usr/bin/mpicxx /usr/bin/mpic++ /usr/bin/mpirun /usr/bin/mpiexec /usr/bin/pkgconf)
 mounts=""
 for d in "${HIDE_DIRS[@]}"; do [ -d "$d" ] && mounts+="mount -t tmpfs -o size=1m none '$d'; "; done

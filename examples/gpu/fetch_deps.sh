@@ -48,6 +48,7 @@ PACKAGES=(
   libgfortran5            # needed by libopenblas.so.0; CUDA images often lack it
   libquadmath0            # needed by libgfortran.so.5
   libgtest-dev            # GoogleTest static libraries and CMake config
+  libgmock-dev            # gmock/gmock.h (the tests' matchers) and GMockTargets.cmake
   pkgconf-bin             # pkgconf, in case the image has no pkg-config
   libpkgconf3             # libpkgconf.so.3 for pkgconf
   fortunes-min            # a small English corpus for session.sh's training smoke test
