@@ -83,6 +83,18 @@ left() { echo $(( BUDGET - ($(date +%s) - START) )); }
 # stage_timeout WANTED: a stage's time limit, cut to what the budget has left
 # (keeping 15 s to write the summary).
 stage_timeout() { local l=$(( $(left) - 15 )); [ "$1" -lt "$l" ] && l=$1; [ "$l" -lt 1 ] && l=1; echo "$l"; }
+# A stage cut short by `timeout` can leave grandchildren running (test_failures
+# starts `train` in its own session, out of timeout's reach): end the programs
+# of this build still running, by PID, so they do not eat the next stage's CPU.
+reap() {
+  local pids
+  pids=$(pgrep -f "^$BUILD/" || true)
+  [ -z "$pids" ] && return 0
+  echo "session.sh: ending leftover processes of $BUILD: $(echo "$pids" | paste -sd' ')"
+  # shellcheck disable=SC2086  # a list of PIDs
+  kill $pids 2>/dev/null; sleep 2; kill -9 $pids 2>/dev/null
+  return 0
+}
 # Copy a log into $OUT, keeping its end if it is over what the tool brings back (16 MiB).
 keep() { tail -c 15000000 "$1" >"$OUT/$2"; }
 
@@ -397,10 +409,13 @@ all_tests() {
     timeout "$(stage_timeout 420)" ctest --test-dir "$BUILD" --output-on-failure --timeout 300 -j "$CTEST_JOBS" \
     "${extra[@]}" >"$OUT/ctest_all.log" 2>&1
   rc=$?
-  [ -f "$BUILD/Testing/Temporary/LastTest.log" ] && keep "$BUILD/Testing/Temporary/LastTest.log" LastTest.log
+  # ctest writes LastTest.log.tmp and renames it at the end: a run cut short leaves only the .tmp.
+  local last=$BUILD/Testing/Temporary/LastTest.log
+  [ -f "$last.tmp" ] && [ "$last.tmp" -nt "$last" ] && last=$last.tmp
+  [ -f "$last" ] && keep "$last" LastTest.log
   local tail_line; tail_line=$(grep -E 'tests passed|tests failed' "$OUT/ctest_all.log" | tail -1)
   sed -n '/tests passed\|tests failed/,$p' "$OUT/ctest_all.log" | head -30
-  [ $rc = 124 ] && tail_line="timed out; $tail_line"
+  [ $rc = 124 ] && tail_line="timed out in $(grep -oE 'Start +[0-9]+: [^ ]+' "$OUT/ctest_all.log" | tail -1 | sed -E 's/Start +//'); $tail_line"
   [ $rc -eq 0 ] && record test ok $(( $(date +%s) - t0 )) "$tail_line" ||
     record test FAILED $(( $(date +%s) - t0 )) "$tail_line (ctest_all.log, LastTest.log)"
 }
@@ -454,6 +469,7 @@ for s in cuda smoke test bench; do
     test) all_tests ;;
     bench) bench ;;
   esac
+  reap
 done
 
 echo
