@@ -24,6 +24,7 @@
 #                     untimed step (default true)
 #   RUN_ENGINE, RUN_PYTORCH  set to 0 to skip one side
 #   LOG_DIR           where the full outputs go (default: a new temporary folder)
+#   ENGINE_COMMIT     the commit to print where .git is absent (a lent GPU machine)
 #
 # Micro-batches, chosen to fit an 80 GB H100 in both implementations with room
 # to spare (PyTorch's caching allocator and torch.compile's workspaces are the
@@ -124,7 +125,12 @@ mkdir -p "$LOG_DIR"
 
 echo "==== gpu_bench: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
 echo "GPU:     $gpu_info (CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES)"
-echo "commit:  $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet HEAD 2>/dev/null || echo ' (+ uncommitted changes)')"
+# A GPU machine gets the working tree without .git: ENGINE_COMMIT names the commit there.
+commit=${ENGINE_COMMIT:-$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)}
+if git -C "$ROOT" rev-parse HEAD >/dev/null 2>&1 && ! git -C "$ROOT" diff --quiet HEAD 2>/dev/null; then
+  commit="$commit (+ uncommitted changes)"
+fi
+echo "commit:  $commit"
 echo "engine:  $BENCH"
 [ "$RUN_PYTORCH" != 0 ] && echo "pytorch: $torch_info"
 echo "shapes:  T=$SEQ_LEN; gpt2-124m B=$MB_124M, gpt2-1558m B=$MB_1558M; $STEPS timed steps; peak $PEAK_TFLOPS TFLOP/s; logs in $LOG_DIR"
@@ -189,6 +195,6 @@ if [ "$RUN_PYTORCH" != 0 ]; then
 fi
 
 echo
-echo "==== summary: $gpu_name, $(date -u '+%Y-%m-%d'), commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown), T=$SEQ_LEN, median of $STEPS steps"
+echo "==== summary: $gpu_name, $(date -u '+%Y-%m-%d'), commit $commit, T=$SEQ_LEN, median of $STEPS steps"
 printf '%s\n' "${summary[@]}"
 exit "$failed"
