@@ -1,9 +1,6 @@
 #include "parallel/comm_cost.h"
 
 #include <algorithm>
-#include <iterator>
-#include <map>
-#include <utility>
 
 #include "engine/check.h"
 
@@ -33,29 +30,32 @@ double all_gather_seconds(double bytes, int ranks, const Link& link) { return re
 double send_seconds(double bytes, const Link& link) { return link.latency_seconds + transfer(bytes, link); }
 
 Link axis_link(const Cluster& cluster, Axis axis, int tp, int pp, int dp) {
-  ENGINE_CHECK(cluster.devices_per_node >= 1 && tp >= 1 && pp >= 1 && dp >= 1, "axis_link: bad grid or cluster");
-  // Members of each (group, node) pair; a rank's coordinates follow
-  // ProcessGrid: rank = t + tp * (d + dp * p).
-  std::map<std::pair<long long, int>, int> members;
-  const long long ranks = static_cast<long long>(tp) * pp * dp;
-  for (long long rank = 0; rank < ranks; ++rank) {
-    const long long t = rank % tp, d = (rank / tp) % dp, p = rank / (static_cast<long long>(tp) * dp);
-    long long group = 0;  // the two coordinates that are not the axis's
-    if (axis == Axis::kTp) group = d + dp * p;
-    if (axis == Axis::kDp) group = t + tp * p;
-    if (axis == Axis::kPp) group = t + tp * d;
-    ++members[{group, static_cast<int>(rank / cluster.devices_per_node)}];
-  }
-  // Whether some group spans nodes, and the fewest members any group has on one node.
+  ENGINE_CHECK(cluster.devices_per_node >= 1, "axis_link: the cluster needs devices_per_node >= 1");
+  const ProcessGrid grid(tp * pp * dp, 0, tp, pp, dp);  // the engine's own rank order
+  const auto coordinate = [axis](Coords& c) -> int& { return axis == Axis::kTp ? c.tp : axis == Axis::kDp ? c.dp : c.pp; };
+  // Walk each group from its first member: its ranks grow with the axis
+  // coordinate, so the members on one node are consecutive.
   bool crosses = false;
-  int fewest = cluster.devices_per_node;
-  for (auto it = members.begin(); it != members.end(); ++it) {
-    const auto next = std::next(it);
-    const bool same_group_continues = next != members.end() && next->first.first == it->first.first;
-    const bool same_group_before = it != members.begin() && std::prev(it)->first.first == it->first.first;
-    if (same_group_continues || same_group_before) {
+  int fewest = cluster.devices_per_node;  // fewest members a crossing group has on one of its nodes
+  for (int first = 0; first < grid.world_size(); ++first) {
+    Coords c = grid.coords_of(first);
+    if (coordinate(c) != 0) continue;
+    int node = first / cluster.devices_per_node, on_node = 0, smallest_run = cluster.devices_per_node;
+    bool group_crosses = false;
+    for (int k = 0; k < grid.size(axis); ++k) {
+      coordinate(c) = k;
+      const int n = grid.rank_of(c) / cluster.devices_per_node;
+      if (n != node) {
+        group_crosses = true;
+        smallest_run = std::min(smallest_run, on_node);
+        node = n;
+        on_node = 0;
+      }
+      ++on_node;
+    }
+    if (group_crosses) {
       crosses = true;
-      fewest = std::min(fewest, it->second);
+      fewest = std::min({fewest, smallest_run, on_node});
     }
   }
   if (!crosses) return cluster.intra_node;
