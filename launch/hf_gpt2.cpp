@@ -24,10 +24,6 @@ namespace {
 
 constexpr const char* kPrefix = "transformer.";
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // One engine tensor as Hugging Face names and lays it out.
 struct HfTensor {
   const ParamInfo* param;
@@ -68,7 +64,7 @@ std::vector<HfTensor> hf_tensors(const GptConfig& config, const ParamRegistry& r
 
 // Buffers and tied copies a GPT-2 checkpoint may hold that are not parameters.
 bool ignored(const std::string& name) {
-  return ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias") || name == "lm_head.weight";
+  return name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias") || name == "lm_head.weight";
 }
 
 // "transformer." or "", whichever the file uses.
@@ -128,7 +124,7 @@ SafetensorsDType parse_hf_dtype(const std::string& name) {
 }
 
 bool is_hf_model_path(const std::string& path) {
-  return std::filesystem::is_directory(path) || ends_with(path, ".safetensors") || ends_with(path, ".safetensors.index.json");
+  return std::filesystem::is_directory(path) || path.ends_with(".safetensors") || path.ends_with(".safetensors.index.json");
 }
 
 std::string hf_safetensors_file(const std::string& path) {

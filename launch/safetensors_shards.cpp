@@ -11,10 +11,6 @@ namespace launch {
 
 namespace {
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // weight_map of the index at `path`, as (tensor, shard file name).
 std::map<std::string, std::string> read_weight_map(const std::string& path) {
   std::ifstream in(path);
@@ -40,7 +36,7 @@ std::map<std::string, std::string> read_weight_map(const std::string& path) {
 }  // namespace
 
 SafetensorsShards::SafetensorsShards(const std::string& path) : path_(path) {
-  if (!ends_with(path, ".json")) {
+  if (!path.ends_with(".json")) {
     files_.emplace_back(path);
     entries_ = files_.back().entries();
     for (const auto& [name, entry] : entries_) shard_of_[name] = 0;
