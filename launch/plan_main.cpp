@@ -39,6 +39,7 @@ struct Options {
   std::vector<std::string> recompute, schedule;
   std::string attention = "causal";
   std::string software = "engine";
+  int virtual_stages = 1;
   int top = 20;
   bool all = false, json = false;
   double failure_rate = 0, restart_seconds = 60, save_seconds = 0;
@@ -56,11 +57,13 @@ std::string seconds_text(double s) {
   return o.str();
 }
 
-std::string layout_text(const model::ParallelLayout& l) {
+std::string layout_text(const launch::Prediction& p) {
+  const model::ParallelLayout& l = p.layout;
   std::ostringstream o;
   o << "tp " << l.tp << (l.sequence_parallel ? "+sp" : "") << " pp " << l.pp << " dp " << l.dp << " mb "
     << l.micro_batch << " zero " << l.zero_stage() << " " << model::recompute_name(l.recompute);
   if (l.pp > 1) o << " " << parallel::schedule_name(l.schedule);
+  if (p.virtual_stages > 1) o << " x" << p.virtual_stages;
   return o.str();
 }
 
@@ -85,6 +88,7 @@ launch::PlanRequest make_request(const Options& o) {
   r.attention = model::parse_attention_flops(o.attention);
   r.software = o.software;
   model::software_by_name(o.software, r.cluster.device);  // an unknown name fails here, naming the choices
+  r.virtual_stages = o.virtual_stages;
   r.tp = o.tp;
   r.pp = o.pp;
   r.micro_batch = o.micro_batch;
@@ -116,7 +120,7 @@ void print_table(const launch::PlanRequest& r, const std::vector<launch::Predict
     mfu << std::fixed << std::setprecision(1) << 100 * p.mfu << "%";
     std::ostringstream tf;
     tf << std::fixed << std::setprecision(1) << p.tflops_per_device;
-    std::cout << std::left << std::setw(6) << shown << std::setw(44) << layout_text(p.layout) << std::right << std::setw(11)
+    std::cout << std::left << std::setw(6) << shown << std::setw(44) << layout_text(p) << std::right << std::setw(11)
               << seconds_text(p.step_seconds) << std::setw(9) << mfu.str() << std::setw(10) << tf.str() << std::setw(11)
               << seconds_text(p.compute_seconds) << std::setw(11) << seconds_text(p.exposed_comm_seconds) << std::setw(11)
               << seconds_text(p.bubble_seconds) << std::setw(12) << engine::format_bytes(p.memory_bytes_per_device)
@@ -129,7 +133,7 @@ void print_table(const launch::PlanRequest& r, const std::vector<launch::Predict
     const auto smallest = std::min_element(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
       return a.memory_bytes_per_device < b.memory_bytes_per_device;
     });
-    std::cout << "none fits: the smallest, " << layout_text(smallest->layout) << ", needs "
+    std::cout << "none fits: the smallest, " << layout_text(*smallest) << ", needs "
               << engine::format_bytes(smallest->memory_bytes_per_device) << " per device\n";
   }
 }
@@ -177,6 +181,10 @@ int run(int argc, char** argv) {
   app.add_option("--attention-flops", o.attention, "Attention FLOP convention of MFU: causal or full")->capture_default_str();
   app.add_option("--software", o.software,
                  "Implementation to model: engine (this engine), or megatron-lm-2021 (to check against Narayanan et al. 2021)")
+      ->capture_default_str();
+  app.add_option("--virtual-stages", o.virtual_stages,
+                 "Chunks of layers per device of an interleaved 1F1B pipeline (Megatron-LM's virtual stages; "
+                 "software that has it, not the engine); 1 = plain")
       ->capture_default_str();
   app.add_option("--top", o.top, "Layouts to print")->capture_default_str();
   app.add_flag("--all", o.all, "Print (or output as JSON) every layout, those that do not fit too");

@@ -52,6 +52,10 @@ std::string PlanRequest::check() const {
     add("sequence length " + std::to_string(seq_len) + " must be in [1, " + std::to_string(model.max_seq_len) + "]");
   if (devices < 1) add("--devices must be >= 1, got " + std::to_string(devices));
   if (cluster.devices_per_node < 1) add("the cluster needs devices_per_node >= 1");
+  if (virtual_stages < 1) add("--virtual-stages must be >= 1, got " + std::to_string(virtual_stages));
+  if (virtual_stages > 1 && !model::software_by_name(software, cluster.device).interleaved_schedule)
+    add("--virtual-stages " + std::to_string(virtual_stages) + ": software '" + software +
+        "' has no interleaved pipeline schedule (the engine runs 1f1b and afab)");
   return problems;
 }
 
@@ -80,6 +84,11 @@ std::vector<ParallelLayout> enumerate_layouts(const PlanRequest& r) {
                 // A one-stage pipeline runs every schedule alike: listed once, as 1F1B.
                 if (pp == 1 && sk != parallel::ScheduleKind::kOneFOneB) continue;
                 if (pp > 1 && !allowed(r.schedule, sk)) continue;
+                const std::int64_t micro_batches = per_replica / mb;
+                if (pp > 1 && r.virtual_stages > 1 &&
+                    (sk != parallel::ScheduleKind::kOneFOneB || r.model.n_layer % (pp * r.virtual_stages) != 0 ||
+                     micro_batches % pp != 0))
+                  continue;  // Megatron-LM's conditions for interleaving (see the header)
                 ParallelLayout l;
                 l.tp = tp;
                 l.pp = pp;
@@ -89,7 +98,7 @@ std::vector<ParallelLayout> enumerate_layouts(const PlanRequest& r) {
                 l.recompute = rc;
                 l.schedule = sk;
                 l.micro_batch = mb;
-                l.micro_batches = per_replica / mb;
+                l.micro_batches = micro_batches;
                 l.seq_len = r.seq_len;
                 l.precision = r.precision();
                 l.device = r.cluster.device;
@@ -116,6 +125,7 @@ Prediction predict(const PlanRequest& r, const ParallelLayout& l) {
   const parallel::Link pp_link = parallel::axis_link(c, parallel::Axis::kPp, l.tp, l.pp, l.dp);
   const parallel::Link dp_link = parallel::axis_link(c, parallel::Axis::kDp, l.tp, l.pp, l.dp);
   const int zero = l.zero_stage();
+  const int chunks = l.pp > 1 ? r.virtual_stages : 1;  // interleaved 1F1B: chunks of layers per device
 
   // Pipeline boundary: the (B,T,C) activation forward and its gradient backward.
   // Under sequence parallelism each tensor-parallel rank holds and sends its
@@ -152,7 +162,11 @@ Prediction predict(const PlanRequest& r, const ParallelLayout& l) {
       }
       if (zero == 1 || zero == 2) at_end += parallel::all_gather_seconds(weights, l.dp, dp_link);  // updated weights
     }
-    const double sends = (s > 0 ? send : 0.0) + (s < l.pp - 1 ? send : 0.0);
+    // Each of a device's chunks sends its activation on and its input's
+    // gradient back, but for the first chunk of the first stage and the last
+    // chunk of the last.
+    const double sends = (s > 0 || chunks > 1 ? chunks - (s == 0 ? 1 : 0) : 0) * send +
+                         (s < l.pp - 1 || chunks > 1 ? chunks - (s == l.pp - 1 ? 1 : 0) : 0) * send;
     const double t = st.forward + st.backward + sends + per_micro_batch;
     sum_stage += t;
     if (t > slowest) {
@@ -162,7 +176,8 @@ Prediction predict(const PlanRequest& r, const ParallelLayout& l) {
     end_exposed = std::max(end_exposed, at_end);
     optimizer = std::max(optimizer, model::optimizer_seconds(m, l, c, s));
   }
-  const double pipeline = sum_stage + (mbs - 1) * slowest;
+  // Fill and drain (sum_s t_s - max_s t_s) run in chunks of 1/v of a stage.
+  const double pipeline = mbs * slowest + (sum_stage - slowest) / chunks;
   // The tied embedding's two copies (first and last stage) are summed once per step.
   double tied = 0;
   if (l.pp > 1) {
@@ -176,6 +191,7 @@ Prediction predict(const PlanRequest& r, const ParallelLayout& l) {
   p.bubble_seconds = pipeline - mbs * slowest;
   p.exposed_comm_seconds = mbs * slowest_comm + end_exposed + tied + scalars;
   p.optimizer_seconds = optimizer;
+  p.virtual_stages = chunks;
   p.compute_seconds = p.step_seconds - p.bubble_seconds - p.exposed_comm_seconds;
   p.model_flops = model::training_flops_per_step(m, r.global_batch, r.seq_len, r.attention);
   p.hardware_flops = p.model_flops + model::recompute_flops_per_step(m, r.global_batch, r.seq_len, l.recompute, r.attention);
@@ -218,6 +234,7 @@ nlohmann::json prediction_json(const Prediction& p) {
           {"zero", l.zero_stage()},
           {"recompute", model::recompute_name(l.recompute)},
           {"schedule", parallel::schedule_name(l.schedule)},
+          {"virtual_stages", p.virtual_stages},
           {"sequence_parallel", l.sequence_parallel},
           {"step_seconds", p.step_seconds},
           {"tflops_per_device", p.tflops_per_device},

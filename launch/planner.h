@@ -13,7 +13,12 @@
 //              AFAB pipeline of m micro-batches takes sum_s t_s + (m-1) max_s t_s
 //              (the fill and drain cross every stage once, the steady state
 //              runs at the slowest; with equal stages this is (m + p - 1) t,
-//              the bubble of Narayanan et al. 2021, section 2.2);
+//              the bubble of Narayanan et al. 2021, section 2.2); with v
+//              virtual stages (the interleaved schedule of software that
+//              has it, their section 2.2.2) each device runs v chunks of
+//              its layers, so the fill and drain take 1/v as long,
+//              m max_s t_s + (sum_s t_s - max_s t_s) / v, and every chunk
+//              boundary sends: v times the messages per micro-batch;
 //   data parallel  the gradient reduction of plain DP and ZeRO-1 starts during
 //              the last micro-batch's backward (buckets, Li et al. 2020): on
 //              a GPU only what exceeds that backward is exposed; ZeRO-2/3
@@ -55,6 +60,15 @@ struct PlanRequest {
   std::vector<int> tp, pp, micro_batch, zero, sequence_parallel;
   std::vector<model::Recompute> recompute;
   std::vector<parallel::ScheduleKind> schedule;
+  // Chunks of layers per device in an interleaved 1F1B pipeline (Megatron-LM's
+  // virtual pipeline stages); 1 = plain. Only for software that has the
+  // schedule (model::Software::interleaved_schedule), never the engine; it
+  // applies to the pipelined 1F1B layouts whose layers split into pp x v
+  // equal chunks and whose micro-batches are a multiple of pp (Megatron-LM's
+  // conditions), and other pipelined layouts are left out. The memory column
+  // stays the plain 1F1B plan: the extra warm-up activations of the
+  // interleaved schedule are not modelled.
+  int virtual_stages = 1;
 
   // bf16 on CUDA, fp32 on the CPU: what `train` uses there.
   model::Precision precision() const;
@@ -73,6 +87,7 @@ struct Prediction {
   double exposed_comm_seconds = 0;  // tensor-parallel collectives, pipeline sends, data-parallel reductions not hidden
   double bubble_seconds = 0;        // the pipeline's fill and drain on the slowest stage: sum_s t_s - max_s t_s
   double optimizer_seconds = 0;     // included in compute_seconds
+  int virtual_stages = 1;           // chunks per device (interleaved 1F1B when > 1)
   double model_flops = 0;           // per step, all devices (model/flops.h)
   double hardware_flops = 0;        // with recomputation
   double tflops_per_device = 0;     // model FLOPs
@@ -89,7 +104,7 @@ Prediction predict(const PlanRequest& request, const model::ParallelLayout& layo
 std::vector<Prediction> plan(const PlanRequest& request);
 
 // The planner's JSON record: tp, pp, dp, micro_batch, zero, recompute,
-// schedule, sequence_parallel, step_seconds, tflops_per_device, mfu,
+// schedule, virtual_stages, sequence_parallel, step_seconds, tflops_per_device, mfu,
 // memory_bytes_per_device, fits, and the step's split.
 nlohmann::json prediction_json(const Prediction& p);
 

@@ -63,6 +63,7 @@ Software megatron_lm_2021() {
   s.pipeline_scatter_gather = true;
   s.overlap_dp = Software::DpOverlap::kWithoutPipeline;
   s.grad_reduce_bytes = 2;
+  s.interleaved_schedule = true;
   return s;
 }
 

@@ -77,6 +77,11 @@ struct Software {
   enum class DpOverlap { kAlways, kWithoutPipeline };
   DpOverlap overlap_dp = DpOverlap::kAlways;
   double grad_reduce_bytes = 4;     // bytes per gradient the data-parallel reduction moves
+  // Has the interleaved 1F1B schedule (Narayanan et al. 2021, section
+  // 2.2.2): each device holds several non-adjacent chunks of layers, which
+  // shrinks the bubble and multiplies the pipeline messages. The engine runs
+  // plain 1F1B and all-forward-all-backward only.
+  bool interleaved_schedule = false;
 };
 
 // The engine on `device`: CUDA runs FlashAttention-style kernels; the CPU
@@ -94,7 +99,8 @@ Software engine_software(engine::DeviceType device);
 // (megatron/model/distributed.py of 2021: param.main_grad.add_(param.grad));
 // modelled for every row, as torch DDP copies gradients into its buckets
 // about as much. Pipeline messages are scattered over the tensor-parallel
-// ranks and gathered on arrival (the paper's section 4.1).
+// ranks and gathered on arrival (the paper's section 4.1). It has the
+// interleaved schedule (--num-layers-per-virtual-pipeline-stage).
 Software megatron_lm_2021();
 // "engine" or "megatron-lm-2021".
 Software software_by_name(const std::string& name, engine::DeviceType device);

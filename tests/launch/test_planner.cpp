@@ -210,3 +210,55 @@ TEST(Planner, BadRequestsAreNamed) {
   EXPECT_THROW(launch::plan(r), std::exception);
   EXPECT_THROW(model::software_by_name("deepspeed-9", engine::DeviceType::kCuda), std::exception);
 }
+
+// Megatron-LM's interleaved 1F1B (Narayanan et al. 2021, section 2.2.2):
+// with v chunks per device the bubble is 1/v of plain 1F1B's and every chunk
+// boundary sends, so a pipeline of p equal stages and m micro-batches sends
+// v times as often per device. Only software that has the schedule takes it.
+TEST(Planner, InterleavedScheduleShrinksTheBubbleAndMultipliesTheSends) {
+  launch::PlanRequest r = gpt2_request(8);  // gpt2-350m: 24 layers
+  r.software = "megatron-lm-2021";
+  r.tp = {1};
+  r.pp = {4};
+  r.micro_batch = {2};
+  r.zero = {0};
+  r.recompute = {model::Recompute::kNone};
+  r.schedule = {parallel::ScheduleKind::kOneFOneB};
+  const std::vector<launch::Prediction> plain = launch::plan(r);
+  r.virtual_stages = 3;  // 24 layers = 4 stages x 3 chunks x 2 layers
+  const std::vector<launch::Prediction> interleaved = launch::plan(r);
+  ASSERT_EQ(plain.size(), 1u);
+  ASSERT_EQ(interleaved.size(), 1u);
+  const launch::Prediction& a = plain.front();
+  const launch::Prediction& b = interleaved.front();
+  EXPECT_EQ(a.virtual_stages, 1);
+  EXPECT_EQ(b.virtual_stages, 3);
+  EXPECT_EQ(launch::prediction_json(b).at("virtual_stages"), 3);
+  // m = 64 / dp 2 / mb 2 = 16 micro-batches over 4 stages. The bubble is the
+  // fill and drain, (sum_s t_s - max_s t_s) / v, of stage times that now hold
+  // more sends; it shrinks by nearly 3.
+  EXPECT_GT(a.bubble_seconds / b.bubble_seconds, 2.5);
+  EXPECT_LT(a.bubble_seconds / b.bubble_seconds, 3.0);
+  // More messages: the steady state, m max_s t_s, grows.
+  EXPECT_GT(b.step_seconds - b.bubble_seconds, a.step_seconds - a.bubble_seconds);
+  EXPECT_LT(b.step_seconds, a.step_seconds);
+  for (const auto& p : {a, b})
+    EXPECT_NEAR(p.compute_seconds + p.exposed_comm_seconds + p.bubble_seconds, p.step_seconds, 1e-9 * p.step_seconds);
+  // A stage of one micro-batch in flight has nothing to interleave: Megatron-LM
+  // needs the micro-batches to be a multiple of pp, and pp x v to divide the layers.
+  r.global_batch = 12;  // 12 / dp 2 / mb 2 = 3 micro-batches, not a multiple of 4
+  EXPECT_TRUE(launch::plan(r).empty());
+  r.global_batch = 64;
+  r.virtual_stages = 5;  // 24 layers do not split into 4 x 5 chunks
+  EXPECT_TRUE(launch::plan(r).empty());
+  // A one-stage layout is unchanged by the flag.
+  r.pp = {1};
+  r.virtual_stages = 3;
+  const std::vector<launch::Prediction> one_stage = launch::plan(r);
+  ASSERT_FALSE(one_stage.empty());
+  EXPECT_EQ(one_stage.front().virtual_stages, 1);
+  // The engine has no interleaved schedule: a clear refusal naming it.
+  r.software = "engine";
+  EXPECT_NE(r.check().find("no interleaved pipeline schedule"), std::string::npos);
+  EXPECT_THROW(launch::plan(r), std::exception);
+}

@@ -7,22 +7,28 @@
 // the software is model::megatron_lm_2021(). Nothing here is fitted to the
 // rows. The layouts are the paper's own (NVIDIA/Megatron-LM
 // examples/sc21/run_table_1.sh, which reproduces Table 1): its tp, pp and
-// micro-batch sizes, 1F1B. Four rows (76.1B to 529.6B) ran the interleaved
-// 1F1B schedule, which the engine does not have, so the model charges them
-// the larger bubble of plain 1F1B. The paper's TFLOP/s per GPU count the
-// recomputed forward:
+// micro-batch sizes, 1F1B, and for four rows (76.1B to 529.6B) the
+// interleaved schedule with the chunks its
+// --num-layers-per-virtual-pipeline-stage gives (the planner models that
+// schedule for this software; the engine does not run it). The paper's
+// TFLOP/s per GPU count the recomputed forward:
 //   F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h))   (their section 5.1)
-// so the prediction is F / (predicted step time x GPUs). Results and the discussion of the error are in
-// examples/benchmarks/RESULTS.md; the targets (every row within 10%,
-// 5% on average) are NOT met: the model predicts every row 10-20% too high
-// (mean 14.5%), a bias of one sign that points at optimistic inputs (the
-// best-shape matmul rate of 2025 software, the data-sheet memory bandwidth)
-// rather than at one mechanism. These bounds keep it from getting worse
-// unnoticed.
+// so the prediction is F / (predicted step time x GPUs). Results and the
+// discussion of the error are in examples/benchmarks/RESULTS.md; the
+// issue's targets (every row within 10%, 5% on average) are NOT met: the
+// model predicts every row 12-20% too fast (mean 16.9%). The bias has one
+// sign and nearly one size, and the same cluster file predicts the same
+// code's 2022 iteration times (Korthikanti2023Table5 below) 5-13% too fast,
+// with the 1T model, on the same tp 8 x pp 64 pipeline, at 177 TFLOP/s per
+// GPU in 2022 against Table 1's 163: it points at the compute rates of the
+// inputs (the best-shape matmul rate of 2025 software, the data-sheet memory
+// bandwidth) rather than at one mechanism. These bounds keep it from getting
+// worse unnoticed.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
+#include <tuple>
 
 #include "launch/cluster_file.h"
 #include "launch/planner.h"
@@ -34,14 +40,15 @@ struct Row {
   int heads, hidden, layers, tp, pp, gpus, batch;
   double tflops;     // per GPU, Table 1
   int micro_batch;   // NVIDIA/Megatron-LM examples/sc21/run_table_1.sh
+  int virtual_stages;  // its --num-layers-per-virtual-pipeline-stage: layers / pp / that
 };
 
 constexpr Row kTable1[] = {
-    {"1.7B", 24, 2304, 24, 1, 1, 32, 512, 137, 16},          {"3.6B", 32, 3072, 30, 2, 1, 64, 512, 138, 16},
-    {"7.5B", 32, 4096, 36, 4, 1, 128, 512, 142, 16},         {"18.4B", 48, 6144, 40, 8, 1, 256, 1024, 135, 8},
-    {"39.1B", 64, 8192, 48, 8, 2, 512, 1536, 138, 4},       {"76.1B", 80, 10240, 60, 8, 4, 1024, 1792, 140, 2},
-    {"145.6B", 96, 12288, 80, 8, 8, 1536, 2304, 148, 2},    {"310.1B", 128, 16384, 96, 8, 16, 1920, 2160, 155, 1},
-    {"529.6B", 128, 20480, 105, 8, 35, 2520, 2520, 163, 1}, {"1008.0B", 160, 25600, 128, 8, 64, 3072, 3072, 163, 1},
+    {"1.7B", 24, 2304, 24, 1, 1, 32, 512, 137, 16, 1},          {"3.6B", 32, 3072, 30, 2, 1, 64, 512, 138, 16, 1},
+    {"7.5B", 32, 4096, 36, 4, 1, 128, 512, 142, 16, 1},         {"18.4B", 48, 6144, 40, 8, 1, 256, 1024, 135, 8, 1},
+    {"39.1B", 64, 8192, 48, 8, 2, 512, 1536, 138, 4, 1},        {"76.1B", 80, 10240, 60, 8, 4, 1024, 1792, 140, 2, 3},
+    {"145.6B", 96, 12288, 80, 8, 8, 1536, 2304, 148, 2, 2},     {"310.1B", 128, 16384, 96, 8, 16, 1920, 2160, 155, 1, 2},
+    {"529.6B", 128, 20480, 105, 8, 35, 2520, 2520, 163, 1, 3},  {"1008.0B", 160, 25600, 128, 8, 64, 3072, 3072, 163, 1, 1},
 };
 
 }  // namespace
@@ -68,6 +75,7 @@ TEST(PlannerPublished, Narayanan2021Table1) {
     r.sequence_parallel = {0};
     r.recompute = {model::Recompute::kFull};
     r.schedule = {parallel::ScheduleKind::kOneFOneB};
+    r.virtual_stages = row.virtual_stages;
     r.attention = model::AttentionFlops::kFull;  // the paper counts the whole s x s square
     const std::vector<launch::Prediction> ranked = launch::plan(r);
     ASSERT_FALSE(ranked.empty()) << row.params;
@@ -79,8 +87,9 @@ TEST(PlannerPublished, Narayanan2021Table1) {
     // The planner's hardware FLOPs (HFU's numerator) are the paper's count: recomputation of the whole forward.
     EXPECT_NEAR(best.hardware_flops / paper_flops, 1.0, 1e-12) << row.params;
     const double error = predicted / row.tflops - 1;
-    std::printf("%8s tp %d pp %2d mb %2lld: predicted %6.1f TFLOP/s per GPU, published %5.1f, error %+5.1f%%\n",
-                row.params, row.tp, row.pp, static_cast<long long>(best.layout.micro_batch), predicted, row.tflops,
+    EXPECT_EQ(best.virtual_stages, row.virtual_stages) << row.params;
+    std::printf("%8s tp %d pp %2d x%d mb %2lld: predicted %6.1f TFLOP/s per GPU, published %5.1f, error %+5.1f%%\n",
+                row.params, row.tp, row.pp, row.virtual_stages, static_cast<long long>(best.layout.micro_batch), predicted, row.tflops,
                 100 * error);
     sum_abs += std::fabs(error);
     worst = std::max(worst, std::fabs(error));
@@ -88,5 +97,96 @@ TEST(PlannerPublished, Narayanan2021Table1) {
   const double mean = sum_abs / std::size(kTable1);
   std::printf("mean absolute error %.1f%%, worst %.1f%%\n", 100 * mean, 100 * worst);
   EXPECT_LE(worst, 0.20);
+  EXPECT_LE(mean, 0.18);
+}
+
+// A second published set on the same cluster, a year later: Korthikanti et
+// al. 2023 ("Reducing Activation Recomputation in Large Transformer Models",
+// MLSys 2023, arXiv:2205.05198), Table 5: the time of one iteration of four
+// GPT models on Selene's A100s (sequence 2048, vocabulary 51200, fp16,
+// micro-batch 1 except 22B's 4, global batch = GPUs except 22B's 4, no data
+// parallelism), with full recomputation and with sequence parallelism plus
+// selective recomputation. The times and layouts are as Calculon (Isaev et
+// al., SC23) transcribed them for its own validation
+// (github.com/calculon-ai/calculon: calculon/megatron/validation.py, its
+// kProfile; validation/*.json); they agree with the paper's abstract (530B:
+// 42.1% MFU with recomputation, 54.2% without, on 2240 GPUs; these times give
+// 43.2% and 56.0% on 280 GPUs). 175B and 530B ran the interleaved schedule
+// with 3 chunks per device. The software is still model::megatron_lm_2021():
+// the 2022 code also overlaps some backward tensor-parallel communication
+// with the weight-gradient matmuls and redoes the sequence-parallel
+// all-gather in backward, neither modelled. The memory plan is the engine's,
+// not Megatron-LM's, so whether each fits is not checked here.
+namespace {
+
+struct Table5Row {
+  const char* params;
+  int heads, hidden, layers, pp, gpus, batch, micro_batch, virtual_stages;
+  double full_seconds, selective_seconds;  // Table 5: full recomputation; sequence parallel + selective
+};
+
+constexpr Table5Row kTable5[] = {
+    {"22B", 64, 6144, 48, 1, 8, 4, 4, 1, 1.42, 1.10},
+    {"175B", 96, 12288, 96, 8, 64, 64, 1, 3, 18.13, 13.75},
+    {"530B", 128, 20480, 105, 35, 280, 280, 1, 3, 49.05, 37.83},
+    {"1T", 160, 25600, 128, 64, 512, 512, 1, 1, 94.42, 71.49},
+};
+
+double predicted_seconds(const Table5Row& row, model::Recompute recompute, int sequence_parallel) {
+  launch::PlanRequest r;
+  r.model.n_layer = row.layers;
+  r.model.n_head = row.heads;
+  r.model.n_embd = row.hidden;
+  r.model.vocab_size = 51200;
+  r.model.max_seq_len = 2048;
+  r.seq_len = 2048;
+  r.global_batch = row.batch;
+  r.devices = row.gpus;
+  r.cluster = launch::read_cluster_file(ENGINE_SOURCE_DIR "/examples/scaling/clusters/selene_a100.json");
+  r.software = "megatron-lm-2021";
+  r.micro_batch = {row.micro_batch};
+  r.tp = {8};
+  r.pp = {row.pp};
+  r.zero = {0};
+  r.sequence_parallel = {sequence_parallel};
+  r.recompute = {recompute};
+  r.schedule = {parallel::ScheduleKind::kOneFOneB};
+  r.virtual_stages = row.virtual_stages;
+  const std::vector<launch::Prediction> ranked = launch::plan(r);
+  EXPECT_EQ(ranked.size(), 1u) << row.params;
+  if (ranked.empty()) return 0;
+  EXPECT_EQ(ranked.front().virtual_stages, row.virtual_stages) << row.params;
+  return ranked.front().step_seconds;
+}
+
+}  // namespace
+
+TEST(PlannerPublished, Korthikanti2023Table5) {
+  double sum_abs = 0, worst = 0, worst_speedup = 0;
+  int n = 0;
+  for (const Table5Row& row : kTable5) {
+    const double full = predicted_seconds(row, model::Recompute::kFull, 0);
+    const double selective = predicted_seconds(row, model::Recompute::kSelective, 1);
+    for (const auto& [name, predicted, published] :
+         {std::tuple{"full", full, row.full_seconds}, std::tuple{"sp + selective", selective, row.selective_seconds}}) {
+      const double error = predicted / published - 1;  // of the time: negative = predicted faster
+      std::printf("%5s pp %2d x%d %-15s: predicted %6.2f s, published %6.2f s, error %+5.1f%%\n", row.params, row.pp,
+                  row.virtual_stages, name, predicted, published, 100 * error);
+      sum_abs += std::fabs(error);
+      worst = std::max(worst, std::fabs(error));
+      ++n;
+    }
+    // What sequence parallelism and selective recomputation save, against full recomputation.
+    const double speedup_error = (full / selective) / (row.full_seconds / row.selective_seconds) - 1;
+    std::printf("%5s speed-up of sp + selective: predicted %.3f, published %.3f (%+.1f%%)\n", row.params,
+                full / selective, row.full_seconds / row.selective_seconds, 100 * speedup_error);
+    worst_speedup = std::max(worst_speedup, std::fabs(speedup_error));
+  }
+  const double mean = sum_abs / n;
+  std::printf("mean absolute error %.1f%%, worst %.1f%%; worst speed-up error %.1f%%\n", 100 * mean, 100 * worst,
+              100 * worst_speedup);
+  // Regression bounds on what RESULTS.md records, not the targets.
+  EXPECT_LE(worst, 0.20);
   EXPECT_LE(mean, 0.15);
+  EXPECT_LE(worst_speedup, 0.10);
 }
