@@ -33,6 +33,14 @@ double scalar_reduction_seconds(int ranks, const parallel::Link& link) {
   return ranks > 1 ? 2.0 * std::ceil(std::log2(static_cast<double>(ranks))) * link.latency_seconds : 0.0;
 }
 
+// Megatron-LM's conditions for its interleaved schedule (arguments.py and
+// schedules.py): more than two stages, the layers split into pp x v equal
+// chunks, micro-batches a multiple of pp, and 1F1B.
+bool can_interleave(const PlanRequest& r, const ParallelLayout& l) {
+  return l.pp > 2 && l.schedule == parallel::ScheduleKind::kOneFOneB &&
+         r.model.n_layer % (static_cast<std::int64_t>(l.pp) * r.virtual_stages) == 0 && l.micro_batches % l.pp == 0;
+}
+
 }  // namespace
 
 model::Precision PlanRequest::precision() const {
@@ -53,9 +61,13 @@ std::string PlanRequest::check() const {
   if (devices < 1) add("--devices must be >= 1, got " + std::to_string(devices));
   if (cluster.devices_per_node < 1) add("the cluster needs devices_per_node >= 1");
   if (virtual_stages < 1) add("--virtual-stages must be >= 1, got " + std::to_string(virtual_stages));
-  if (virtual_stages > 1 && !model::software_by_name(software, cluster.device).interleaved_schedule)
-    add("--virtual-stages " + std::to_string(virtual_stages) + ": software '" + software +
-        "' has no interleaved pipeline schedule (the engine runs 1f1b and afab)");
+  try {
+    if (virtual_stages > 1 && !model::software_by_name(software, cluster.device).interleaved_schedule)
+      add("--virtual-stages " + std::to_string(virtual_stages) + ": software '" + software +
+          "' has no interleaved pipeline schedule (the engine runs 1f1b and afab)");
+  } catch (const std::exception& e) {
+    add(e.what());
+  }
   return problems;
 }
 
@@ -84,11 +96,6 @@ std::vector<ParallelLayout> enumerate_layouts(const PlanRequest& r) {
                 // A one-stage pipeline runs every schedule alike: listed once, as 1F1B.
                 if (pp == 1 && sk != parallel::ScheduleKind::kOneFOneB) continue;
                 if (pp > 1 && !allowed(r.schedule, sk)) continue;
-                const std::int64_t micro_batches = per_replica / mb;
-                if (pp > 1 && r.virtual_stages > 1 &&
-                    (sk != parallel::ScheduleKind::kOneFOneB || r.model.n_layer % (pp * r.virtual_stages) != 0 ||
-                     micro_batches % pp != 0))
-                  continue;  // Megatron-LM's conditions for interleaving (see the header)
                 ParallelLayout l;
                 l.tp = tp;
                 l.pp = pp;
@@ -98,10 +105,11 @@ std::vector<ParallelLayout> enumerate_layouts(const PlanRequest& r) {
                 l.recompute = rc;
                 l.schedule = sk;
                 l.micro_batch = mb;
-                l.micro_batches = micro_batches;
+                l.micro_batches = per_replica / mb;
                 l.seq_len = r.seq_len;
                 l.precision = r.precision();
                 l.device = r.cluster.device;
+                if (pp > 1 && r.virtual_stages > 1 && !can_interleave(r, l)) continue;
                 layouts.push_back(l);
               }
             }
@@ -126,6 +134,9 @@ Prediction predict(const PlanRequest& r, const ParallelLayout& l) {
   const parallel::Link dp_link = parallel::axis_link(c, parallel::Axis::kDp, l.tp, l.pp, l.dp);
   const int zero = l.zero_stage();
   const int chunks = l.pp > 1 ? r.virtual_stages : 1;  // interleaved 1F1B: chunks of layers per device
+  ENGINE_CHECK(chunks == 1 || (software.interleaved_schedule && can_interleave(r, l)), "layout tp ", l.tp, " pp ", l.pp,
+               " cannot run ", chunks, " virtual stages with software '", r.software,
+               "' (interleaving needs software that has it, pp > 2, 1F1B, layers split into pp x v, micro-batches a multiple of pp)");
 
   // Pipeline boundary: the (B,T,C) activation forward and its gradient backward.
   // Under sequence parallelism each tensor-parallel rank holds and sends its

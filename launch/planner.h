@@ -18,7 +18,8 @@
 //              has it, their section 2.2.2) each device runs v chunks of
 //              its layers, so the fill and drain take 1/v as long,
 //              m max_s t_s + (sum_s t_s - max_s t_s) / v, and every chunk
-//              boundary sends: v times the messages per micro-batch;
+//              boundary sends: per micro-batch a middle device sends 2v
+//              messages instead of 2, an end device 2v - 1 instead of 1;
 //   data parallel  the gradient reduction of plain DP and ZeRO-1 starts during
 //              the last micro-batch's backward (buckets, Li et al. 2020): on
 //              a GPU only what exceeds that backward is exposed; ZeRO-2/3
@@ -63,9 +64,9 @@ struct PlanRequest {
   // Chunks of layers per device in an interleaved 1F1B pipeline (Megatron-LM's
   // virtual pipeline stages); 1 = plain. Only for software that has the
   // schedule (model::Software::interleaved_schedule), never the engine; it
-  // applies to the pipelined 1F1B layouts whose layers split into pp x v
-  // equal chunks and whose micro-batches are a multiple of pp (Megatron-LM's
-  // conditions), and other pipelined layouts are left out. The memory column
+  // applies to the 1F1B layouts of more than two stages whose layers split
+  // into pp x v equal chunks and whose micro-batches are a multiple of pp
+  // (Megatron-LM's conditions), and other pipelined layouts are left out. The memory column
   // stays the plain 1F1B plan: the extra warm-up activations of the
   // interleaved schedule are not modelled.
   int virtual_stages = 1;
@@ -85,7 +86,7 @@ struct Prediction {
   // communication. Compare the totals, not the parts, across the two.
   double compute_seconds = 0;       // the rest
   double exposed_comm_seconds = 0;  // tensor-parallel collectives, pipeline sends, data-parallel reductions not hidden
-  double bubble_seconds = 0;        // the pipeline's fill and drain on the slowest stage: sum_s t_s - max_s t_s
+  double bubble_seconds = 0;        // the pipeline's fill and drain: (sum_s t_s - max_s t_s) / virtual_stages
   double optimizer_seconds = 0;     // included in compute_seconds
   int virtual_stages = 1;           // chunks per device (interleaved 1F1B when > 1)
   double model_flops = 0;           // per step, all devices (model/flops.h)

@@ -213,8 +213,9 @@ TEST(Planner, BadRequestsAreNamed) {
 
 // Megatron-LM's interleaved 1F1B (Narayanan et al. 2021, section 2.2.2):
 // with v chunks per device the bubble is 1/v of plain 1F1B's and every chunk
-// boundary sends, so a pipeline of p equal stages and m micro-batches sends
-// v times as often per device. Only software that has the schedule takes it.
+// boundary sends: per micro-batch a middle device sends 2v messages instead
+// of 2, an end device 2v - 1 instead of 1. Only software that has the
+// schedule takes it, and only where Megatron-LM would run it.
 TEST(Planner, InterleavedScheduleShrinksTheBubbleAndMultipliesTheSends) {
   launch::PlanRequest r = gpt2_request(8);  // gpt2-350m: 24 layers
   r.software = "megatron-lm-2021";
@@ -239,8 +240,12 @@ TEST(Planner, InterleavedScheduleShrinksTheBubbleAndMultipliesTheSends) {
   // more sends; it shrinks by nearly 3.
   EXPECT_GT(a.bubble_seconds / b.bubble_seconds, 2.5);
   EXPECT_LT(a.bubble_seconds / b.bubble_seconds, 3.0);
-  // More messages: the steady state, m max_s t_s, grows.
-  EXPECT_GT(b.step_seconds - b.bubble_seconds, a.step_seconds - a.bubble_seconds);
+  // More messages: the steady state, m max_s t_s, grows by 4 sends per
+  // micro-batch on every device (6 instead of 2 in the middle, 5 instead of 1
+  // at the ends) of a (2, 1024, 1024) bf16 activation.
+  const parallel::Link pp_link = parallel::axis_link(r.cluster, parallel::Axis::kPp, 1, 4, 2);
+  const double send = parallel::send_seconds(2.0 * 1024 * 1024 * 2, pp_link);
+  EXPECT_NEAR((b.step_seconds - b.bubble_seconds) - (a.step_seconds - a.bubble_seconds), 16 * 4 * send, 1e-9);
   EXPECT_LT(b.step_seconds, a.step_seconds);
   for (const auto& p : {a, b})
     EXPECT_NEAR(p.compute_seconds + p.exposed_comm_seconds + p.bubble_seconds, p.step_seconds, 1e-9 * p.step_seconds);
@@ -251,6 +256,19 @@ TEST(Planner, InterleavedScheduleShrinksTheBubbleAndMultipliesTheSends) {
   r.global_batch = 64;
   r.virtual_stages = 5;  // 24 layers do not split into 4 x 5 chunks
   EXPECT_TRUE(launch::plan(r).empty());
+  r.virtual_stages = 3;
+  r.pp = {2};  // Megatron-LM interleaves only more than two stages
+  EXPECT_TRUE(launch::plan(r).empty());
+  r.schedule = {parallel::ScheduleKind::kAllForwardAllBackward};
+  r.pp = {4};
+  EXPECT_TRUE(launch::plan(r).empty());
+  // predict() refuses a layout the enumeration would have left out.
+  model::ParallelLayout two_stages = a.layout;
+  two_stages.pp = 2;
+  two_stages.dp = 4;
+  two_stages.micro_batches = 8;
+  EXPECT_THROW(launch::predict(r, two_stages), std::exception);
+  r.schedule = {parallel::ScheduleKind::kOneFOneB};
   // A one-stage layout is unchanged by the flag.
   r.pp = {1};
   r.virtual_stages = 3;
@@ -261,4 +279,7 @@ TEST(Planner, InterleavedScheduleShrinksTheBubbleAndMultipliesTheSends) {
   r.software = "engine";
   EXPECT_NE(r.check().find("no interleaved pipeline schedule"), std::string::npos);
   EXPECT_THROW(launch::plan(r), std::exception);
+  EXPECT_THROW(launch::predict(r, a.layout), std::exception);
+  r.software = "deepspeed-9";  // an unknown software is a problem check() names, not an exception
+  EXPECT_NE(r.check().find("deepspeed-9"), std::string::npos);
 }
