@@ -87,7 +87,6 @@ launch::PlanRequest make_request(const Options& o) {
   r.cluster = launch::read_cluster_file(o.cluster);
   r.attention = model::parse_attention_flops(o.attention);
   r.software = o.software;
-  model::software_by_name(o.software, r.cluster.device);  // an unknown name fails here, naming the choices
   r.virtual_stages = o.virtual_stages;
   r.tp = o.tp;
   r.pp = o.pp;

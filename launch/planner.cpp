@@ -175,9 +175,8 @@ Prediction predict(const PlanRequest& r, const ParallelLayout& l) {
     }
     // Each of a device's chunks sends its activation on and its input's
     // gradient back, but for the first chunk of the first stage and the last
-    // chunk of the last.
-    const double sends = (s > 0 || chunks > 1 ? chunks - (s == 0 ? 1 : 0) : 0) * send +
-                         (s < l.pp - 1 || chunks > 1 ? chunks - (s == l.pp - 1 ? 1 : 0) : 0) * send;
+    // chunk of the last (send is 0 without a pipeline).
+    const double sends = (2.0 * chunks - (s == 0 ? 1 : 0) - (s == l.pp - 1 ? 1 : 0)) * send;
     const double t = st.forward + st.backward + sends + per_micro_batch;
     sum_stage += t;
     if (t > slowest) {

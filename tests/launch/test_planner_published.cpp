@@ -51,31 +51,43 @@ constexpr Row kTable1[] = {
     {"529.6B", 128, 20480, 105, 8, 35, 2520, 2520, 163, 1, 3},  {"1008.0B", 160, 25600, 128, 8, 64, 3072, 3072, 163, 1, 1},
 };
 
+// One layout of a published Megatron-LM run on Selene: a GPT of sequence 2048
+// and vocabulary 51200, no ZeRO, 1F1B (interleaved when virtual_stages > 1).
+struct PublishedLayout {
+  int heads, hidden, layers, tp, pp, gpus, batch, micro_batch, virtual_stages, sequence_parallel;
+  model::Recompute recompute;
+};
+
+launch::PlanRequest selene_request(const PublishedLayout& p) {
+  launch::PlanRequest r;
+  r.model.n_layer = p.layers;
+  r.model.n_head = p.heads;
+  r.model.n_embd = p.hidden;
+  r.model.vocab_size = 51200;
+  r.model.max_seq_len = 2048;
+  r.seq_len = 2048;
+  r.global_batch = p.batch;
+  r.devices = p.gpus;
+  r.cluster = launch::read_cluster_file(ENGINE_SOURCE_DIR "/examples/scaling/clusters/selene_a100.json");
+  r.software = "megatron-lm-2021";
+  r.micro_batch = {p.micro_batch};
+  r.tp = {p.tp};
+  r.pp = {p.pp};
+  r.zero = {0};
+  r.sequence_parallel = {p.sequence_parallel};
+  r.recompute = {p.recompute};
+  r.schedule = {parallel::ScheduleKind::kOneFOneB};
+  r.virtual_stages = p.virtual_stages;
+  return r;
+}
+
 }  // namespace
 
 TEST(PlannerPublished, Narayanan2021Table1) {
-  const parallel::Cluster selene = launch::read_cluster_file(ENGINE_SOURCE_DIR "/examples/scaling/clusters/selene_a100.json");
   double sum_abs = 0, worst = 0;
   for (const Row& row : kTable1) {
-    launch::PlanRequest r;
-    r.model.n_layer = row.layers;
-    r.model.n_head = row.heads;
-    r.model.n_embd = row.hidden;
-    r.model.vocab_size = 51200;
-    r.model.max_seq_len = 2048;
-    r.seq_len = 2048;
-    r.global_batch = row.batch;
-    r.devices = row.gpus;
-    r.cluster = selene;
-    r.software = "megatron-lm-2021";
-    r.micro_batch = {row.micro_batch};
-    r.tp = {row.tp};
-    r.pp = {row.pp};
-    r.zero = {0};
-    r.sequence_parallel = {0};
-    r.recompute = {model::Recompute::kFull};
-    r.schedule = {parallel::ScheduleKind::kOneFOneB};
-    r.virtual_stages = row.virtual_stages;
+    launch::PlanRequest r = selene_request({row.heads, row.hidden, row.layers, row.tp, row.pp, row.gpus, row.batch,
+                                            row.micro_batch, row.virtual_stages, 0, model::Recompute::kFull});
     r.attention = model::AttentionFlops::kFull;  // the paper counts the whole s x s square
     const std::vector<launch::Prediction> ranked = launch::plan(r);
     ASSERT_FALSE(ranked.empty()) << row.params;
@@ -133,25 +145,8 @@ constexpr Table5Row kTable5[] = {
 };
 
 double predicted_seconds(const Table5Row& row, model::Recompute recompute, int sequence_parallel) {
-  launch::PlanRequest r;
-  r.model.n_layer = row.layers;
-  r.model.n_head = row.heads;
-  r.model.n_embd = row.hidden;
-  r.model.vocab_size = 51200;
-  r.model.max_seq_len = 2048;
-  r.seq_len = 2048;
-  r.global_batch = row.batch;
-  r.devices = row.gpus;
-  r.cluster = launch::read_cluster_file(ENGINE_SOURCE_DIR "/examples/scaling/clusters/selene_a100.json");
-  r.software = "megatron-lm-2021";
-  r.micro_batch = {row.micro_batch};
-  r.tp = {8};
-  r.pp = {row.pp};
-  r.zero = {0};
-  r.sequence_parallel = {sequence_parallel};
-  r.recompute = {recompute};
-  r.schedule = {parallel::ScheduleKind::kOneFOneB};
-  r.virtual_stages = row.virtual_stages;
+  const launch::PlanRequest r = selene_request({row.heads, row.hidden, row.layers, 8, row.pp, row.gpus, row.batch,
+                                                row.micro_batch, row.virtual_stages, sequence_parallel, recompute});
   const std::vector<launch::Prediction> ranked = launch::plan(r);
   EXPECT_EQ(ranked.size(), 1u) << row.params;
   if (ranked.empty()) return 0;
