@@ -192,6 +192,25 @@ find_nccl() {
   return 1
 }
 
+# ---- MPI: does the carried wrapper build and run a program here? ------------------
+# FindMPI only says "MPI_CXX_WORKS missing" when its test compile fails; this
+# shows why (the first device call, 2026-11-23, failed there).
+mpi_probe() {
+  local d; d=$(mktemp -d -t mpi-probe.XXXXXX)
+  echo "mpicxx: $(command -v mpicxx || echo NOT FOUND)"
+  mpicxx -showme 2>&1 | sed 's/^/  showme: /'
+  printf '#include <mpi.h>\n#include <cstdio>\nint main(int c, char** v) { MPI_Init(&c, &v); int r, n;\n  MPI_Comm_rank(MPI_COMM_WORLD, &r); MPI_Comm_size(MPI_COMM_WORLD, &n);\n  std::printf("hello from %%d of %%d\\n", r, n); MPI_Finalize(); }\n' >"$d/hello.cpp"
+  for cxx in "${CXX:-}" /usr/bin/g++; do
+    [ -n "$cxx" ] || continue
+    echo "  build with OMPI_CXX=$cxx:"
+    OMPI_CXX=$cxx mpicxx "$d/hello.cpp" -o "$d/hello" 2>&1 | head -20 | sed 's/^/    /'
+    [ -x "$d/hello" ] && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 60 \
+      mpirun --oversubscribe -np 2 "$d/hello" 2>&1 | head -10 | sed 's/^/    /'
+    rm -f "$d/hello"
+  done
+  rm -rf "$d"
+}
+
 # ---- inventory ------------------------------------------------------------------
 inventory() {
   local f=$OUT/inventory.txt
@@ -256,6 +275,10 @@ EOF
     echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
     echo "PKG_CONFIG_PATH=${PKG_CONFIG_PATH:-}"
     echo "CMAKE_PREFIX_PATH=${CMAKE_PREFIX_PATH:-}"
+    echo "compiler variables: CC=${CC:-} CXX=${CXX:-} CUDAHOSTCXX=${CUDAHOSTCXX:-} CFLAGS=${CFLAGS:-} CXXFLAGS=${CXXFLAGS:-} LDFLAGS=${LDFLAGS:-}"
+    echo
+    echo "---- MPI probe: the wrapper, and a two-rank hello built by it"
+    mpi_probe
   } >"$f" 2>&1
   # Echo the key facts into the reply's tail.
   grep -E '^(commit|host|os|glibc|deps|nvcc|cmake|gcc|mpirun|NCCL|toolkit)' "$f"
@@ -292,7 +315,21 @@ build() {
   fi
   {
     echo "==== cmake ${args[*]}"
-    cmake "${args[@]}" && {
+    cmake "${args[@]}" || {
+      # Keep what CMake's checks saw (FindMPI's test compile, say), then try
+      # once more with the system compiler that the MPI wrapper itself calls,
+      # in case the image's CXX (e.g. /opt/gcc) is what broke the check.
+      [ -f "$BUILD/CMakeFiles/CMakeConfigureLog.yaml" ] &&
+        tail -c 4000000 "$BUILD/CMakeFiles/CMakeConfigureLog.yaml" >"$OUT/cmake_configure_log.yaml"
+      if [ -x /usr/bin/g++ ] && [ "${CXX:-}" != /usr/bin/g++ ]; then
+        echo "==== configure failed; again with CC=/usr/bin/gcc CXX=/usr/bin/g++ (was CXX=${CXX:-unset}) in a fresh $BUILD"
+        rm -rf "$BUILD"
+        export CC=/usr/bin/gcc CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++
+        cmake "${args[@]}"
+      else
+        false
+      fi
+    } && {
       echo "==== cmake --build $BUILD -j $JOBS ${targets[*]}"
       timeout "$(stage_timeout 900)" cmake --build "$BUILD" -j "$JOBS" "${targets[@]}"
     }
