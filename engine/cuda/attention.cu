@@ -41,6 +41,7 @@
 #include <cstdint>
 #include <initializer_list>
 
+#include "engine/cuda/attention_cudnn.h"
 #include "engine/cuda/common.cuh"
 #include "engine/cuda/cuda_ops.h"
 
@@ -640,14 +641,17 @@ AttentionDims attention_dims(const Tensor& qkv, int n_head, const char* op) {
           static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)))};
 }
 
-void check_flash_operands(const AttentionDims& a, std::initializer_list<const Tensor*> tensors, const char* op) {
-  ENGINE_CHECK(a.D == 32 || a.D == 64 || a.D == 128, op, ": head size ", a.D,
-               " is not supported by the bf16 flash-attention kernels (32, 64 or 128; f32 activations take any "
-               "head size up to ", kF32MaxHead, ")");
+void check_bf16_operands(std::initializer_list<const Tensor*> tensors, const char* op) {
   for (const Tensor* t : tensors) {
     ENGINE_CHECK(t->dtype() == DType::kBF16, op, ": ", t->describe(), " must be bf16 like qkv");
     ENGINE_CHECK(aligned(t->data(), 16), op, ": ", t->describe(), " must be 16-byte aligned (vector loads)");
   }
+}
+
+void check_flash_head_size(const AttentionDims& a, const char* op) {
+  ENGINE_CHECK(a.D == 32 || a.D == 64 || a.D == 128, op, ": head size ", a.D,
+               " is not supported by the bf16 flash-attention kernels (32, 64 or 128; f32 activations take any "
+               "head size up to ", kF32MaxHead, ")");
 }
 
 void check_f32_operands(const AttentionDims& a, std::initializer_list<const Tensor*> tensors, const char* op) {
@@ -674,7 +678,13 @@ void attention_forward(const Tensor& out, const Tensor& saved, const Tensor& qkv
     CUDA_CHECK_LAUNCH();
     return;
   }
-  check_flash_operands(a, {&qkv, &out}, "attention_forward");
+  check_bf16_operands({&qkv, &out}, "attention_forward");
+  if (cudnn_attention_selected(a.B, a.T, a.H, a.D)) {
+    cudnn_attention_forward(out.data_as<bf16>(), saved.data_as<float>(), qkv.data_as<const bf16>(), a.B, a.T, a.H,
+                            a.D, a.scale);
+    return;
+  }
+  check_flash_head_size(a, "attention_forward");
   switch (a.D) {
     case 32: return flash_forward<32>(out, saved, qkv, a.B, a.T, a.H, a.scale);
     case 64: return flash_forward<64>(out, saved, qkv, a.B, a.T, a.H, a.scale);
@@ -691,7 +701,13 @@ void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qk
   if (rows == 0) return;
   const bool f32 = qkv.dtype() == DType::kF32;
   if (f32) check_f32_operands(a, {&dqkv, &dout, &out}, "attention_backward");
-  else check_flash_operands(a, {&qkv, &dqkv, &dout, &out}, "attention_backward");
+  else check_bf16_operands({&qkv, &dqkv, &dout, &out}, "attention_backward");
+  if (!f32 && cudnn_attention_selected(a.B, a.T, a.H, a.D)) {
+    cudnn_attention_backward(dqkv.data_as<bf16>(), dout.data_as<const bf16>(), qkv.data_as<const bf16>(),
+                             out.data_as<const bf16>(), saved.data_as<const float>(), a.B, a.T, a.H, a.D, a.scale);
+    return;
+  }
+  if (!f32) check_flash_head_size(a, "attention_backward");
 
   // Scratch (grown on the first step only): delta (B, H, T) f32, and for the
   // flash path the f32 dQ accumulator (B, T, C).

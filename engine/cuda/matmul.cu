@@ -167,6 +167,17 @@ bool try_lt_gemm(const Gemm& g) {
                                                     sizeof(align_d)));
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d,
                                                     sizeof(align_d)));
+  // Split-K kernels may add their partial sums in the output type
+  // (CUBLASLT_REDUCTION_SCHEME_INPLACE / OUTPUT_TYPE): for a bf16 output that
+  // is several bf16 roundings instead of one. On the H100 (2026-11-23) the
+  // heuristic picked such a kernel for a small GELU_AUX_BIAS product
+  // (N 37, K 36, OC 24) and pre_gelu came out up to 5 bf16 ulps off; allow
+  // only unsplit kernels or f32 (compute-type) reductions for 16-bit outputs.
+  if (g.d_type == DType::kBF16) {
+    const std::uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;  // NONE (0) is always allowed
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                      &schemes, sizeof(schemes)));
+  }
   // The heuristic costs tens of microseconds of host time, and a training
   // step repeats the same few GEMM shapes, so its answer is cached per shape
   // (and per alignment class and device: the choice depends on both).

@@ -127,7 +127,10 @@ echo "==== gpu_bench: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
 echo "GPU:     $gpu_info (CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES)"
 # A GPU machine gets the working tree without .git: ENGINE_COMMIT names the commit there.
 commit=${ENGINE_COMMIT:-$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)}
-if git -C "$ROOT" rev-parse HEAD >/dev/null 2>&1 && ! git -C "$ROOT" diff --quiet HEAD 2>/dev/null; then
+# (Only without ENGINE_COMMIT: there the copy's .git, if any, is not this
+# checkout's, and on 2026-11-23 it made a clean commit look modified.)
+if [ -z "${ENGINE_COMMIT:-}" ] && git -C "$ROOT" rev-parse HEAD >/dev/null 2>&1 &&
+   ! git -C "$ROOT" diff --quiet HEAD 2>/dev/null; then
   commit="$commit (+ uncommitted changes)"
 fi
 echo "commit:  $commit"

@@ -1,0 +1,31 @@
+// Causal attention through cuDNN's fused scaled-dot-product attention
+// (cuDNN frontend graph API, sdpa / sdpa_backward), for bf16 activations.
+//
+// Same layouts and the same saved state as attention.cu's FlashAttention-2
+// path: qkv (B, T, 3C), out (B, T, C), lse (B, H, T) f32 = log sum_j
+// exp(q.k_j * scale), dqkv (B, T, 3C). cuDNN reads q, k and v in place
+// through strides (no permute), as llm.c does.
+//
+// Which implementation runs: ENGINE_ATTENTION=cudnn | flash | auto (the
+// default: cuDNN where this build has it and it supports the shape, else
+// the built-in kernels). A shape is decided once, forward and backward
+// together, so the two never mix.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_bf16.h>
+
+namespace engine::cuda {
+
+// True when cuDNN runs attention for this shape on the current device (first
+// call per shape builds both graphs: tens to hundreds of milliseconds).
+// Raises if ENGINE_ATTENTION=cudnn and cuDNN cannot run it.
+bool cudnn_attention_selected(int B, int T, int H, int D);
+
+void cudnn_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int H, int D,
+                             float scale);
+void cudnn_attention_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
+                              const __nv_bfloat16* out, const float* lse, int B, int T, int H, int D, float scale);
+
+}  // namespace engine::cuda
