@@ -469,7 +469,8 @@ TEST_P(CudaMode, Matmul) {
       {64, 96, 160, false, false},  // no bias
       {50, 64, 96, true, true},     // GELU fused forward (OC % 8 == 0) and DGELU fused backward (C % 8 == 0)
       {30, 40, 100, true, true},    // OC % 8 != 0: unfused GELU forward
-      {37, 36, 24, true, true},     // C % 8 != 0: unfused GELU backward
+      {37, 36, 24, true, true},     // C % 8 != 0: unfused GELU forward and backward
+      {37, 36, 24, true, false},    // C % 8 != 0 with the plain bias epilogue
       {1, 8, 8, true, true},        // a single row
       {256, 768, 3 * 768, true, false},  // a GPT-2 small qkv projection slice
   };
