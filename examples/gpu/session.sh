@@ -21,6 +21,8 @@
 #   test       the whole ctest suite (without the cuda label when cuda ran)
 #                                                            -> $OUT/ctest_all.log, $OUT/LastTest.log
 #   bench      examples/benchmarks/gpu_bench.sh (engine vs PyTorch) -> $OUT/bench.log
+#   checks     examples/gpu/checks.sh: gpt2-124m learns, recomputation overhead,
+#              ZeRO memory per rank, bad input, parity suites on CUDA -> $OUT/checks.log
 #   all        build,cuda,smoke,test,bench (about 10+ minutes: split it over calls)
 # Every stage's verdict and time go to $OUT/summary.txt, printed last. A failing
 # stage does not stop the later ones (those needing a build are skipped when it
@@ -67,8 +69,8 @@ declare -A want=()
 IFS=, read -ra _list <<<"$stages"
 for s in "${_list[@]}"; do
   case $s in
-    inventory|build|cuda|smoke|test|bench) want[$s]=1 ;;
-    *) echo "session.sh: unknown stage '$s' (known: inventory build cuda smoke test bench all)" >&2; exit 64 ;;
+    inventory|build|cuda|smoke|test|bench|checks) want[$s]=1 ;;
+    *) echo "session.sh: unknown stage '$s' (known: inventory build cuda smoke test bench checks all)" >&2; exit 64 ;;
   esac
 done
 
@@ -138,6 +140,9 @@ tarfile.open(sys.argv[1]).extractall(sys.argv[2], **kw)' "$tarball" "$D" || {
   # The wheel's mpicxx/mpirun find their prefix from /proc/self/exe; the
   # libraries and prterun's helpers read OPAL_PREFIX, so say it once for all.
   export OPAL_PREFIX=$M
+  # cuDNN's fused attention: the frontend's headers (CMake looks here; the
+  # cuDNN library itself is the image's).
+  [ -d "$D/cudnn-frontend" ] && export CUDNN_FRONTEND_ROOT=$D/cudnn-frontend
   DEPS_NOTE="carried: $(head -1 "$D/MANIFEST.txt") -> $D"
 }
 
@@ -486,6 +491,18 @@ bench() {
     record bench FAILED $(( $(date +%s) - t0 )) "exit $rc (bench.log)"
 }
 
+# ---- checks ---------------------------------------------------------------------------------
+checks() {
+  local t0=$(date +%s) rc lim
+  lim=$(stage_timeout 540)
+  ENGINE_BUILD_DIR=$BUILD CHECKS_BUDGET_S=$((lim - 5)) FORTUNES_DIR=${P:-/usr}/share/games/fortunes \
+    timeout "$lim" bash "$ROOT/examples/gpu/checks.sh" >"$OUT/checks.log" 2>&1
+  rc=$?
+  grep -aE '^(====|!!!!|\|)' "$OUT/checks.log" | tail -40
+  [ $rc -eq 0 ] && record checks ok $(( $(date +%s) - t0 )) ||
+    record checks FAILED $(( $(date +%s) - t0 )) "exit $rc (checks.log)"
+}
+
 # ---- run ------------------------------------------------------------------------------------------
 t0=$(date +%s)
 setup_deps || echo "session.sh: $DEPS_NOTE" >&2
@@ -502,7 +519,7 @@ if [ -n "${want[build]:-}" ]; then
 elif [ ! -f "$BUILD/build.ninja" ]; then
   built=0
 fi
-for s in cuda smoke test bench; do
+for s in cuda smoke test bench checks; do
   [ -n "${want[$s]:-}" ] || continue
   if [ $built = 0 ]; then
     record "$s" skipped 0 "no build in $BUILD"
@@ -520,6 +537,7 @@ for s in cuda smoke test bench; do
     smoke) smoke ;;
     test) all_tests ;;
     bench) bench ;;
+    checks) checks ;;
   esac
   reap
 done

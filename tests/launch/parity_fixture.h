@@ -96,7 +96,7 @@ inline launch::TrainConfig parity_config(const SharedDir& dir, int tp, int pp, i
   c.warmup_steps = 2;
   c.adam_eps = 1e-6;
   c.train_data = dir / "train_*.bin";
-  c.device = "cpu";
+  use_test_device(c);
   c.peak_tflops = 1.0;
   c.tp = tp;
   c.pp = pp;

@@ -60,7 +60,7 @@ launch::TrainConfig config(int tp, int pp, int dp, std::int64_t steps, const std
   c.lr = 3e-3;
   c.warmup_steps = 5;
   c.train_data = shared_dir() / "train_*.bin";
-  c.device = "cpu";
+  use_test_device(c);
   c.peak_tflops = 1.0;
   c.bucket_mb = 0.01;  // several buckets even for this tiny model
   c.tp = tp;

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <sstream>
 #include <string>
@@ -57,7 +58,16 @@ inline void write_corpus(const TempDir& dir) {
   launch::write_token_shard(dir / "val_000.bin", corpus_tokens(3));
 }
 
-// A tiny GPT on that corpus, CPU, fp32, deterministic.
+// The device the training tests run on: the CPU, unless ENGINE_TEST_DEVICE
+// names another (cuda: on a GPU machine the same checks run on CUDA tensors in
+// fp32, ranks sharing the GPU through the MPI communicator; examples/gpu/checks.sh).
+inline void use_test_device(launch::TrainConfig& c) {
+  const char* env = std::getenv("ENGINE_TEST_DEVICE");
+  c.device = env != nullptr && *env != '\0' ? env : "cpu";
+  if (c.device != "cpu") c.precision = "fp32";  // the parity rules are float32's
+}
+
+// A tiny GPT on that corpus, fp32, deterministic (CPU unless ENGINE_TEST_DEVICE).
 inline launch::TrainConfig tiny_config(const TempDir& dir, std::int64_t steps) {
   launch::TrainConfig c;
   c.preset = "gpt-micro";
@@ -69,7 +79,7 @@ inline launch::TrainConfig tiny_config(const TempDir& dir, std::int64_t steps) {
   c.warmup_steps = 5;
   c.train_data = dir / "train_*.bin";
   c.val_data = dir / "val_*.bin";
-  c.device = "cpu";
+  use_test_device(c);
   c.peak_tflops = 1.0;  // skip the start-up measurement
   return c;
 }

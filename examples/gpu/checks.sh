@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Run THERE, through `session.sh --stage checks` (after a build): the GPU
+# bring-up checks of issue 9 beyond the op tests, the smoke runs and the
+# benchmark, each bounded in time, all output on stdout (session.sh writes it
+# to $OUT/checks.log):
+#
+#   1. gpt2-124m trains on the demo corpus in bf16: the loss falls, a sample is printed
+#   2. recomputation overhead at gpt2-350m, T 1024, B 8: none, selective, full
+#   3. memory per rank under ZeRO 0-3: gpt2-124m, dp 2 sharing the GPU (MPI communicator)
+#   4. bad input: no visible GPU; two NCCL ranks on one GPU; a model that does not fit
+#   5. the multi-rank parity suites on CUDA tensors (ENGINE_TEST_DEVICE=cuda, fp32)
+#
+#   ENGINE_BUILD_DIR=build-gpu CHECKS_BUDGET_S=300 bash examples/gpu/checks.sh
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+BUILD=${ENGINE_BUILD_DIR:-$ROOT/build-gpu}
+BUDGET=${CHECKS_BUDGET_S:-300}
+START=$(date +%s)
+TRAIN=$BUILD/launch/train
+FORTUNES=${FORTUNES_DIR:-/usr/share/games/fortunes}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+left() { echo $(( BUDGET - ($(date +%s) - START) )); }
+cap() { local l=$(( $(left) - 5 )); [ "$1" -lt "$l" ] && l=$1; [ "$l" -lt 1 ] && l=1; echo "$l"; }
+section() { echo; echo "==== $* ($(( $(date +%s) - START )) s)"; }
+failures=0
+fail() { echo "!!!! $*"; failures=$((failures + 1)); }
+
+w=$(mktemp -d -t engine-checks.XXXXXX)
+trap 'rm -rf "$w"' EXIT
+find -L "$FORTUNES" -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' -exec cat {} + >"$w/text.txt"
+"$BUILD/launch/prepare" --input "$w/text.txt" --output-dir "$w/data" --name fortunes --val-fraction 0.05 >/dev/null ||
+  { echo "checks: prepare failed"; exit 1; }
+DATA=(--train-data "$w/data/fortunes_train_*.bin")
+QUIET=(--checkpoint-interval 0 --sample-tokens 0 --overwrite)
+
+# stats LOG: median step time after the first three steps, and the last peak memory.
+stats() {
+  python3 - "$1" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+steps = [r for r in rows if "step_time_s" in r]
+t = sorted(r["step_time_s"] for r in steps[3:]) or [float("nan")]
+peak = max((r.get("peak_memory_bytes") or 0) for r in steps) if steps else 0
+print(f"{1000 * t[len(t) // 2]:.1f} {peak / 2**30:.2f} {steps[0]['loss'] if steps else 'nan'} {steps[-1]['loss'] if steps else 'nan'}")
+EOF
+}
+
+# ---- 1 --------------------------------------------------------------------------
+section "1. gpt2-124m on the fortunes corpus, bf16, 300 steps of 16 x 128 tokens, then a sample"
+timeout "$(cap 120)" "$TRAIN" --config "$ROOT/examples/configs/demo.json" --model gpt2-124m --device cuda \
+  --precision bf16 --steps 300 --warmup-steps 30 --lr 6e-4 --val-data "$w/data/fortunes_val_*.bin" \
+  --val-interval 100 --log-interval 50 --checkpoint-interval 0 --sample-tokens 150 --run-dir "$w/g124" \
+  --overwrite "${DATA[@]}" 2>&1 | tail -25 || fail "gpt2-124m run failed"
+read -r ms peak first last <<<"$(stats "$w/g124/metrics.jsonl" 2>/dev/null || echo nan nan nan nan)"
+echo "gpt2-124m: loss $first -> $last, median step $ms ms"
+python3 -c "import sys; sys.exit(0 if float('$last') < float('$first') - 1.0 else 1)" 2>/dev/null ||
+  fail "gpt2-124m: the loss did not fall by more than 1 ($first -> $last)"
+
+# ---- 2 --------------------------------------------------------------------------
+section "2. recomputation at gpt2-350m, T 1024, B 8, bf16, 15 steps each"
+echo "| recompute | median step | vs none | peak memory |"
+echo "|---|---|---|---|"
+base=""
+for r in none selective full; do
+  timeout "$(cap 90)" "$TRAIN" --model gpt2-350m --device cuda --precision bf16 --micro-batch 8 --seq-len 1024 \
+    --batch-tokens 8192 --steps 15 --recompute "$r" --log-file "$w/rc_$r.jsonl" --run-dir "$w/rc_$r" \
+    "${QUIET[@]}" "${DATA[@]}" >"$w/rc_$r.out" 2>&1 || { fail "recompute $r failed: $(tail -1 "$w/rc_$r.out")"; continue; }
+  read -r ms peak _ _ <<<"$(stats "$w/rc_$r.jsonl")"
+  [ -z "$base" ] && base=$ms
+  echo "| $r | $ms ms | $(python3 -c "print(f'{$ms / $base - 1:+.1%}')") | $peak GiB |"
+done
+
+# ---- 3 --------------------------------------------------------------------------
+section "3. ZeRO 0-3, gpt2-124m, dp 2 on one GPU (--comm mpi), B 4 x T 1024 per rank, 8 steps"
+echo "| ZeRO | start-up memory plan (rank 0) | measured peak | median step | final loss |"
+echo "|---|---|---|---|---|"
+for z in 0 1 2 3; do
+  timeout "$(cap 90)" mpirun --oversubscribe -np 2 -x OMP_NUM_THREADS=1 "$TRAIN" --model gpt2-124m --device cuda \
+    --precision bf16 --comm mpi --dp 2 --zero "$z" --micro-batch 4 --seq-len 1024 --batch-tokens 8192 --steps 8 \
+    --log-file "$w/z$z.jsonl" --run-dir "$w/z$z" "${QUIET[@]}" "${DATA[@]}" >"$w/z$z.out" 2>&1 ||
+    { fail "zero $z failed: $(grep -a -m1 '^error' "$w/z$z.out" || tail -3 "$w/z$z.out" | paste -sd' ')"; continue; }
+  read -r ms peak _ last <<<"$(stats "$w/z$z.jsonl")"
+  echo "| $z | $(grep -a -m1 '^memory ' "$w/z$z.out" | cut -c8-) | $peak GiB | $ms ms | $last |"
+done
+
+# ---- 4 --------------------------------------------------------------------------
+section "4. bad input: each must exit non-zero with a one-line error, in time"
+expect_refusal() {  # expect_refusal NAME SECONDS CMD...
+  local name=$1 secs=$2; shift 2
+  local t0=$(date +%s) rc
+  timeout "$(cap "$secs")" "$@" >"$w/bad.out" 2>&1
+  rc=$?
+  echo "-- $name: exit $rc after $(( $(date +%s) - t0 )) s"
+  grep -a -m3 -iE 'error' "$w/bad.out" | cut -c1-300
+  if [ $rc -eq 0 ] || [ $rc -eq 124 ] || [ $rc -eq 137 ]; then fail "$name: exit $rc (expected a refusal)"; fi
+}
+expect_refusal "--device cuda with no visible GPU" 60 env CUDA_VISIBLE_DEVICES= "$TRAIN" --model gpt-demo \
+  --device cuda --micro-batch 8 --seq-len 128 --batch-tokens 1024 --steps 2 --run-dir "$w/bad1" "${QUIET[@]}" \
+  "${DATA[@]}"
+expect_refusal "two ranks on one GPU under NCCL" 90 mpirun --oversubscribe -np 2 "$TRAIN" --model gpt-demo \
+  --device cuda --comm nccl --dp 2 --micro-batch 8 --seq-len 128 --batch-tokens 2048 --steps 2 \
+  --run-dir "$w/bad2" "${QUIET[@]}" "${DATA[@]}"
+expect_refusal "gpt2-1558m at B 256 x T 1024 (does not fit in 80 GB)" 60 "$TRAIN" --model gpt2-1558m \
+  --device cuda --micro-batch 256 --seq-len 1024 --batch-tokens 262144 --steps 2 --run-dir "$w/bad3" \
+  "${QUIET[@]}" "${DATA[@]}"
+
+# ---- 5 --------------------------------------------------------------------------
+section "5. parity suites on CUDA tensors (ENGINE_TEST_DEVICE=cuda: fp32, ranks sharing the GPU over MPI)"
+if [ "$(left)" -gt 30 ]; then
+  ENGINE_TEST_DEVICE=cuda timeout "$(cap 400)" ctest --test-dir "$BUILD" -L mpi --timeout 240 \
+    -R '^(test_parity|test_parity_recompute|test_zero|test_onebit_adam|test_validation_layouts)_np' \
+    --output-on-failure >"$w/parity.log" 2>&1
+  rc=$?
+  grep -aE 'Test +#|tests passed|tests failed|Failure|Expected|Which is|\[  FAILED' "$w/parity.log" | head -60
+  [ $rc -eq 0 ] || fail "parity suites on CUDA: ctest exit $rc"
+else
+  fail "parity suites on CUDA: no time left"
+fi
+
+section "checks done: $failures failure(s)"
+[ $failures -eq 0 ]
