@@ -96,6 +96,16 @@ int node_local_rank(MPI_Comm world) {
   return local;
 }
 
+void check_one_gpu_per_rank(MPI_Comm world, int gpus) {
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank_of(world), MPI_INFO_NULL, &node);
+  const int local_ranks = size_of(node);
+  MPI_Comm_free(&node);
+  ENGINE_CHECK(local_ranks <= gpus, "--comm nccl needs a GPU per rank, but ", local_ranks,
+               " ranks run on this node and it has ", gpus, " GPU(s): start at most ", gpus,
+               " ranks per node, or use --comm mpi to let ranks share a GPU (host-staged, for correctness runs)");
+}
+
 // ---- set-up ---------------------------------------------------------------------
 
 Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
@@ -110,6 +120,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
   const model::GptConfig& mc = config.model;
   if (config.device_type == engine::DeviceType::kCuda) {
     g_node_local_rank = node_local_rank(world);  // every rank alike: may split `world`
+    if (config.comm == "nccl") check_one_gpu_per_rank(world, engine::cuda_device_count());
     engine::cuda_set_device(local_gpu());
   }
   host_world_ = std::make_unique<parallel::MpiCommunicator>(world, "world");

@@ -225,4 +225,11 @@ void check_inputs(const TrainConfig& config);
 // second case: every rank of `world` calls it alike.
 int node_local_rank(MPI_Comm world);
 
+// NCCL runs one rank per GPU: two ranks on one GPU make ncclCommInitRank fail
+// with "invalid usage" (seen on an H100, 2026-11-23). Called by every rank
+// before NCCL is set up, it counts the ranks of `world` on this node (a
+// shared-memory split: collective) and refuses, saying what to do, when they
+// outnumber the node's `gpus`.
+void check_one_gpu_per_rank(MPI_Comm world, int gpus);
+
 }  // namespace launch

@@ -17,8 +17,10 @@ void check_cuda(cudaError_t rc, const char* call, const std::string& comm_name) 
 void check_nccl(ncclResult_t rc, const char* call, const std::string& comm_name) {
   if (rc == ncclSuccess) [[likely]]
     return;
-  ENGINE_FAIL(call, " on the ", comm_name, " communicator failed: ", ncclGetErrorString(rc),
-              " (set NCCL_DEBUG=WARN for details)");
+  // NCCL 2.28's own strings already end in "(run with NCCL_DEBUG=WARN for details)".
+  const std::string what = ncclGetErrorString(rc);
+  ENGINE_FAIL(call, " on the ", comm_name, " communicator failed: ", what,
+              what.find("NCCL_DEBUG") == std::string::npos ? " (set NCCL_DEBUG=WARN for details)" : "");
 }
 
 void check_mpi(int rc, const char* call, const std::string& comm_name) {

@@ -42,3 +42,19 @@ TEST(NodeLocalRank, WithoutVariablesTheNodesCommunicatorDecides) {
     setenv("OMPI_COMM_WORLD_LOCAL_RANK", saved.c_str(), 1);
   }
 }
+
+// Two ranks of this test share one machine: one GPU is too few for NCCL, and
+// the refusal names the way out; two GPUs are enough.
+TEST(NodeLocalRank, NcclRefusesMoreRanksThanGpus) {
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  try {
+    launch::check_one_gpu_per_rank(MPI_COMM_WORLD, size - 1);
+    ADD_FAILURE() << "no refusal with " << size << " ranks and " << size - 1 << " GPU(s)";
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("--comm nccl needs a GPU per rank"), std::string::npos) << what;
+    EXPECT_NE(what.find("--comm mpi"), std::string::npos) << what;
+  }
+  EXPECT_NO_THROW(launch::check_one_gpu_per_rank(MPI_COMM_WORLD, size));
+}

@@ -64,7 +64,10 @@ inline void write_corpus(const TempDir& dir) {
 inline void use_test_device(launch::TrainConfig& c) {
   const char* env = std::getenv("ENGINE_TEST_DEVICE");
   c.device = env != nullptr && *env != '\0' ? env : "cpu";
-  if (c.device != "cpu") c.precision = "fp32";  // the parity rules are float32's
+  if (c.device != "cpu") {
+    c.precision = "fp32";  // the parity rules are float32's
+    c.comm = "mpi";        // ranks share the one GPU; NCCL refuses that (the H100 run of 2026-11-23)
+  }
 }
 
 // A tiny GPT on that corpus, fp32, deterministic (CPU unless ENGINE_TEST_DEVICE).
