@@ -11,6 +11,7 @@ bool built_with_cuda() { return false; }
 int cuda_device_count() { return 0; }
 void cuda_set_device(int) { ENGINE_FAIL("--device cuda needs an engine built with CUDA (nvcc was not found at configure time)"); }
 std::string cuda_device_name(int) { return "none"; }
+std::string cuda_pci_bus_id(int) { return "none"; }
 std::size_t cuda_free_bytes() { return 0; }
 std::size_t cuda_device_memory_bytes(int) { return 0; }
 void* device_malloc(std::size_t) { ENGINE_FAIL("device memory needs an engine built with CUDA"); }

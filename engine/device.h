@@ -19,6 +19,9 @@ int cuda_device_count();  // 0 when not built with CUDA or no GPU is visible
 // passes the node-local rank modulo the visible device count).
 void cuda_set_device(int index);
 std::string cuda_device_name(int index);
+// The PCI bus id of GPU `index` ("0000:1B:00.0"): the same physical GPU has the
+// same id in every process of a node, whatever CUDA_VISIBLE_DEVICES renumbered.
+std::string cuda_pci_bus_id(int index);
 // Total memory of GPU `index` in bytes (0 in a CPU-only build): what a
 // cluster description's memory_bytes holds (launch/calibrate.h).
 std::size_t cuda_device_memory_bytes(int index);

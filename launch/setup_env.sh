@@ -48,29 +48,48 @@ ENGINE_CUDNN_FRONTEND_VERSION=1.32.0
 ENGINE_CUDNN_FRONTEND_SHA256=8b354a8e550c083eb247f1eb39a7d69a4a269075f5a01e4fcbd2531680b17239
 ENGINE_CUDNN_FRONTEND_DIR=$ENGINE_ROOT/.deps/cudnn-frontend
 
+# engine_cudnn_present: true when cuDNN's header is where CMake looks
+# (engine/CMakeLists.txt): the toolkit, /usr, or CUDNN_ROOT.
+engine_cudnn_present() {
+  local d
+  for d in "${CUDNN_ROOT:-/nonexistent}/include" /usr/local/cuda/include /usr/include /usr/include/x86_64-linux-gnu; do
+    [ -f "$d/cudnn.h" ] && return 0
+  done
+  return 1
+}
+
 # engine_fetch_cudnn_frontend: unpacks the frontend's headers into
 # $ENGINE_CUDNN_FRONTEND_DIR/include (git-ignored) unless they are there.
-# Not fatal: without them CMake builds attention on the built-in kernels.
+# Never fatal: without them CMake builds attention on the built-in kernels.
+# A failed download leaves a marker, so that a machine without PyPI access
+# does not wait for pip on every build (delete the marker to try again).
 engine_fetch_cudnn_frontend() {
   [ -f "$ENGINE_CUDNN_FRONTEND_DIR/include/cudnn_frontend.h" ] && return 0
+  local marker=$ENGINE_CUDNN_FRONTEND_DIR.failed
+  if [ -f "$marker" ]; then
+    echo "setup: no cuDNN frontend headers (an earlier download failed; rm $marker to retry): built-in attention" >&2
+    return 0
+  fi
   if ! python3 -m pip --version >/dev/null 2>&1; then
-    engine_install_dependencies python3-pip || return 0
+    engine_install_dependencies python3-pip || true
   fi
   local tmp wheel
   tmp=$(mktemp -d)
   echo "nvidia-cudnn-frontend==$ENGINE_CUDNN_FRONTEND_VERSION --hash=sha256:$ENGINE_CUDNN_FRONTEND_SHA256" \
     >"$tmp/requirements.txt"
-  if python3 -m pip download -q --no-deps --require-hashes --only-binary=:all: --python-version 3.12 \
-       --implementation cp --platform manylinux_2_28_x86_64 -r "$tmp/requirements.txt" -d "$tmp" >"$tmp/pip.log" 2>&1 &&
+  if python3 -m pip download -q --timeout 20 --retries 1 --no-deps --require-hashes --only-binary=:all: \
+       --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 -r "$tmp/requirements.txt" \
+       -d "$tmp" >"$tmp/pip.log" 2>&1 &&
      wheel=$(ls "$tmp"/nvidia_cudnn_frontend-*.whl 2>/dev/null) &&
      python3 -m zipfile -e "$wheel" "$tmp/unpacked" &&
-     [ -f "$tmp/unpacked/include/cudnn_frontend.h" ]; then
-    rm -rf "$ENGINE_CUDNN_FRONTEND_DIR" && mkdir -p "$ENGINE_CUDNN_FRONTEND_DIR" &&
-      mv "$tmp/unpacked/include" "$ENGINE_CUDNN_FRONTEND_DIR/include"
+     [ -f "$tmp/unpacked/include/cudnn_frontend.h" ] &&
+     rm -rf "$ENGINE_CUDNN_FRONTEND_DIR" && mkdir -p "$ENGINE_CUDNN_FRONTEND_DIR" &&
+     mv "$tmp/unpacked/include" "$ENGINE_CUDNN_FRONTEND_DIR/include"; then
     echo "setup: cuDNN frontend $ENGINE_CUDNN_FRONTEND_VERSION headers in $ENGINE_CUDNN_FRONTEND_DIR"
   else
     echo "setup: could not fetch nvidia-cudnn-frontend $ENGINE_CUDNN_FRONTEND_VERSION from PyPI" \
          "($(tail -1 "$tmp/pip.log" 2>/dev/null)); attention will use the built-in kernels" >&2
+    mkdir -p "$(dirname "$marker")" && : >"$marker" || true
   fi
   rm -rf "$tmp"
   return 0
@@ -85,8 +104,11 @@ engine_build() {
   if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
     export PATH=/usr/local/cuda/bin:$PATH
   fi
-  if command -v nvcc >/dev/null && [ "${ENGINE_ENABLE_CUDNN:-1}" != 0 ]; then engine_fetch_cudnn_frontend; fi
-  cmake -S "$ENGINE_ROOT" -B "$ENGINE_BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+  # ENGINE_ENABLE_CUDNN=0: attention on the built-in kernels, without fetching the frontend.
+  local cudnn=ON
+  [ "${ENGINE_ENABLE_CUDNN:-1}" = 0 ] && cudnn=OFF
+  if [ $cudnn = ON ] && command -v nvcc >/dev/null && engine_cudnn_present; then engine_fetch_cudnn_frontend; fi
+  cmake -S "$ENGINE_ROOT" -B "$ENGINE_BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DENGINE_ENABLE_CUDNN=$cudnn >/dev/null
   cmake --build "$ENGINE_BUILD_DIR" -j "$jobs" "${targets[@]}"
 }
 

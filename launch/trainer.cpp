@@ -4,9 +4,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <ostream>
+#include <vector>
 
 #include "engine/device.h"
 #include "engine/ops.h"
@@ -96,14 +98,25 @@ int node_local_rank(MPI_Comm world) {
   return local;
 }
 
-void check_one_gpu_per_rank(MPI_Comm world, int gpus) {
+void check_one_gpu_per_rank(MPI_Comm world, const std::string& gpu_id) {
+  constexpr int kIdBytes = 64;
+  char mine[kIdBytes] = {};
+  gpu_id.copy(mine, kIdBytes - 1);
   MPI_Comm node = MPI_COMM_NULL;
   MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank_of(world), MPI_INFO_NULL, &node);
   const int local_ranks = size_of(node);
+  std::vector<char> all(static_cast<std::size_t>(local_ranks) * kIdBytes);
+  MPI_Allgather(mine, kIdBytes, MPI_CHAR, all.data(), kIdBytes, MPI_CHAR, node);
   MPI_Comm_free(&node);
-  ENGINE_CHECK(local_ranks <= gpus, "--comm nccl needs a GPU per rank, but ", local_ranks,
-               " ranks run on this node and it has ", gpus, " GPU(s): start at most ", gpus,
-               " ranks per node, or use --comm mpi to let ranks share a GPU (host-staged, for correctness runs)");
+  int sharing = 0;  // ranks of this node on my GPU, me included
+  for (int r = 0; r < local_ranks; ++r)
+    if (std::strncmp(all.data() + static_cast<std::size_t>(r) * kIdBytes, mine, kIdBytes) == 0) ++sharing;
+  int worst = sharing;
+  MPI_Allreduce(&sharing, &worst, 1, MPI_INT, MPI_MAX, world);
+  ENGINE_CHECK(worst <= 1, "NCCL (--comm nccl, and --comm auto on CUDA) needs a GPU per rank, but ", worst,
+               " ranks of one node share a GPU", sharing > 1 ? " (this rank's, " + gpu_id + ")" : std::string(),
+               ": start at most one rank per GPU, or use --comm mpi to let ranks share a GPU (host-staged, "
+               "for correctness runs)");
 }
 
 // ---- set-up ---------------------------------------------------------------------
@@ -120,7 +133,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
   const model::GptConfig& mc = config.model;
   if (config.device_type == engine::DeviceType::kCuda) {
     g_node_local_rank = node_local_rank(world);  // every rank alike: may split `world`
-    if (config.comm == "nccl") check_one_gpu_per_rank(world, engine::cuda_device_count());
+    if (config.comm == "nccl") check_one_gpu_per_rank(world, engine::cuda_pci_bus_id(local_gpu()));
     engine::cuda_set_device(local_gpu());
   }
   host_world_ = std::make_unique<parallel::MpiCommunicator>(world, "world");

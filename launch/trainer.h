@@ -226,10 +226,13 @@ void check_inputs(const TrainConfig& config);
 int node_local_rank(MPI_Comm world);
 
 // NCCL runs one rank per GPU: two ranks on one GPU make ncclCommInitRank fail
-// with "invalid usage" (seen on an H100, 2026-11-23). Called by every rank
-// before NCCL is set up, it counts the ranks of `world` on this node (a
-// shared-memory split: collective) and refuses, saying what to do, when they
-// outnumber the node's `gpus`.
-void check_one_gpu_per_rank(MPI_Comm world, int gpus);
+// with "invalid usage" (seen on an H100, 2026-11-23). Called by every rank of
+// `world` before NCCL is set up, with the PCI bus id of the GPU this rank will
+// use: the ids are compared among the ranks of each node (a shared-memory
+// split), the verdict is agreed over `world`, and every rank throws the same
+// one-line refusal when any two ranks of a node share a GPU. (Counting ranks
+// against cuda_device_count() would refuse launchers that give each rank one
+// GPU through CUDA_VISIBLE_DEVICES, where every rank sees a single device.)
+void check_one_gpu_per_rank(MPI_Comm world, const std::string& gpu_id);
 
 }  // namespace launch

@@ -179,7 +179,7 @@ class Registry {
       Entry entry;
       const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
       std::string why = cudnnGetVersion() < 8903 ? "cuDNN " + std::to_string(cudnnGetVersion()) + " is older than 8.9.3"
-                                                 : build_graphs(entry.graphs, handle(device), B, T, H, D, scale);
+                                                 : build_graphs(entry.graphs, handle_locked(device), B, T, H, D, scale);
       entry.usable = why.empty();
       if (!entry.usable) {
         ENGINE_CHECK(attention_choice() != Choice::kCudnn, "ENGINE_ATTENTION=cudnn: cuDNN ", cudnnGetVersion(),
@@ -192,7 +192,14 @@ class Registry {
     return it->second.usable ? &it->second.graphs : nullptr;
   }
 
+  // The device's handle, bound to the current stream.
   cudnnHandle_t handle(int device) {
+    std::lock_guard lock(mutex_);
+    return handle_locked(device);
+  }
+
+ private:
+  cudnnHandle_t handle_locked(int device) {
     auto it = handles_.find(device);
     if (it == handles_.end()) {
       cudnnHandle_t h = nullptr;
@@ -203,7 +210,6 @@ class Registry {
     return it->second;
   }
 
- private:
   std::mutex mutex_;
   std::map<std::tuple<int, int, int, int, int>, Entry> entries_;
   std::map<int, cudnnHandle_t> handles_;  // never destroyed: they live as long as the process's contexts
@@ -222,6 +228,13 @@ void execute(const fe::graph::Graph& graph, std::int64_t workspace_bytes,
     ENGINE_FAIL("cuDNN ", what, " failed: ", e.get_message());
 }
 
+// The graphs are built with the scale 1/sqrt(D); refuse any other.
+void check_scale(float scale, int D) {
+  const double expected = 1.0 / std::sqrt(static_cast<double>(D));
+  ENGINE_CHECK(std::fabs(scale - expected) <= 1e-6 * expected, "cuDNN attention: scale ", scale,
+               " is not 1/sqrt(", D, "), the one its graphs are built with");
+}
+
 }  // namespace
 
 bool cudnn_attention_selected(int B, int T, int H, int D) {
@@ -230,7 +243,8 @@ bool cudnn_attention_selected(int B, int T, int H, int D) {
 }
 
 void cudnn_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int H, int D,
-                             float /*scale: fixed at 1/sqrt(D) in the graph*/) {
+                             float scale) {
+  check_scale(scale, D);
   const Graphs* g = registry().find(B, T, H, D);
   ENGINE_CHECK(g != nullptr, "cudnn_attention_forward: shape not selected");
   const std::int64_t C = std::int64_t{H} * D;
@@ -242,7 +256,8 @@ void cudnn_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16
 
 void cudnn_attention_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
                               const __nv_bfloat16* out, const float* lse, int B, int T, int H, int D,
-                              float /*scale*/) {
+                              float scale) {
+  check_scale(scale, D);
   const Graphs* g = registry().find(B, T, H, D);
   ENGINE_CHECK(g != nullptr, "cudnn_attention_backward: shape not selected");
   const std::int64_t C = std::int64_t{H} * D;

@@ -44,6 +44,12 @@ std::string cuda_device_name(int index) {
   return props.name;
 }
 
+std::string cuda_pci_bus_id(int index) {
+  char id[32] = {};
+  CUDA_CHECK(cudaDeviceGetPCIBusId(id, sizeof(id), index));
+  return id;
+}
+
 std::size_t cuda_free_bytes() {
   std::size_t free_bytes = 0, total_bytes = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));

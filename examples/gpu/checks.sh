@@ -67,8 +67,8 @@ for r in none selective full; do
     --batch-tokens 8192 --steps 15 --recompute "$r" --log-file "$w/rc_$r.jsonl" --run-dir "$w/rc_$r" \
     "${QUIET[@]}" "${DATA[@]}" >"$w/rc_$r.out" 2>&1 || { fail "recompute $r failed: $(tail -1 "$w/rc_$r.out")"; continue; }
   read -r ms peak _ _ <<<"$(stats "$w/rc_$r.jsonl")"
-  [ -z "$base" ] && base=$ms
-  echo "| $r | $ms ms | $(python3 -c "print(f'{$ms / $base - 1:+.1%}')") | $peak GiB |"
+  [ "$r" = none ] && base=$ms
+  echo "| $r | $ms ms | $(python3 -c "b = '$base'; print(f'{$ms / float(b) - 1:+.1%}' if b else 'n/a (none failed)')") | $peak GiB |"
 done
 
 # ---- 3 --------------------------------------------------------------------------
@@ -93,7 +93,12 @@ expect_refusal() {  # expect_refusal NAME SECONDS CMD...
   rc=$?
   echo "-- $name: exit $rc after $(( $(date +%s) - t0 )) s"
   grep -a -m3 -iE 'error' "$w/bad.out" | cut -c1-300
-  if [ $rc -eq 0 ] || [ $rc -eq 124 ] || [ $rc -eq 137 ]; then fail "$name: exit $rc (expected a refusal)"; fi
+  # A refusal: the engine's exit codes (launch/exit_codes.h: 1, or 64-78 for bad
+  # input), never a signal (>= 124: a timeout, a crash) or success, and its
+  # "error: " line.
+  if [ $rc -eq 0 ] || [ $rc -ge 124 ] || ! grep -aq '^error: ' "$w/bad.out"; then
+    fail "$name: exit $rc (expected a refusal with an 'error: ' line)"
+  fi
 }
 expect_refusal "--device cuda with no visible GPU" 60 env CUDA_VISIBLE_DEVICES= "$TRAIN" --model gpt-demo \
   --device cuda --micro-batch 8 --seq-len 128 --batch-tokens 1024 --steps 2 --run-dir "$w/bad1" "${QUIET[@]}" \

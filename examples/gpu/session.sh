@@ -307,7 +307,7 @@ build() {
   # The log goes straight to $OUT: if the call is cut off, what was written still comes back.
   local log=$OUT/build.log t0=$(date +%s) rc
   local args=(-S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release
-    -DENGINE_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH")
+    -DENGINE_ENABLE_CUDA=ON -DENGINE_ENABLE_CUDNN=ON -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH")
   [ -n "$NVCC" ] && args+=(-DCMAKE_CUDA_COMPILER="$NVCC")
   if [ -n "${P:-}" ]; then
     # Name each carried package where CMake would otherwise search /usr first.

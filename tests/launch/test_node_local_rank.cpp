@@ -43,18 +43,20 @@ TEST(NodeLocalRank, WithoutVariablesTheNodesCommunicatorDecides) {
   }
 }
 
-// Two ranks of this test share one machine: one GPU is too few for NCCL, and
-// the refusal names the way out; two GPUs are enough.
-TEST(NodeLocalRank, NcclRefusesMoreRanksThanGpus) {
-  int size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+// The ranks of this test share one machine. NCCL's refusal: every rank
+// throws alike as soon as two ranks of a node name the same GPU (by PCI bus
+// id), and the message says what to do; distinct GPUs pass.
+TEST(NodeLocalRank, NcclRefusesRanksSharingAGpu) {
+  const int rank = world_rank();
+  // Rank 0 and 1 on "GPU A", the others on their own.
+  const std::string shared = rank <= 1 ? "0000:1B:00.0" : "0000:" + std::to_string(40 + rank) + ":00.0";
   try {
-    launch::check_one_gpu_per_rank(MPI_COMM_WORLD, size - 1);
-    ADD_FAILURE() << "no refusal with " << size << " ranks and " << size - 1 << " GPU(s)";
+    launch::check_one_gpu_per_rank(MPI_COMM_WORLD, shared);
+    ADD_FAILURE() << "rank " << rank << ": no refusal although ranks 0 and 1 share a GPU";
   } catch (const std::exception& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find("--comm nccl needs a GPU per rank"), std::string::npos) << what;
+    EXPECT_NE(what.find("needs a GPU per rank, but 2 ranks of one node share a GPU"), std::string::npos) << what;
     EXPECT_NE(what.find("--comm mpi"), std::string::npos) << what;
   }
-  EXPECT_NO_THROW(launch::check_one_gpu_per_rank(MPI_COMM_WORLD, size));
+  EXPECT_NO_THROW(launch::check_one_gpu_per_rank(MPI_COMM_WORLD, "0000:" + std::to_string(10 + rank) + ":00.0"));
 }
