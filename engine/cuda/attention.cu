@@ -679,11 +679,9 @@ void attention_forward(const Tensor& out, const Tensor& saved, const Tensor& qkv
     return;
   }
   check_bf16_operands({&qkv, &out}, "attention_forward");
-  if (cudnn_attention_selected(a.B, a.T, a.H, a.D)) {
-    cudnn_attention_forward(out.data_as<bf16>(), saved.data_as<float>(), qkv.data_as<const bf16>(), a.B, a.T, a.H,
-                            a.D, a.scale);
+  if (cudnn_attention_forward(out.data_as<bf16>(), saved.data_as<float>(), qkv.data_as<const bf16>(), a.B, a.T, a.H,
+                              a.D, a.scale))
     return;
-  }
   check_flash_head_size(a, "attention_forward");
   switch (a.D) {
     case 32: return flash_forward<32>(out, saved, qkv, a.B, a.T, a.H, a.scale);
@@ -702,11 +700,10 @@ void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qk
   const bool f32 = qkv.dtype() == DType::kF32;
   if (f32) check_f32_operands(a, {&dqkv, &dout, &out}, "attention_backward");
   else check_bf16_operands({&qkv, &dqkv, &dout, &out}, "attention_backward");
-  if (!f32 && cudnn_attention_selected(a.B, a.T, a.H, a.D)) {
-    cudnn_attention_backward(dqkv.data_as<bf16>(), dout.data_as<const bf16>(), qkv.data_as<const bf16>(),
-                             out.data_as<const bf16>(), saved.data_as<const float>(), a.B, a.T, a.H, a.D, a.scale);
+  if (!f32 && cudnn_attention_backward(dqkv.data_as<bf16>(), dout.data_as<const bf16>(), qkv.data_as<const bf16>(),
+                                       out.data_as<const bf16>(), saved.data_as<const float>(), a.B, a.T, a.H, a.D,
+                                       a.scale))
     return;
-  }
   if (!f32) check_flash_head_size(a, "attention_backward");
 
   // Scratch (grown on the first step only): delta (B, H, T) f32, and for the

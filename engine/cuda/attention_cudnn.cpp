@@ -1,6 +1,6 @@
 // cuDNN fused attention (see attention_cudnn.h). Compiled in every CUDA
 // build; without cuDNN and its frontend headers (ENGINE_WITH_CUDNN unset) it
-// only answers "not selected", or refuses ENGINE_ATTENTION=cudnn.
+// only answers "not run here", or refuses ENGINE_ATTENTION=cudnn.
 //
 // Why cuDNN: its Hopper SDPA kernels (wgmma, TMA) are what llm.c and
 // PyTorch's SDPA run on H100; the built-in FlashAttention-2 kernels
@@ -228,38 +228,35 @@ void execute(const fe::graph::Graph& graph, std::int64_t workspace_bytes,
     ENGINE_FAIL("cuDNN ", what, " failed: ", e.get_message());
 }
 
-// The graphs are built with the scale 1/sqrt(D); refuse any other.
-void check_scale(float scale, int D) {
+// The graphs for this shape when cuDNN runs it (one registry lookup per op),
+// else null. They are built with the scale 1/sqrt(D); any other is refused.
+const Graphs* selected_graphs(int B, int T, int H, int D, float scale) {
+  if (attention_choice() == Choice::kFlash) return nullptr;
   const double expected = 1.0 / std::sqrt(static_cast<double>(D));
   ENGINE_CHECK(std::fabs(scale - expected) <= 1e-6 * expected, "cuDNN attention: scale ", scale,
                " is not 1/sqrt(", D, "), the one its graphs are built with");
+  return registry().find(B, T, H, D);
 }
 
 }  // namespace
 
-bool cudnn_attention_selected(int B, int T, int H, int D) {
-  if (attention_choice() == Choice::kFlash) return false;
-  return registry().find(B, T, H, D) != nullptr;
-}
-
-void cudnn_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int H, int D,
+bool cudnn_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int H, int D,
                              float scale) {
-  check_scale(scale, D);
-  const Graphs* g = registry().find(B, T, H, D);
-  ENGINE_CHECK(g != nullptr, "cudnn_attention_forward: shape not selected");
+  const Graphs* g = selected_graphs(B, T, H, D, scale);
+  if (g == nullptr) return false;
   const std::int64_t C = std::int64_t{H} * D;
   auto* base = const_cast<__nv_bfloat16*>(qkv);
   std::unordered_map<std::int64_t, void*> pointers = {
       {kQ, base}, {kK, base + C}, {kV, base + 2 * C}, {kO, out}, {kStats, lse}};
   execute(*g->forward, g->forward_workspace, pointers, "attention forward");
+  return true;
 }
 
-void cudnn_attention_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
+bool cudnn_attention_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
                               const __nv_bfloat16* out, const float* lse, int B, int T, int H, int D,
                               float scale) {
-  check_scale(scale, D);
-  const Graphs* g = registry().find(B, T, H, D);
-  ENGINE_CHECK(g != nullptr, "cudnn_attention_backward: shape not selected");
+  const Graphs* g = selected_graphs(B, T, H, D, scale);
+  if (g == nullptr) return false;
   const std::int64_t C = std::int64_t{H} * D;
   auto* base = const_cast<__nv_bfloat16*>(qkv);
   std::unordered_map<std::int64_t, void*> pointers = {
@@ -269,6 +266,7 @@ void cudnn_attention_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, co
       {kDQ, dqkv},         {kDK, dqkv + C},
       {kDV, dqkv + 2 * C}};
   execute(*g->backward, g->backward_workspace, pointers, "attention backward");
+  return true;
 }
 
 }  // namespace engine::cuda
@@ -277,18 +275,19 @@ void cudnn_attention_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, co
 
 namespace engine::cuda {
 
-bool cudnn_attention_selected(int, int, int, int) {
+// Nothing runs here; ENGINE_ATTENTION=cudnn is refused rather than ignored.
+bool no_cudnn() {
   ENGINE_CHECK(attention_choice() != Choice::kCudnn,
                "ENGINE_ATTENTION=cudnn, but this build has no cuDNN attention (CMake found no cuDNN or no "
                "cudnn_frontend.h: see engine/cuda/README.md)");
   return false;
 }
-void cudnn_attention_forward(__nv_bfloat16*, float*, const __nv_bfloat16*, int, int, int, int, float) {
-  ENGINE_FAIL("cudnn_attention_forward: this build has no cuDNN attention");
+bool cudnn_attention_forward(__nv_bfloat16*, float*, const __nv_bfloat16*, int, int, int, int, float) {
+  return no_cudnn();
 }
-void cudnn_attention_backward(__nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*,
+bool cudnn_attention_backward(__nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*,
                               const float*, int, int, int, int, float) {
-  ENGINE_FAIL("cudnn_attention_backward: this build has no cuDNN attention");
+  return no_cudnn();
 }
 
 }  // namespace engine::cuda

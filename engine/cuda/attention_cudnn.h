@@ -18,14 +18,15 @@
 
 namespace engine::cuda {
 
-// True when cuDNN runs attention for this shape on the current device (first
-// call per shape builds both graphs: tens to hundreds of milliseconds).
-// Raises if ENGINE_ATTENTION=cudnn and cuDNN cannot run it.
-bool cudnn_attention_selected(int B, int T, int H, int D);
-
-void cudnn_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int H, int D,
+// Each runs the op on cuDNN and returns true, or returns false, doing
+// nothing, when cuDNN does not take it (ENGINE_ATTENTION=flash, a build
+// without cuDNN, or a shape cuDNN declined): the caller then runs the
+// built-in kernels. The first call per shape builds both graphs (tens to
+// hundreds of milliseconds). Raises when ENGINE_ATTENTION=cudnn and cuDNN
+// cannot run the shape.
+bool cudnn_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int H, int D,
                              float scale);
-void cudnn_attention_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
+bool cudnn_attention_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
                               const __nv_bfloat16* out, const float* lse, int B, int T, int H, int D, float scale);
 
 }  // namespace engine::cuda
