@@ -28,6 +28,26 @@ __device__ __forceinline__ float from_float<float>(float x) { return x; }
 template <>
 __device__ __forceinline__ bf16 from_float<bf16>(float x) { return __float2bfloat16_rn(x); }
 
+// ---- 16-byte vectors: 8 bf16 or 4 f32 per load and store -------------------
+// Memory-bound kernels move 16 bytes per thread per access (a warp then reads
+// 512 contiguous bytes per instruction); callers check that the pointers are
+// 16-byte aligned and the lengths a multiple of Pack16<T>::kSize.
+template <typename T>
+struct alignas(16) Pack16 {
+  static constexpr int kSize = 16 / static_cast<int>(sizeof(T));
+  T v[kSize];
+};
+template <typename T>
+__device__ __forceinline__ Pack16<T> load16(const T* p) {
+  Pack16<T> r;
+  *reinterpret_cast<int4*>(&r) = *reinterpret_cast<const int4*>(p);
+  return r;
+}
+template <typename T>
+__device__ __forceinline__ void store16(T* p, const Pack16<T>& x) {
+  *reinterpret_cast<int4*>(p) = *reinterpret_cast<const int4*>(&x);
+}
+
 // ---- warp reductions (all lanes get the result) ----------------------------
 __device__ __forceinline__ float warp_sum(float v) {
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);

@@ -85,6 +85,23 @@ __global__ void add_kernel(O* out, const A* a, const B* b, std::int64_t n) {  //
     out[i] = from_float<O>(to_float(a[i]) + to_float(b[i]));
 }
 
+// The same for one dtype with 16-byte loads and stores (the residual adds of
+// a GPT block: on the H100 the scalar kernel moved 1.5 TB/s there). Each
+// thread loads a pack of a and b before storing that pack of out, so out may
+// still alias a or b.
+template <typename T>
+__global__ void add_vec_kernel(T* out, const T* a, const T* b, std::int64_t packs) {  // (packs * V) each
+  constexpr int V = Pack16<T>::kSize;
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < packs;
+       i += std::int64_t{gridDim.x} * blockDim.x) {
+    const Pack16<T> x = load16(a + i * V), y = load16(b + i * V);
+    Pack16<T> r;
+#pragma unroll
+    for (int k = 0; k < V; ++k) r.v[k] = from_float<T>(to_float(x.v[k]) + to_float(y.v[k]));
+    store16(out + i * V, r);
+  }
+}
+
 // dst += src (e.g. an f32 gradient accumulating a bf16 one).
 template <typename D, typename S>
 __global__ void accumulate_kernel(D* dst, const S* src, std::int64_t n) {  // (n) each
@@ -217,6 +234,18 @@ void add(const Tensor& out, const Tensor& a, const Tensor& b) {
   expect_cuda(out, "add: out");
   const std::int64_t n = out.numel();
   if (n == 0) return;
+  const DType dt = out.dtype();
+  const std::int64_t v = 16 / static_cast<std::int64_t>(dtype_size(dt));
+  if ((dt == DType::kBF16 || dt == DType::kF32) && a.dtype() == dt && b.dtype() == dt && n % v == 0 &&
+      aligned(out.data(), 16) && aligned(a.data(), 16) && aligned(b.data(), 16)) {
+    dispatch_float(dt, "add: out", [&](auto tag) {
+      using T = decltype(tag);
+      add_vec_kernel<<<grid_for(n / v), kThreads, 0, current_stream()>>>(out.data_as<T>(), a.data_as<const T>(),
+                                                                         b.data_as<const T>(), n / v);
+      CUDA_CHECK_LAUNCH();
+    });
+    return;
+  }
   // Mixed dtypes are allowed (e.g. a bf16 residual plus an f32 branch): the
   // sum is formed in f32 and rounded once.
   dispatch_float(out.dtype(), "add: out", [&](auto o_tag) {

@@ -260,44 +260,47 @@ TEST_F(Cuda, CopyConvertsExactlyLikeTheCpu) {
 
 TEST_P(CudaMode, FillScaleAddAccumulate) {
   std::mt19937 rng(2);
-  const Shape shape{3, 333};
-  const Tolerance once = pick(act(), Tolerance{1e-6, 0}, kBf16Once);
+  // 999 elements take the scalar add, 4096 the 16-byte one.
+  for (const Shape shape : {Shape{3, 333}, Shape{4, 1024}}) {
+    SCOPED_TRACE("numel " + std::to_string(shape.numel()));
+    const Tolerance once = pick(act(), Tolerance{1e-6, 0}, kBf16Once);
 
-  Dev filled = poisoned(shape, act());
-  ops::fill(filled.t, 2.5);
-  Host twos(shape);
-  std::fill(twos.v.begin(), twos.v.end(), 2.5f);
-  expect_close(filled.t, twos, Tolerance{0, 0}, "fill");
+    Dev filled = poisoned(shape, act());
+    ops::fill(filled.t, 2.5);
+    Host twos(shape);
+    std::fill(twos.v.begin(), twos.v.end(), 2.5f);
+    expect_close(filled.t, twos, Tolerance{0, 0}, "fill");
 
-  Host a = random_in(act(), shape, rng), b = random_in(act(), shape, rng);
-  Dev da = to_device(a, act()), db = to_device(b, act());
+    Host a = random_in(act(), shape, rng), b = random_in(act(), shape, rng);
+    Dev da = to_device(a, act()), db = to_device(b, act());
 
-  Dev scaled = to_device(a, act());
-  ops::scale(scaled.t, 0.3);
-  Host want_scaled(shape);
-  ops::copy(want_scaled.t, a.t);
-  ops::scale(want_scaled.t, 0.3);
-  expect_close(scaled.t, want_scaled, once, "scale");
+    Dev scaled = to_device(a, act());
+    ops::scale(scaled.t, 0.3);
+    Host want_scaled(shape);
+    ops::copy(want_scaled.t, a.t);
+    ops::scale(want_scaled.t, 0.3);
+    expect_close(scaled.t, want_scaled, once, "scale");
 
-  Dev sum = poisoned(shape, act());
-  ops::add(sum.t, da.t, db.t);
-  Host want_sum(shape);
-  ops::add(want_sum.t, a.t, b.t);
-  expect_close(sum.t, want_sum, once, "add");
+    Dev sum = poisoned(shape, act());
+    ops::add(sum.t, da.t, db.t);
+    Host want_sum(shape);
+    ops::add(want_sum.t, a.t, b.t);
+    expect_close(sum.t, want_sum, once, "add");
 
-  ops::add(da.t, da.t, db.t);  // out aliases a
-  expect_close(da.t, want_sum, once, "add in place");
+    ops::add(da.t, da.t, db.t);  // out aliases a
+    expect_close(da.t, want_sum, once, "add in place");
 
-  // f32 gradient += activation-dtype gradient, and same-dtype accumulate.
-  Host g = random_host(shape, rng);
-  Dev dg = to_device(g, DType::kF32);
-  ops::accumulate(dg.t, db.t);
-  ops::accumulate(g.t, b.t);
-  expect_close(dg.t, g, Tolerance{1e-6, 0}, "accumulate into f32");
+    // f32 gradient += activation-dtype gradient, and same-dtype accumulate.
+    Host g = random_host(shape, rng);
+    Dev dg = to_device(g, DType::kF32);
+    ops::accumulate(dg.t, db.t);
+    ops::accumulate(g.t, b.t);
+    expect_close(dg.t, g, Tolerance{1e-6, 0}, "accumulate into f32");
 
-  Dev acc = to_device(a, act());
-  ops::accumulate(acc.t, db.t);
-  expect_close(acc.t, want_sum, once, "accumulate");
+    Dev acc = to_device(a, act());
+    ops::accumulate(acc.t, db.t);
+    expect_close(acc.t, want_sum, once, "accumulate");
+  }
 }
 
 TEST_P(CudaMode, SumOfSquares) {
@@ -357,7 +360,11 @@ TEST_P(CudaMode, Embedding) {
 
 TEST_P(CudaMode, LayerNorm) {
   std::mt19937 rng(5);
-  for (const std::int64_t C : {80, 768}) {
+  // C picks the kernels: 36 (not whole 16-byte packs in bf16: scalar), 80 and
+  // 768 (vectorised, one or a few packs per lane), 1600 (gpt2-1558m: 7 bf16
+  // packs per lane; f32's 13 exceed the backward's register rows), 5120 (rows
+  // too long for registers: scalar row kernels, vectorised partial sums).
+  for (const std::int64_t C : {36, 80, 768, 1600, 5120}) {
     SCOPED_TRACE("C = " + std::to_string(C));
     const std::int64_t B = 2, T = 37, N = B * T;
     Host inp = random_in(act(), Shape{B, T, C}, rng, 2.0f, 0.5f);
