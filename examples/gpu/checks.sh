@@ -11,6 +11,8 @@
 #   5. the multi-rank parity suites on CUDA tensors (ENGINE_TEST_DEVICE=cuda, fp32)
 #
 #   ENGINE_BUILD_DIR=build-gpu CHECKS_BUDGET_S=300 bash examples/gpu/checks.sh
+#   CHECKS_SECTIONS=3,5 ...      only those sections (default: all)
+#   CHECKS_PARITY_FILTER=...     ctest -R for section 5 (default: every parity suite)
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -25,6 +27,7 @@ cap() { local l=$(( $(left) - 5 )); [ "$1" -lt "$l" ] && l=$1; [ "$l" -lt 1 ] &&
 section() { echo; echo "==== $* ($(( $(date +%s) - START )) s)"; }
 failures=0
 fail() { echo "!!!! $*"; failures=$((failures + 1)); }
+want() { [[ ",${CHECKS_SECTIONS:-1,2,3,4,5}," == *",$1,"* ]]; }
 
 w=$(mktemp -d -t engine-checks.XXXXXX)
 trap 'rm -rf "$w"' EXIT
@@ -47,6 +50,7 @@ EOF
 }
 
 # ---- 1 --------------------------------------------------------------------------
+if want 1; then
 section "1. gpt2-124m on the fortunes corpus, bf16, 300 steps of 16 x 128 tokens, then a sample"
 timeout "$(cap 120)" "$TRAIN" --config "$ROOT/examples/configs/demo.json" --model gpt2-124m --device cuda \
   --precision bf16 --steps 300 --warmup-steps 30 --lr 6e-4 --val-data "$w/data/fortunes_val_*.bin" \
@@ -56,8 +60,10 @@ read -r ms peak first last <<<"$(stats "$w/g124/metrics.jsonl" 2>/dev/null || ec
 echo "gpt2-124m: loss $first -> $last, median step $ms ms"
 python3 -c "import sys; sys.exit(0 if float('$last') < float('$first') - 1.0 else 1)" 2>/dev/null ||
   fail "gpt2-124m: the loss did not fall by more than 1 ($first -> $last)"
+fi
 
 # ---- 2 --------------------------------------------------------------------------
+if want 2; then
 section "2. recomputation at gpt2-350m, T 1024, B 8, bf16, 15 steps each"
 echo "| recompute | median step | vs none | peak memory |"
 echo "|---|---|---|---|"
@@ -70,8 +76,10 @@ for r in none selective full; do
   [ "$r" = none ] && base=$ms
   echo "| $r | $ms ms | $(python3 -c "b = '$base'; print(f'{$ms / float(b) - 1:+.1%}' if b else 'n/a (none failed)')") | $peak GiB |"
 done
+fi
 
 # ---- 3 --------------------------------------------------------------------------
+if want 3; then
 section "3. ZeRO 0-3, gpt2-124m, dp 2 on one GPU (--comm mpi), B 4 x T 1024 per rank, 8 steps"
 echo "| ZeRO | start-up memory plan (rank 0) | measured peak | median step | final loss |"
 echo "|---|---|---|---|---|"
@@ -83,8 +91,10 @@ for z in 0 1 2 3; do
   read -r ms peak _ last <<<"$(stats "$w/z$z.jsonl")"
   echo "| $z | $(grep -a -m1 '^memory ' "$w/z$z.out" | cut -c8-) | $peak GiB | $ms ms | $last |"
 done
+fi
 
 # ---- 4 --------------------------------------------------------------------------
+if want 4; then
 section "4. bad input: each must exit non-zero with a one-line error, in time"
 expect_refusal() {  # expect_refusal NAME SECONDS CMD...
   local name=$1 secs=$2; shift 2
@@ -109,18 +119,24 @@ expect_refusal "two ranks on one GPU under NCCL" 90 mpirun --oversubscribe -np 2
 expect_refusal "gpt2-1558m at B 256 x T 1024 (does not fit in 80 GB)" 60 "$TRAIN" --model gpt2-1558m \
   --device cuda --micro-batch 256 --seq-len 1024 --batch-tokens 262144 --steps 2 --run-dir "$w/bad3" \
   "${QUIET[@]}" "${DATA[@]}"
+fi
 
 # ---- 5 --------------------------------------------------------------------------
+if want 5; then
 section "5. parity suites on CUDA tensors (ENGINE_TEST_DEVICE=cuda: fp32, ranks sharing the GPU over MPI)"
 if [ "$(left)" -gt 30 ]; then
   ENGINE_TEST_DEVICE=cuda timeout "$(cap 400)" ctest --test-dir "$BUILD" -L mpi --timeout 240 \
-    -R '^(test_parity|test_parity_recompute|test_zero|test_onebit_adam|test_validation_layouts)_np' \
+    -R "${CHECKS_PARITY_FILTER:-^(test_parity|test_parity_recompute|test_zero|test_onebit_adam|test_validation_layouts)_np}" \
     --output-on-failure >"$w/parity.log" 2>&1
   rc=$?
-  grep -aE 'Test +#|tests passed|tests failed|Failure|Expected|Which is|\[  FAILED' "$w/parity.log" | head -60
+  # A failure's own lines too (gtest prints an exception's text on the line after "Failure").
+  grep -aE -A2 'Test +#|tests passed|tests failed|Failure|Expected|Which is|error:|\[  FAILED' "$w/parity.log" |
+    grep -av '^\[ *OK\|^\[ RUN' | head -80
+  [ -n "${OUT:-}" ] && tail -c 4000000 "$w/parity.log" >"$OUT/parity.log"
   [ $rc -eq 0 ] || fail "parity suites on CUDA: ctest exit $rc"
 else
   fail "parity suites on CUDA: no time left"
+fi
 fi
 
 section "checks done: $failures failure(s)"
