@@ -62,8 +62,13 @@ MemoryFigures report_memory(std::ostream* out, parallel::Communicator& world, co
   const std::string state = optimizer.describe_state(sharding.state);
   auto bytes = [](std::size_t b) { return engine::format_bytes(b); };
   const model::RankMemory& p = f.planned;
-  *out << "memory     per rank (largest over ranks): parameters " << bytes(p.weights)
-       << (notes.separate_working ? " (fp32 master + working copy)" : "") << (sharding.weights ? shard : "")
+  std::string weights_note;
+  if (notes.separate_working)
+    weights_note = sharding.master && !sharding.weights
+                       ? " (" + data_parallel.name() + " shard of the fp32 master + whole working copy)"
+                       : " (fp32 master + working copy)";
+  *out << "memory     per rank (largest over ranks): parameters " << bytes(p.weights) << weights_note
+       << (sharding.weights ? shard : "")
        << ", gradients " << bytes(p.grads) << (sharding.grads ? shard : "") << ", optimizer state "
        << bytes(p.optimizer) << (state.empty() ? "" : " (" + state + ")") << ", activations " << bytes(p.activations)
        << " (" << notes.slots << " micro-batch slot" << (notes.slots > 1 ? "s" : "") << ", recompute "

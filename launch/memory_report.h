@@ -17,7 +17,7 @@ namespace launch {
 
 // What the memory line says besides the numbers.
 struct MemoryNotes {
-  bool separate_working = false;  // a bf16 working copy beside the fp32 master
+  bool separate_working = false;  // a working copy beside the fp32 master (bf16, or whole beside a ZeRO-1/2 shard)
   int slots = 1;                  // activation slots (micro-batches alive at once)
   model::Recompute recompute = model::Recompute::kNone;
 };

@@ -39,6 +39,11 @@ std::vector<optim::CompressionGroup> compression_groups(const model::ParamRegist
   return {split, replicated, wte};
 }
 
+// --bucket-mb in gradient elements.
+std::int64_t bucket_elements(const TrainConfig& config, engine::DType grads) {
+  return std::max<std::int64_t>(1, static_cast<std::int64_t>(config.bucket_mb * 1024 * 1024 / engine::dtype_size(grads)));
+}
+
 // The flat ranges between (and after) the tensors, which hold no parameter.
 std::vector<std::pair<std::int64_t, std::int64_t>> padding_ranges(const model::ParamRegistry& registry) {
   std::vector<std::pair<std::int64_t, std::int64_t>> padding;
@@ -61,9 +66,8 @@ std::unique_ptr<parallel::DataParallel> make_data_parallel(const TrainConfig& co
   if (stage >= 2)
     return std::make_unique<parallel::ZeroUnitShards>(stage, dp, layout, store.master(), store.working(),
                                                       store.grads(), tied);
-  const auto bucket_elements =
-      static_cast<std::int64_t>(config.bucket_mb * 1024 * 1024 / engine::dtype_size(store.grads().dtype()));
-  const parallel::DataParallelOptions options{config.overlap_grad_reduce, std::max<std::int64_t>(1, bucket_elements)};
+  const parallel::DataParallelOptions options{config.overlap_grad_reduce,
+                                              bucket_elements(config, store.grads().dtype())};
   if (stage == 1)
     return std::make_unique<parallel::ZeroOptimizerShards>(dp, layout, store.master(), store.working(),
                                                            store.grads(), tied, options);
@@ -83,7 +87,11 @@ int shard_ways(const TrainConfig& config, const parallel::ProcessGrid& grid) {
 model::StoreSharding store_sharding(const TrainConfig& config, const parallel::ProcessGrid& grid,
                                     const parallel::FlatLayout& layout, const parallel::Communicator& dp) {
   const int stage = zero_stage(config, grid);
-  return stage >= 2 ? parallel::ZeroUnitShards::store_sharding(stage, layout.units, dp) : model::StoreSharding{};
+  if (stage >= 2) return parallel::ZeroUnitShards::store_sharding(stage, layout.units, dp);
+  if (stage == 1)
+    return parallel::ZeroOptimizerShards::store_sharding(
+        layout, bucket_elements(config, model::master_dtype(config.precision_mode)), dp);
+  return model::StoreSharding{};
 }
 
 Optimization make_optimization(const TrainConfig& config, const parallel::ProcessGrid& grid,

@@ -24,7 +24,8 @@ int zero_stage(const TrainConfig& config, const parallel::ProcessGrid& grid);
 // What every registry entry's padded size must divide by: the data-parallel
 // size under ZeRO, so that every group splits into equal chunks.
 int shard_ways(const TrainConfig& config, const parallel::ProcessGrid& grid);
-// Which of the store's buffers the chosen strategy shards (ZeRO-2/3).
+// Which of the store's buffers the chosen strategy shards (ZeRO-1: the master
+// weights; ZeRO-2: and the gradients; ZeRO-3: and the working weights).
 model::StoreSharding store_sharding(const TrainConfig& config, const parallel::ProcessGrid& grid,
                                     const parallel::FlatLayout& layout, const parallel::Communicator& dp);
 

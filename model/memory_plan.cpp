@@ -54,8 +54,13 @@ StageFootprint stage_footprint(const GptConfig& config, const ParallelLayout& la
     return static_cast<std::size_t>(elements) * engine::dtype_size(dt);
   };
   StageFootprint f;
-  const std::int64_t weight_elements = zero >= 3 ? shard : whole;
-  f.fixed.weights = bytes(weight_elements, master) + (working != master ? bytes(weight_elements, working) : 0);
+  // As model::ParamStore allocates: the master a shard from ZeRO-1, the
+  // working copy a shard at ZeRO-3, and a buffer of its own unless it is the
+  // master itself (one dtype and one layout).
+  const std::int64_t master_elements = zero >= 1 ? shard : whole;
+  const std::int64_t working_elements = zero >= 3 ? shard : whole;
+  const bool separate_working = working != master || (zero == 1 || zero == 2);
+  f.fixed.weights = bytes(master_elements, master) + (separate_working ? bytes(working_elements, working) : 0);
   f.fixed.grads = bytes(zero >= 2 ? shard : whole, master);
   f.fixed.optimizer = kAdamMoments * bytes(zero >= 1 ? shard : whole, master);
   if (zero >= 2) f.fixed.staging = parallel::ZeroUnitShards::staging_bound(zero, flat.units, working, master);

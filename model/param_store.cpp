@@ -43,21 +43,27 @@ ParamStore::ParamStore(const ParamRegistry& registry, engine::DeviceType device,
   ENGINE_CHECK(!(precision == Precision::kBf16 && device == engine::DeviceType::kCpu),
                "bf16 precision needs --device cuda; the CPU backend computes in fp32");
   const std::int64_t shard = parallel::shard_elements(sharding_.owned);
-  ENGINE_CHECK(!(sharding_.weights || sharding_.grads) || !sharding_.owned.empty(),
+  ENGINE_CHECK(!(sharding_.master || sharding_.weights || sharding_.grads) || !sharding_.owned.empty(),
                "a sharded parameter store needs the chunks this rank owns");
-  const std::int64_t weight_elements = sharding_.weights ? shard : registry.total_numel();
+  ENGINE_CHECK(!sharding_.weights || sharding_.master, "sharded working weights need a sharded master (ZeRO-3)");
+  const std::int64_t master_elements = sharding_.master ? shard : registry.total_numel();
+  const std::int64_t working_elements = sharding_.weights ? shard : registry.total_numel();
   const std::int64_t grad_elements = sharding_.grads ? shard : registry.total_numel();
   const engine::DType mdt = master_dtype(precision);
-  master_buffer_ = engine::Buffer(device, weight_elements * engine::dtype_size(mdt));
-  master_ = master_buffer_.as_tensor(engine::Shape{weight_elements}, mdt);
+  master_buffer_ = engine::Buffer(device, master_elements * engine::dtype_size(mdt));
+  master_ = master_buffer_.as_tensor(engine::Shape{master_elements}, mdt);
   grad_buffer_ = engine::Buffer(device, grad_elements * engine::dtype_size(mdt));
   grads_ = grad_buffer_.as_tensor(engine::Shape{grad_elements}, mdt);
+  // The working copy is the master itself when both have one dtype and one
+  // layout; under ZeRO-1/2 the master is a shard and the working copy whole,
+  // so it is a buffer of its own even in fp32 (as DeepSpeed's ZeRO keeps an
+  // fp32 partition beside the model's parameters).
   const engine::DType adt = activation_dtype(precision);
-  if (adt == mdt) {
+  if (adt == mdt && master_elements == working_elements && sharding_.master == sharding_.weights) {
     working_ = master_;
   } else {
-    working_buffer_ = engine::Buffer(device, weight_elements * engine::dtype_size(adt));
-    working_ = working_buffer_.as_tensor(engine::Shape{weight_elements}, adt);
+    working_buffer_ = engine::Buffer(device, working_elements * engine::dtype_size(adt));
+    working_ = working_buffer_.as_tensor(engine::Shape{working_elements}, adt);
   }
   zero_grads();
 }
@@ -77,21 +83,21 @@ engine::Tensor ParamStore::grad(const std::string& name) const {
 void ParamStore::zero_grads() { engine::ops::fill(grads_, 0.0); }
 
 void ParamStore::initialize(std::uint64_t seed) {
-  if (device_ == engine::DeviceType::kCpu && !sharding_.weights) {
+  if (device_ == engine::DeviceType::kCpu && !sharding_.master) {
     registry_.initialize(master_, seed);
-  } else {
-    // Initialise the whole layout on the host, then keep (upload) what this
-    // store holds: the same numbers on any device and any sharding.
-    engine::Buffer host(engine::DeviceType::kCpu, registry_.total_numel() * engine::dtype_size(master_.dtype()));
-    const engine::Tensor h = host.as_tensor(engine::Shape{registry_.total_numel()}, master_.dtype());
-    registry_.initialize(h, seed);
-    copy_owned(master_, h);
+    if (working_.data() != master_.data()) engine::ops::copy(working_, master_);
+    return;
   }
-  refresh_working();
+  // Initialise the whole layout on the host, then keep (upload) what this
+  // store holds: the same numbers on any device and any sharding.
+  engine::Buffer host(engine::DeviceType::kCpu, registry_.total_numel() * engine::dtype_size(master_.dtype()));
+  const engine::Tensor h = host.as_tensor(engine::Shape{registry_.total_numel()}, master_.dtype());
+  registry_.initialize(h, seed);
+  set_weights(h);
 }
 
-void ParamStore::copy_owned(const engine::Tensor& dst, const engine::Tensor& whole) const {
-  if (!sharding_.weights) {
+void ParamStore::copy_owned(const engine::Tensor& dst, const engine::Tensor& whole, bool sharded) const {
+  if (!sharded) {
     engine::ops::copy(dst, whole);
     return;
   }
@@ -99,21 +105,21 @@ void ParamStore::copy_owned(const engine::Tensor& dst, const engine::Tensor& who
     engine::ops::copy(dst.flat_slice(c.shard_offset, c.count), whole.flat_slice(c.full_offset, c.count));
 }
 
-void ParamStore::refresh_working() {
-  if (working_.data() != master_.data()) engine::ops::copy(working_, master_);
+void ParamStore::set_weights(const engine::Tensor& whole) {
+  copy_owned(master_, whole, sharding_.master);
+  if (working_.data() != master_.data()) copy_owned(working_, whole, sharding_.weights);
 }
 
 void ParamStore::download_master(float* host) const {
-  ENGINE_CHECK(!sharding_.weights, "ParamStore::download_master: the master weights are sharded (ZeRO-3); gather "
-               "them first");
+  ENGINE_CHECK(!sharding_.master, "ParamStore::download_master: the master weights are sharded (ZeRO); gather "
+               "them through the data-parallel strategy (download_master)");
   engine::ops::copy(engine::Tensor(host, master_.shape(), engine::DType::kF32, engine::DeviceType::kCpu),
                     master_);
 }
 
 void ParamStore::upload_master(const float* host) {
-  copy_owned(master_, engine::Tensor(const_cast<float*>(host), engine::Shape{registry_.total_numel()},
-                                     engine::DType::kF32, engine::DeviceType::kCpu));
-  refresh_working();
+  set_weights(engine::Tensor(const_cast<float*>(host), engine::Shape{registry_.total_numel()}, engine::DType::kF32,
+                             engine::DeviceType::kCpu));
 }
 
 }  // namespace model

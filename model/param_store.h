@@ -7,9 +7,9 @@
 //            over micro-batches
 //
 // Under ZeRO a buffer may hold only this rank's chunks of the layout, packed
-// (parallel/shard_layout.h): the gradients under stages 2 and 3, the master
-// and working weights too under stage 3. Named views (weight(), grad()) exist
-// only for whole buffers; layers then reach their units through
+// (parallel/shard_layout.h): the master weights from stage 1, the gradients
+// from stage 2, the working weights too at stage 3. Named views (weight(),
+// grad()) exist only for whole buffers; layers then reach their units through
 // model::ParamAccess.
 #pragma once
 
@@ -35,7 +35,7 @@ const char* precision_name(Precision precision);
 
 // Which buffers hold only this rank's chunks (ZeRO; the data-parallel
 // strategy decides, parallel/data_parallel.h); default: none. The store
-// reads `owned`, `weights` and `grads`.
+// reads `owned`, `master`, `weights` and `grads`.
 using StoreSharding = parallel::Sharding;
 
 class ParamStore {
@@ -60,23 +60,20 @@ class ParamStore {
   engine::Tensor grad(const std::string& name) const;
 
   void zero_grads();
-  // Initialises the master weights from (seed, name) and refreshes the working copy.
+  // Initialises the master weights from (seed, name), and the working copy from the same numbers.
   void initialize(std::uint64_t seed);
-  // Copies master into working after master changed outside the optimizer
-  // (loading a checkpoint). A no-op when working aliases master.
-  void refresh_working();
   // Host <-> store transfers of the master weights as f32, laid out whole
-  // (checkpoints). A sharded store takes its chunks of `host` on upload;
-  // download needs a whole master (ZeRO-3 gathers through
-  // parallel::ZeroUnits instead; under ZeRO-1/2 in bf16 only this rank's
-  // chunks of the whole master are current: launch::Trainer::download_master
-  // gathers them first).
+  // (checkpoints). Upload sets the master and the working copy, each whole
+  // or this rank's chunks of `host`; download needs a whole master (under
+  // ZeRO the data-parallel strategy's download_master gathers the shards).
   void download_master(float* host) const;
   void upload_master(const float* host);
 
  private:
-  // dst (this store's master layout) := whole (the full layout), or this rank's chunks of it.
-  void copy_owned(const engine::Tensor& dst, const engine::Tensor& whole) const;
+  // dst := whole (the full layout), or this rank's chunks of it when `sharded`.
+  void copy_owned(const engine::Tensor& dst, const engine::Tensor& whole, bool sharded) const;
+  // The master and working weights from a whole host copy of the layout.
+  void set_weights(const engine::Tensor& whole);
 
   const ParamRegistry& registry_;
   engine::DeviceType device_;

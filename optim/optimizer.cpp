@@ -15,7 +15,8 @@ std::vector<ParamSegment> shard_segments(const std::vector<ParamSegment>& whole,
       const std::int64_t in_shard = c.shard_offset + (begin - c.full_offset);
       ParamSegment seg{begin, end - begin, d.decay, begin, sharding.state ? in_shard : begin};
       if (sharding.grads) seg.grad_offset = in_shard;
-      if (sharding.weights) seg.offset = seg.master_offset = in_shard;
+      if (sharding.master) seg.master_offset = in_shard;
+      if (sharding.weights) seg.offset = in_shard;
       segments.push_back(seg);
     }
   return segments;

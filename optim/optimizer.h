@@ -18,9 +18,9 @@ namespace optim {
 // A contiguous range of parameters and whether it takes weight decay.
 // Without ZeRO the master weights, gradients, working copy and moments share
 // one layout. Under ZeRO a rank updates only the chunks it owns, and each
-// buffer is either whole or this rank's compact shard: the moments are
-// sharded from stage 1, the gradients from stage 2, the weights at stage 3;
-// so a segment may sit at different offsets in each.
+// buffer is either whole or this rank's compact shard: the moments and the
+// master weights are sharded from stage 1, the gradients from stage 2, the
+// working weights at stage 3; so a segment may sit at different offsets in each.
 struct ParamSegment {
   std::int64_t offset;              // into working (unused when working aliases master)
   std::int64_t count;
@@ -32,8 +32,8 @@ struct ParamSegment {
 
 // The segments of `whole` (laid out whole, default offsets) that this rank
 // updates under `sharding`: each cut to the owned chunks, at its offset in
-// every buffer (Rajbhandari et al. 2020: moments in a shard from stage 1,
-// gradients from stage 2, weights at stage 3). `whole` itself without ZeRO.
+// every buffer (Rajbhandari et al. 2020: moments and master weights in a
+// shard from stage 1, gradients from stage 2, working weights at stage 3). `whole` itself without ZeRO.
 std::vector<ParamSegment> shard_segments(const std::vector<ParamSegment>& whole, const parallel::Sharding& sharding);
 // Elements of each moment buffer under `sharding` (-1: the master's size).
 std::int64_t state_elements(const parallel::Sharding& sharding);

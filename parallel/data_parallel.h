@@ -61,6 +61,7 @@ struct FlatLayout {
 struct Sharding {
   std::vector<ShardChunk> owned;  // the chunks whose update this rank makes
   bool state = false;             // optimizer moments (ZeRO-1 and up)
+  bool master = false;            // master weights (ZeRO-1 and up)
   bool grads = false;             // gradients (ZeRO-2 and 3)
   bool weights = false;           // master and working weights (ZeRO-3)
 };
@@ -103,8 +104,8 @@ class DataParallel {
   // Loads a whole moment from the host, keeping this rank's chunks when sharded.
   virtual void upload_state(const engine::Tensor& state, const float* host);
   // `full` is laid out whole, but each rank has updated only its owned chunks
-  // of it (a whole-sized master or momentum under ZeRO-1/2): fills in the
-  // other ranks' chunks. Collective over dp; nothing to do when unsharded.
+  // of it (1-bit Adam's whole momentum under ZeRO): fills in the other ranks'
+  // chunks. Collective over dp; nothing to do when unsharded.
   virtual void gather_owned(const engine::Tensor& /*full*/) {}
 
   // ---- accounting ------------------------------------------------------------------

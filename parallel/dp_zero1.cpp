@@ -32,6 +32,14 @@ std::vector<GradRange> tied_waits_for_finish(std::vector<GradRange> ranges, cons
 }
 }  // namespace
 
+Sharding ZeroOptimizerShards::store_sharding(const FlatLayout& layout, std::int64_t bucket_elements,
+                                             const Communicator& dp) {
+  Sharding s;
+  s.owned = owned_chunks(bucket_ranges(layout.ranges, bucket_elements), dp.rank(), dp.size());
+  s.state = s.master = true;
+  return s;
+}
+
 ZeroOptimizerShards::ZeroOptimizerShards(Communicator& dp, const FlatLayout& layout, const engine::Tensor& master,
                                          const engine::Tensor& working, const engine::Tensor& grads,
                                          const TiedEmbedding& tied, DataParallelOptions options)
@@ -39,7 +47,10 @@ ZeroOptimizerShards::ZeroOptimizerShards(Communicator& dp, const FlatLayout& lay
   buckets_ = std::make_unique<GradBuckets>(dp, grads, tied_waits_for_finish(layout.ranges, tied),
                                            options.bucket_elements, GradBuckets::Mode::kReduceScatter);
   sharding_.owned = buckets_->owned_chunks();
-  sharding_.state = true;
+  sharding_.state = sharding_.master = true;
+  ENGINE_CHECK(master_.numel() == buckets_->shard_elements(), "ZeRO-1: the master weights hold ", master_.numel(),
+               " elements, but this rank's shard of the buckets is ", buckets_->shard_elements(),
+               " (the store must be built with ZeroOptimizerShards::store_sharding)");
   norm_ranges_ = owned_norm_ranges(layout.norm_ranges, sharding_.owned, false);
 }
 
@@ -52,15 +63,10 @@ void ZeroOptimizerShards::finish_gradients() {
   buckets_->finish();
 }
 
-void ZeroOptimizerShards::download_master(float* host) {
-  // In mixed precision the master is whole-sized but each rank updated only
-  // its chunks of it (the working copy is what after_update gathers).
-  if (master_.data() != working_.data()) buckets_->gather(master_);
-  if (host) engine::ops::copy(engine::host_f32(host, master_.numel()), master_);
-}
+void ZeroOptimizerShards::download_master(float* host) { download_state(master_, host); }
 
 void ZeroOptimizerShards::download_state(const engine::Tensor& state, float* host) {
-  // Through one whole-sized buffer, bucket by bucket.
+  // A shard (moments, master) gathered through one whole-sized buffer.
   const std::int64_t n = grads_.numel();
   engine::Buffer full(state.device(), static_cast<std::size_t>(n) * engine::dtype_size(state.dtype()));
   const engine::Tensor whole = full.as_tensor(engine::Shape{n}, state.dtype());

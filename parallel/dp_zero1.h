@@ -1,7 +1,8 @@
 // ZeRO stage 1 (Rajbhandari et al. 2020, section 5.1, P_os): the gradient
 // buckets of plain data parallel are reduce-scattered instead of all-reduced,
 // so rank r ends with the reduced r-th chunk of every bucket; it keeps the
-// optimizer state of those chunks only, updates them, and the working
+// optimizer state of those chunks only (the moments and the fp32 master
+// weights: the paper's K = 12 of 4Ψ + KΨ/N), updates them, and the working
 // weights are all-gathered after the update (parallel/grad_buckets.h).
 // Each rank's reduced chunks differ, so every rank counts its own in the norm.
 #pragma once
@@ -14,6 +15,11 @@ namespace parallel {
 
 class ZeroOptimizerShards : public DataParallel {
  public:
+  // What the store must shard before this strategy can be built on it: the
+  // master weights and moments as this rank's chunks of every bucket.
+  static Sharding store_sharding(const FlatLayout& layout, std::int64_t bucket_elements, const Communicator& dp);
+
+  // master: the store's master shard (store_sharding()); working, grads: whole.
   ZeroOptimizerShards(Communicator& dp, const FlatLayout& layout, const engine::Tensor& master,
                       const engine::Tensor& working, const engine::Tensor& grads, const TiedEmbedding& tied,
                       DataParallelOptions options);

@@ -21,7 +21,7 @@ Sharding ZeroUnitShards::store_sharding(int stage, const std::vector<FlatRange>&
   ENGINE_CHECK(stage == 2 || stage == 3, "ZeroUnitShards: stage ", stage, " (expected 2 or 3)");
   Sharding s;
   s.owned = owned_chunks(units, dp.rank(), dp.size());
-  s.state = s.grads = true;
+  s.state = s.master = s.grads = true;
   s.weights = stage == 3;
   return s;
 }
@@ -36,6 +36,9 @@ ZeroUnitShards::ZeroUnitShards(int stage, Communicator& dp, const FlatLayout& la
       tied_(tied),
       total_(layout.total),
       sharding_(store_sharding(stage, layout.units, dp)) {
+  ENGINE_CHECK(master_.numel() == shard_elements(sharding_.owned), "ZeRO-", stage, ": the master weights hold ",
+               master_.numel(), " elements, but this rank's shard is ", shard_elements(sharding_.owned),
+               " (the store must be built with ZeroUnitShards::store_sharding)");
   units_ = std::make_unique<ZeroUnits>(dp, layout.units, stage == 3 ? working : engine::Tensor{}, grads);
   norm_ranges_ = owned_norm_ranges(layout.norm_ranges, sharding_.owned, true);
 }
@@ -59,16 +62,7 @@ void ZeroUnitShards::gather_owned(const engine::Tensor& full) {
   all_gather_chunks(dp_, units_->units(), sharding_.owned, full);
 }
 
-void ZeroUnitShards::download_master(float* host) {
-  if (stage_ == 3) {
-    download_sharded(master_, host);
-    return;
-  }
-  // Stage 2 in mixed precision: the master is whole-sized but each rank
-  // updated only its chunks of it.
-  if (master_.data() != working_.data()) gather_owned(master_);
-  if (host) engine::ops::copy(engine::host_f32(host, total_), master_);
-}
+void ZeroUnitShards::download_master(float* host) { download_sharded(master_, host); }
 
 void ZeroUnitShards::download_state(const engine::Tensor& state, float* host) { download_sharded(state, host); }
 

@@ -6,24 +6,42 @@
 
 namespace parallel {
 
+namespace {
+// Consecutive ranges merged until a bucket holds at least bucket_elements;
+// `key` is the smallest readiness key of a bucket's ranges.
+std::vector<GradRange> merge_into_buckets(const std::vector<GradRange>& ranges, std::int64_t bucket_elements) {
+  ENGINE_CHECK(bucket_elements >= 1, "gradient buckets need a positive size, got ", bucket_elements);
+  std::vector<GradRange> buckets;
+  for (const GradRange& r : ranges) {
+    if (!buckets.empty() && buckets.back().count < bucket_elements &&
+        buckets.back().offset + buckets.back().count == r.offset) {
+      buckets.back().count += r.count;
+      buckets.back().key = std::min(buckets.back().key, r.key);
+    } else {
+      buckets.push_back(r);
+    }
+  }
+  return buckets;
+}
+}  // namespace
+
+std::vector<FlatRange> bucket_ranges(const std::vector<GradRange>& ranges, std::int64_t bucket_elements) {
+  std::vector<FlatRange> out;
+  for (const GradRange& b : merge_into_buckets(ranges, bucket_elements)) out.push_back({b.offset, b.count});
+  return out;
+}
+
 GradBuckets::GradBuckets(Communicator& comm, const engine::Tensor& flat_grads, const std::vector<GradRange>& ranges,
                          std::int64_t bucket_elements, Mode mode)
     : comm_(comm), grads_(flat_grads), mode_(mode) {
-  ENGINE_CHECK(bucket_elements >= 1, "gradient buckets need a positive size, got ", bucket_elements);
-  for (const GradRange& r : ranges) {
+  for (const GradRange& r : ranges)
     ENGINE_CHECK(r.offset >= 0 && r.count >= 0 && r.offset + r.count <= flat_grads.numel(), "gradient range [",
                  r.offset, ", ", r.offset + r.count, ") is outside the ", flat_grads.numel(), "-element buffer");
-    if (!buckets_.empty() && buckets_.back().count < bucket_elements &&
-        buckets_.back().offset + buckets_.back().count == r.offset) {
-      Bucket& b = buckets_.back();
-      b.count += r.count;
-      b.min_key = std::min(b.min_key, r.key);
-    } else {
-      buckets_.push_back(Bucket{r.offset, r.count, r.key, nullptr, false});
-    }
+  for (const GradRange& b : merge_into_buckets(ranges, bucket_elements)) {
+    buckets_.push_back(Bucket{b.offset, b.count, b.key, nullptr, false});
+    bucket_ranges_.push_back({b.offset, b.count});
   }
   if (mode_ == Mode::kReduceScatter) {
-    for (const Bucket& b : buckets_) bucket_ranges_.push_back({b.offset, b.count});
     owned_ = parallel::owned_chunks(bucket_ranges_, comm_.rank(), comm_.size());
     shard_elements_ = parallel::shard_elements(owned_);
   }

@@ -37,6 +37,12 @@ struct GradRange {
   std::int64_t key;     // readiness key: final once layer_done(k) with k <= key
 };
 
+// The buckets GradBuckets cuts `ranges` into: consecutive ranges merged until
+// a bucket holds at least bucket_elements (the last may be smaller). The
+// ZeRO-1 shards are chunks of these, so the parameter store can be laid out
+// before the buckets exist (parallel/dp_zero1.h, store_sharding).
+std::vector<FlatRange> bucket_ranges(const std::vector<GradRange>& ranges, std::int64_t bucket_elements);
+
 class GradBuckets {
  public:
   enum class Mode { kAllReduce, kReduceScatter };

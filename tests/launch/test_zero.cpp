@@ -72,9 +72,11 @@ TEST_F(Zero, WithSequenceParallelAndRecomputation) {
 }
 
 // Rajbhandari et al. 2020, figure 1, for Psi parameters and dp ranks, in
-// fp32 (4 bytes a weight, 4 a gradient, 8 for Adam's two moments):
-//   stage 0: 4 + 4 + 8 Psi          stage 2: 4 Psi + (4 + 8) Psi / dp
-//   stage 1: (4 + 4) Psi + 8 Psi/dp  stage 3: (4 + 4 + 8) Psi / dp
+// fp32 (4 bytes a weight, 4 a gradient, 8 for Adam's two moments, and from
+// stage 1 a 4-byte master shard beside the whole working weights, the
+// paper's K = 12 with fp32 working weights, as DeepSpeed keeps it):
+//   stage 0: 4 + 4 + 8 Psi               stage 2: 4 Psi + (4 + 4 + 8) Psi / dp
+//   stage 1: (4 + 4) Psi + (4 + 8) Psi/dp  stage 3: (4 + 4 + 8) Psi / dp
 // Slack: each tensor is padded to a multiple of 64 x dp elements so that
 // every unit splits into equal chunks; that adds at most 64 x dp elements
 // per tensor over the dp = 1 layout. ZeRO-2/3's gather and reduce buffers
@@ -109,12 +111,12 @@ TEST_F(Zero, BytesPerRankFallWithDpAsThePaperSays) {
         const model::RankMemory m = trainer.allocated_memory();
         const double slack = 4.0 * static_cast<double>(tensors * 64 * dp);  // bytes per 4-byte element kind
         const double P = static_cast<double>(psi), n = dp;
-        const double weights = zero >= 3 ? 4 * P / n : 4 * P;
+        const double weights = zero >= 3 ? 4 * P / n : zero >= 1 ? 4 * P + 4 * P / n : 4 * P;
         const double grads = zero >= 2 ? 4 * P / n : 4 * P;
         const double optimizer = zero >= 1 ? 8 * P / n : 8 * P;
         const std::string what = "zero " + std::to_string(zero) + " dp " + std::to_string(dp);
         EXPECT_GE(static_cast<double>(m.weights), weights) << what;
-        EXPECT_LE(static_cast<double>(m.weights), weights + slack) << what;
+        EXPECT_LE(static_cast<double>(m.weights), weights + 2 * slack) << what;
         EXPECT_GE(static_cast<double>(m.grads), grads) << what;
         EXPECT_LE(static_cast<double>(m.grads), grads + slack) << what;
         EXPECT_GE(static_cast<double>(m.optimizer), optimizer) << what;
