@@ -82,7 +82,7 @@ void on_groups(int size, Fn fn) {
 
 // Four layers and four heads (enough for four stages or four tensor-parallel
 // ranks), eight sequences per step: several micro-batches on every layout.
-// Callers change fields, then call resolve(0, world).
+// Callers change fields, then call resolve(test_cuda_devices(), world).
 inline launch::TrainConfig parity_config(const SharedDir& dir, int tp, int pp, int dp) {
   launch::TrainConfig c;
   c.preset = "gpt-micro";
@@ -115,7 +115,7 @@ struct TrainedRun {
 inline TrainedRun train_run(launch::TrainConfig config, MPI_Comm comm) {
   int size = 1;
   MPI_Comm_size(comm, &size);
-  config.resolve(0, size);
+  config.resolve(test_cuda_devices(), size);
   std::ostringstream quiet;
   launch::Trainer trainer(config, quiet, comm);
   TrainedRun run{trainer.run(), trainer.registry(), {}};

@@ -76,7 +76,7 @@ class ErrorReporting : public ::testing::Test {
   // every rank refuses it in the Trainer's constructor, without agreeing first.
   std::string damaged_model() const {
     launch::TrainConfig config = tiny_config(dir_, 1);
-    config.resolve(0, 1);
+    config.resolve(test_cuda_devices(), 1);
     const model::ParamRegistry registry = model::build_gpt_registry(config.model);
     std::vector<float> weights(static_cast<std::size_t>(registry.total_numel()), 0.01f);
     weights[registry.find("wpe").offset + 5] = std::nanf("");

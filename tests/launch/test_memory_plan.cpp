@@ -56,7 +56,7 @@ TEST(MemoryPlan, EqualsWhatEveryLayoutAllocates) {
     c.pipeline_schedule = k.schedule;
     c.micro_batch = k.micro_batch;
     // Nothing is trained: building the trainer lays out (and reports) its memory.
-    c.resolve(0, 4);
+    c.resolve(test_cuda_devices(), 4);
     std::ostringstream quiet;
     launch::Trainer trainer(c, quiet, MPI_COMM_WORLD);
     const model::RankMemory planned = trainer.planned_memory(), allocated = trainer.allocated_memory();

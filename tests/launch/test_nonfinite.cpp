@@ -32,7 +32,7 @@ Finished train(launch::TrainConfig config, const std::string& poison = "") {
     unsetenv("ENGINE_TEST_POISON_STEPS");
   else
     setenv("ENGINE_TEST_POISON_STEPS", poison.c_str(), 1);
-  config.resolve(0);
+  config.resolve(test_cuda_devices());
   std::ostringstream out;
   Finished f;
   try {
@@ -184,7 +184,7 @@ TEST(NonFinite, NonFiniteFlagValuesAreRefused) {
     if (std::string(which) == "beta2") config.beta2 = bad;
     if (std::string(which) == "weight_decay") config.weight_decay = bad;
     try {
-      config.resolve(0);
+      config.resolve(test_cuda_devices());
       FAIL() << which << " accepted a non-finite value";
     } catch (const engine::Error& e) {
       EXPECT_NE(std::string(e.what()).find("is not a finite number"), std::string::npos) << e.what();

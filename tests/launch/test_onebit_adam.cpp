@@ -69,7 +69,7 @@ launch::TrainConfig config(int tp, int pp, int dp, std::int64_t steps, const std
   c.zero = zero;
   c.optimizer = optimizer;
   c.freeze_step = freeze;
-  c.resolve(0, tp * pp * dp);
+  c.resolve(test_cuda_devices(), tp * pp * dp);
   return c;
 }
 

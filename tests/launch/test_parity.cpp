@@ -99,7 +99,7 @@ TEST_F(Parity, ZeroStage1ShardsTheOptimizerState) {
   launch::TrainConfig config = parity_config(*dir_, 1, 1, 4);
   config.zero = 1;
   config.steps = 1;
-  config.resolve(0, 4);
+  config.resolve(test_cuda_devices(), 4);
   {
     std::ostringstream quiet;
     launch::Trainer trainer(config, quiet, group);

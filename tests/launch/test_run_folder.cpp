@@ -44,7 +44,7 @@ launch::TrainConfig parse_config_file(const std::string& file, int world = 1) {
   const std::string flag = "--config=" + file;
   const char* argv[] = {"train", flag.c_str()};
   app.parse(2, argv);
-  config.resolve(0, world);
+  config.resolve(test_cuda_devices(), world);
   return config;
 }
 
@@ -105,7 +105,7 @@ TEST(RunFolder, SavedConfigurationReadsBackAsTheSameRun) {
   config.batch_tokens = 0;
   config.tp = 2;
   config.sequence_parallel = true;
-  config.resolve(0, 4);
+  config.resolve(test_cuda_devices(), 4);
   const std::string saved = launch::resolved_config_json(config);
   const std::string file = dir / "config.json";
   std::ofstream(file) << saved;
@@ -117,7 +117,7 @@ TEST(RunFolder, SavedConfigurationReadsBackAsTheSameRun) {
   std::ofstream(file) << launch::resolved_config_json(empty_prompt);
   EXPECT_EQ(parse_config_file(file, 4).sample_prompt, "");
   launch::TrainConfig twice = config;  // resolve() may run on a resolved configuration
-  twice.resolve(0, 4);
+  twice.resolve(test_cuda_devices(), 4);
   EXPECT_EQ(launch::resolved_config_json(twice), saved);
   EXPECT_EQ(again.lr, config.lr);
   EXPECT_EQ(again.adam_eps, config.adam_eps);
@@ -140,7 +140,7 @@ TEST(RunFolder, ANewRunIsRefusedWhereAnotherRunLeftOutputs) {
   train_one_process(folder_config(dir, 4));
 
   launch::TrainConfig second = folder_config(dir, 2);
-  second.resolve(0, 1);
+  second.resolve(test_cuda_devices(), 1);
   try {
     launch::check_inputs(second);
     FAIL() << "a second run into the same folder was not refused";
@@ -155,12 +155,12 @@ TEST(RunFolder, ANewRunIsRefusedWhereAnotherRunLeftOutputs) {
   // --resume continues it; --overwrite starts afresh with nothing of the old run left.
   launch::TrainConfig resumed = folder_config(dir, 6);
   resumed.resume = "auto";
-  resumed.resolve(0, 1);
+  resumed.resolve(test_cuda_devices(), 1);
   EXPECT_NO_THROW(launch::check_inputs(resumed));
 
   launch::TrainConfig fresh = folder_config(dir, 2);
   fresh.overwrite = true;
-  fresh.resolve(0, 1);
+  fresh.resolve(test_cuda_devices(), 1);
   EXPECT_NO_THROW(launch::check_inputs(fresh));
   const launch::RunSummary summary = train_one_process(fresh);
   EXPECT_EQ(summary.first_step, 0);
@@ -173,7 +173,7 @@ TEST(RunFolder, ANewRunIsRefusedWhereAnotherRunLeftOutputs) {
   // Without a run folder the same rule holds for a metrics file alone.
   launch::TrainConfig plain = tiny_config(dir, 2);
   plain.log_file = dir / "run/metrics.jsonl";
-  plain.resolve(0, 1);
+  plain.resolve(test_cuda_devices(), 1);
   EXPECT_THROW(launch::check_inputs(plain), std::exception);
 }
 
@@ -200,7 +200,7 @@ TEST(RunFolder, OverwriteIsRefusedInARestartedJob) {
   write_corpus(dir);
   launch::TrainConfig config = folder_config(dir, 2);
   config.overwrite = true;
-  config.resolve(0, 1);
+  config.resolve(test_cuda_devices(), 1);
   ::setenv("ENGINE_RESTART_COUNT", "1", 1);
   EXPECT_THROW(launch::check_inputs(config), std::exception);
   ::unsetenv("ENGINE_RESTART_COUNT");
@@ -213,7 +213,7 @@ TEST(RunFolder, EveryOutputPathIsCreatedOrRefusedBeforeAnyStep) {
   launch::TrainConfig config = tiny_config(dir, 2);
   config.save_model = dir / "models/deeper/final.bin";
   config.run_dir = dir / "runs/mine";
-  config.resolve(0, 1);
+  config.resolve(test_cuda_devices(), 1);
   launch::check_inputs(config);
   EXPECT_TRUE(fs::is_directory(dir / "models/deeper"));
   EXPECT_TRUE(fs::is_directory(dir / "runs/mine/checkpoints"));
@@ -221,7 +221,7 @@ TEST(RunFolder, EveryOutputPathIsCreatedOrRefusedBeforeAnyStep) {
   std::ofstream(dir / "a_file") << "not a folder";
   launch::TrainConfig bad = tiny_config(dir, 2);
   bad.save_model = dir / "a_file/final.bin";
-  bad.resolve(0, 1);
+  bad.resolve(test_cuda_devices(), 1);
   try {
     launch::check_inputs(bad);
     FAIL() << "a model file under a regular file was accepted";
@@ -291,7 +291,7 @@ TEST(EvalOnly, ScoresAModelFileOrACheckpointAndWritesNothing) {
 
   launch::TrainConfig no_model = folder_config(dir, 3);
   no_model.eval_only = true;
-  EXPECT_THROW(no_model.resolve(0, 1), std::exception);
+  EXPECT_THROW(no_model.resolve(test_cuda_devices(), 1), std::exception);
 }
 
 TEST(LogInterval, PrintsEveryKthStepAndTheJsonlKeepsAll) {

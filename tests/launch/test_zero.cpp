@@ -92,7 +92,7 @@ TEST_F(Zero, BytesPerRankFallWithDpAsThePaperSays) {
   std::int64_t psi = 0, tensors = 0, largest_unit = 0;  // the dp = 1 layout
   {
     launch::TrainConfig c = base(1);
-    c.resolve(0, 1);
+    c.resolve(test_cuda_devices(), 1);
     std::ostringstream quiet;
     launch::Trainer one(c, quiet, MPI_COMM_SELF);
     psi = one.registry().total_numel();
@@ -104,7 +104,7 @@ TEST_F(Zero, BytesPerRankFallWithDpAsThePaperSays) {
       on_groups(dp, [&](MPI_Comm group) {
         launch::TrainConfig c = base(dp);
         c.zero = zero;
-        c.resolve(0, dp);
+        c.resolve(test_cuda_devices(), dp);
         std::ostringstream quiet;
         launch::Trainer trainer(c, quiet, group);
         trainer.run();

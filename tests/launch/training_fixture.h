@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/device.h"
 #include "launch/byte_tokenizer.h"
 #include "launch/token_shard.h"
 #include "launch/train_config.h"
@@ -70,6 +71,13 @@ inline void use_test_device(launch::TrainConfig& c) {
   }
 }
 
+// The GPU count to resolve a test's config with: the visible GPUs when
+// ENGINE_TEST_DEVICE names one, else none (CPU runs never look for a GPU).
+inline int test_cuda_devices() {
+  const char* env = std::getenv("ENGINE_TEST_DEVICE");
+  return env != nullptr && *env != '\0' && std::string(env) != "cpu" ? engine::cuda_device_count() : 0;
+}
+
 // A tiny GPT on that corpus, fp32, deterministic (CPU unless ENGINE_TEST_DEVICE).
 inline launch::TrainConfig tiny_config(const TempDir& dir, std::int64_t steps) {
   launch::TrainConfig c;
@@ -90,7 +98,7 @@ inline launch::TrainConfig tiny_config(const TempDir& dir, std::int64_t steps) {
 // Trains `config` in this process alone; `log` (optional) receives what the
 // trainer printed.
 inline launch::RunSummary train_one_process(launch::TrainConfig config, std::string* log = nullptr) {
-  config.resolve(0, 1);
+  config.resolve(test_cuda_devices(), 1);
   std::ostringstream out;
   launch::Trainer trainer(config, out, MPI_COMM_SELF);
   launch::RunSummary summary = trainer.run();
