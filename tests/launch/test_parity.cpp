@@ -91,7 +91,8 @@ TEST_F(Parity, SequenceParallel) {
 }
 
 TEST_F(Parity, ZeroStage1ShardsTheOptimizerState) {
-  // P_os (Rajbhandari et al. 2020): each of dp ranks holds 1/dp of the moments.
+  // P_os (Rajbhandari et al. 2020): each of dp ranks holds 1/dp of the moments
+  // and of the fp32 master weights.
   if (world_size() < 4) GTEST_SKIP() << "needs 4 ranks";
   MPI_Comm group = MPI_COMM_NULL;
   MPI_Comm_split(MPI_COMM_WORLD, world_rank() < 4 ? 0 : MPI_UNDEFINED, world_rank(), &group);
@@ -107,6 +108,9 @@ TEST_F(Parity, ZeroStage1ShardsTheOptimizerState) {
     // exactly a quarter of the (padded) flat buffer.
     EXPECT_EQ(trainer.optimizer().m().numel() * 4, trainer.registry().total_numel());
     EXPECT_EQ(trainer.optimizer().v().numel() * 4, trainer.registry().total_numel());
+    // So does the fp32 master (the paper's K = 12); the working copy stays whole.
+    EXPECT_EQ(trainer.params().master().numel() * 4, trainer.registry().total_numel());
+    EXPECT_EQ(trainer.params().working().numel(), trainer.registry().total_numel());
     // The padding is exactly each tensor rounded up to 64 x dp elements (it
     // matters only for tiny tensors like these; gpt2-124m pads by < 0.1%).
     std::int64_t expected = 0;
