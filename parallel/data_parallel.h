@@ -63,7 +63,7 @@ struct Sharding {
   bool state = false;             // optimizer moments (ZeRO-1 and up)
   bool master = false;            // master weights (ZeRO-1 and up)
   bool grads = false;             // gradients (ZeRO-2 and 3)
-  bool weights = false;           // master and working weights (ZeRO-3)
+  bool weights = false;           // working weights (ZeRO-3; the master is sharded by `master`)
 };
 
 class DataParallel {

@@ -48,9 +48,6 @@ ZeroOptimizerShards::ZeroOptimizerShards(Communicator& dp, const FlatLayout& lay
                                            options.bucket_elements, GradBuckets::Mode::kReduceScatter);
   sharding_.owned = buckets_->owned_chunks();
   sharding_.state = sharding_.master = true;
-  ENGINE_CHECK(master_.numel() == buckets_->shard_elements(), "ZeRO-1: the master weights hold ", master_.numel(),
-               " elements, but this rank's shard of the buckets is ", buckets_->shard_elements(),
-               " (the store must be built with ZeroOptimizerShards::store_sharding)");
   norm_ranges_ = owned_norm_ranges(layout.norm_ranges, sharding_.owned, false);
 }
 

@@ -230,7 +230,7 @@ bool try_lt_gemm(const Gemm& g) {
     int found = 0;
     // Mixed precision only: fp32 mode keeps the heuristic's first answer, so
     // its results stay the same from run to run.
-    const bool tune = gemm_autotune() && g.a_type == DType::kBF16;
+    const bool tune = g.a_type == DType::kBF16 && gemm_autotune();
     const cublasStatus_t status =
         cublasLtMatmulAlgoGetHeuristic(ctx.lt(), desc.op, desc.a, desc.b, desc.d, desc.d, desc.pref,
                                        tune ? kAutotuneCandidates : 1, results.data(), &found);
@@ -260,19 +260,31 @@ int fastest_candidate(const Gemm& g, const LtDescriptors& desc, const cublasLtMa
   const std::size_t d_bytes = static_cast<std::size_t>(g.ldd) * g.n * dtype_size(g.d_type);
   const std::size_t aux_bytes = g.aux ? static_cast<std::size_t>(g.aux_ld) * g.n * dtype_size(g.d_type) : 0;
   const std::size_t d_span = (d_bytes + 255) / 256 * 256;  // aux 256-byte aligned after D
-  void* d = nullptr;
-  if (cudaMallocAsync(&d, d_span + aux_bytes, stream) != cudaSuccess) {
+  // Plain cudaMalloc/cudaFree (synchronous, as every engine allocation): the
+  // scratch is returned to the device before the step goes on, never held in
+  // a pool outside the memory plan.
+  struct Scratch {
+    void* d = nullptr;
+    cudaEvent_t start = nullptr, stop = nullptr;
+    ~Scratch() {
+      if (start) (void)cudaEventDestroy(start);
+      if (stop) (void)cudaEventDestroy(stop);
+      if (d) (void)cudaFree(d);
+    }
+  } scratch;
+  if (cudaMalloc(&scratch.d, d_span + aux_bytes) != cudaSuccess) {
     (void)cudaGetLastError();  // out of memory: keep the heuristic's choice
     return 0;
   }
+  void* d = scratch.d;
   void* aux = g.aux ? static_cast<char*>(d) + d_span : nullptr;
   CUDA_CHECK(cudaMemsetAsync(d, 0, d_span + aux_bytes, stream));
   cublasLtMatmulDesc_t op = desc.op;
   if (g.aux)
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
-  cudaEvent_t start = nullptr, stop = nullptr;
-  CUDA_CHECK(cudaEventCreate(&start));
-  CUDA_CHECK(cudaEventCreate(&stop));
+  CUDA_CHECK(cudaEventCreate(&scratch.start));
+  CUDA_CHECK(cudaEventCreate(&scratch.stop));
+  cudaEvent_t start = scratch.start, stop = scratch.stop;
   int best = 0;
   float best_ms = std::numeric_limits<float>::infinity();
   for (int i = 0; i < found; ++i) {
@@ -291,9 +303,6 @@ int fastest_candidate(const Gemm& g, const LtDescriptors& desc, const cublasLtMa
     CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
     if (ok && ms < best_ms) best = i, best_ms = ms;
   }
-  CUDA_CHECK(cudaEventDestroy(start));
-  CUDA_CHECK(cudaEventDestroy(stop));
-  CUDA_CHECK(cudaFreeAsync(d, stream));
   // The descriptor is the caller's: point its aux back at the real buffer.
   if (g.aux)
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux,
