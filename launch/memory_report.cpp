@@ -64,9 +64,8 @@ MemoryFigures report_memory(std::ostream* out, parallel::Communicator& world, co
   const model::RankMemory& p = f.planned;
   std::string weights_note;
   if (notes.separate_working)
-    weights_note = sharding.master && !sharding.weights
-                       ? " (" + data_parallel.name() + " shard of the fp32 master + whole working copy)"
-                       : " (fp32 master + working copy)";
+    weights_note = sharding.master && !sharding.weights ? " (master shard + whole working copy)"
+                                                        : " (fp32 master + working copy)";
   *out << "memory     per rank (largest over ranks): parameters " << bytes(p.weights) << weights_note
        << (sharding.weights ? shard : "")
        << ", gradients " << bytes(p.grads) << (sharding.grads ? shard : "") << ", optimizer state "
