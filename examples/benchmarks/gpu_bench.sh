@@ -26,6 +26,9 @@
 #   ENGINE_PROFILE    true/false: the engine's per-op breakdown of one extra,
 #                     untimed step (default true)
 #   RUN_ENGINE, RUN_PYTORCH  set to 0 to skip one side
+#   RUN_OP_BENCH      1 (default): after the engine's steps, op_bench times each op
+#                     of gpt2-1558m's block at MB_1558M against its bandwidth or
+#                     FLOP floor (examples/benchmarks/op_bench.cpp); 0 skips it
 #   LOG_DIR           where the full outputs go (default: a new temporary folder)
 #   ENGINE_COMMIT     the commit to print where .git is absent (a lent GPU machine)
 #
@@ -61,6 +64,7 @@ PYTORCH_ARGS=${PYTORCH_ARGS:-}
 ENGINE_PROFILE=${ENGINE_PROFILE:-true}
 RUN_ENGINE=${RUN_ENGINE:-1}
 RUN_PYTORCH=${RUN_PYTORCH:-1}
+RUN_OP_BENCH=${RUN_OP_BENCH:-1}
 LOG_DIR=${LOG_DIR:-}
 ACCUM_124M=${ACCUM_124M:-1}
 ACCUM_1558M=${ACCUM_1558M:-1}
@@ -92,7 +96,7 @@ if [ "$RUN_ENGINE" != 0 ]; then
     echo "gpu_bench: $BENCH not found; building it (CUDA is used when nvcc is found)"
     # shellcheck disable=SC1091  # sourced at run time from the repo root
     source "$ROOT/launch/setup_env.sh"
-    engine_build train_step_bench || {
+    engine_build train_step_bench op_bench || {
       echo "gpu_bench: the engine did not build in $ENGINE_BUILD_DIR (it needs CMake, Ninja, nvcc, CLI11," \
            "nlohmann-json and OpenBLAS: launch/setup_env.sh lists the packages)" >&2
       exit 1
@@ -175,6 +179,19 @@ if [ "$RUN_ENGINE" != 0 ]; then
       summary+=("engine   $model B=$mb: FAILED (see $log)")
     fi
   done
+fi
+
+# ---- the engine's ops against their floors --------------------------------------
+OP_BENCH=$ENGINE_BUILD_DIR/examples/op_bench
+if [ "$RUN_ENGINE" != 0 ] && [ "$RUN_OP_BENCH" != 0 ]; then
+  echo
+  echo "---- op_bench gpt2-1558m B=$MB_1558M T=$SEQ_LEN"
+  if [ -x "$OP_BENCH" ]; then
+    "$OP_BENCH" --model gpt2-1558m --micro-batch "$MB_1558M" --seq-len "$SEQ_LEN" \
+      ${peak_args[@]+"${peak_args[@]}"} 2>&1 | tee "$LOG_DIR/op_bench.log" || summary+=("op_bench: FAILED (see $LOG_DIR/op_bench.log)")
+  else
+    summary+=("op_bench: $OP_BENCH not built (cmake --build $ENGINE_BUILD_DIR --target op_bench)")
+  fi
 fi
 
 # ---- PyTorch reference --------------------------------------------------------

@@ -327,7 +327,7 @@ build() {
   # fresh machine's second call); everything otherwise, --stage build alone too.
   local targets=()
   if [ -z "${want[cuda]:-}${want[test]:-}" ] && [ -n "${want[smoke]:-}${want[bench]:-}" ]; then
-    targets=(--target train prepare train_step_bench)
+    targets=(--target train prepare train_step_bench op_bench)
   fi
   {
     echo "==== cmake ${args[*]}"
