@@ -105,14 +105,9 @@ Optimization make_optimization(const TrainConfig& config, const parallel::Proces
   const std::vector<parallel::ShardChunk>& held = store.sharding().owned;
   const std::vector<parallel::ShardChunk>& owned = o.data_parallel->sharding().owned;
   const bool store_sharded = store.sharding().master || store.sharding().grads || store.sharding().weights;
-  ENGINE_CHECK(!store_sharded || (held.size() == owned.size() &&
-                                  std::equal(held.begin(), held.end(), owned.begin(),
-                                             [](const parallel::ShardChunk& a, const parallel::ShardChunk& b) {
-                                               return a.full_offset == b.full_offset && a.shard_offset == b.shard_offset &&
-                                                      a.count == b.count;
-                                             })),
-               o.data_parallel->name(), ": the parameter store holds other chunks (", held.size(),
-               ") than the strategy updates (", owned.size(), "); store_sharding() and the strategy disagree");
+  ENGINE_CHECK(!store_sharded || held == owned, o.data_parallel->name(), ": the parameter store holds other chunks (",
+               held.size(), ") than the strategy updates (", owned.size(),
+               "); store_sharding() and the strategy disagree");
   // The optimizer updates the chunks the strategy gives this rank.
   std::vector<optim::ParamSegment> whole;
   for (const model::DecaySegment& d : registry.decay_segments()) whole.push_back({d.offset, d.count, d.decay});

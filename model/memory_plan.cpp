@@ -59,7 +59,7 @@ StageFootprint stage_footprint(const GptConfig& config, const ParallelLayout& la
   // master itself (one dtype and one layout).
   const std::int64_t master_elements = zero >= 1 ? shard : whole;
   const std::int64_t working_elements = zero >= 3 ? shard : whole;
-  const bool separate_working = working != master || (zero == 1 || zero == 2);
+  const bool separate_working = separate_working_copy(layout.precision, zero >= 1, zero >= 3);
   f.fixed.weights = bytes(master_elements, master) + (separate_working ? bytes(working_elements, working) : 0);
   f.fixed.grads = bytes(zero >= 2 ? shard : whole, master);
   f.fixed.optimizer = kAdamMoments * bytes(zero >= 1 ? shard : whole, master);

@@ -19,6 +19,10 @@ engine::DType master_dtype(Precision precision) {
   return precision == Precision::kFp64 ? engine::DType::kF64 : engine::DType::kF32;
 }
 
+bool separate_working_copy(Precision precision, bool master_sharded, bool weights_sharded) {
+  return activation_dtype(precision) != master_dtype(precision) || master_sharded != weights_sharded;
+}
+
 Precision parse_precision(const std::string& text) {
   if (text == "fp32") return Precision::kFp32;
   if (text == "fp64") return Precision::kFp64;
@@ -54,12 +58,8 @@ ParamStore::ParamStore(const ParamRegistry& registry, engine::DeviceType device,
   master_ = master_buffer_.as_tensor(engine::Shape{master_elements}, mdt);
   grad_buffer_ = engine::Buffer(device, grad_elements * engine::dtype_size(mdt));
   grads_ = grad_buffer_.as_tensor(engine::Shape{grad_elements}, mdt);
-  // The working copy is the master itself when both have one dtype and one
-  // layout; under ZeRO-1/2 the master is a shard and the working copy whole,
-  // so it is a buffer of its own even in fp32 (as DeepSpeed's ZeRO keeps an
-  // fp32 partition beside the model's parameters).
   const engine::DType adt = activation_dtype(precision);
-  if (adt == mdt && master_elements == working_elements && sharding_.master == sharding_.weights) {
+  if (!separate_working_copy(precision, sharding_.master, sharding_.weights)) {
     working_ = master_;
   } else {
     working_buffer_ = engine::Buffer(device, working_elements * engine::dtype_size(adt));

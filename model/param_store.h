@@ -31,6 +31,12 @@ enum class Precision : std::uint8_t {
 engine::DType activation_dtype(Precision precision);
 engine::DType master_dtype(Precision precision);
 Precision parse_precision(const std::string& text);  // "fp32" | "fp64" | "bf16"
+// Whether the working weights are a buffer of their own rather than the master
+// itself: a lower dtype (bf16 beside the fp32 master), or a whole copy beside
+// a master sharded by ZeRO-1/2 (as DeepSpeed keeps an fp32 partition beside
+// the model's parameters). The store, the memory plan and the optimizer's
+// cost (model/step_cost.h) all ask this.
+bool separate_working_copy(Precision precision, bool master_sharded, bool weights_sharded);
 const char* precision_name(Precision precision);
 
 // Which buffers hold only this rank's chunks (ZeRO; the data-parallel

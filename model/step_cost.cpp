@@ -148,11 +148,9 @@ double optimizer_seconds(const GptConfig& config, const ParallelLayout& layout, 
   const double updated = layout.zero_stage() >= 1 ? whole / layout.dp : whole;
   const double master = static_cast<double>(engine::dtype_size(master_dtype(layout.precision)));
   const double working = static_cast<double>(engine::dtype_size(activation_dtype(layout.precision)));
-  // The working copy is written beside the master when it is a buffer of its
-  // own: a lower dtype, or a whole copy beside a ZeRO-1/2 master shard
-  // (model::ParamStore; memory_plan.cpp counts the same buffers).
+  // The working copy is written too when it is a buffer of its own.
   const int zero = layout.zero_stage();
-  const bool separate_working = working != master || zero == 1 || zero == 2;
+  const bool separate_working = separate_working_copy(layout.precision, zero >= 1, zero >= 3);
   const double per_parameter = kAdamMasterValues * master + (separate_working ? working : 0.0);
   // A handful of ops per parameter tensor: count the whole optimizer as a few launches.
   return memory_seconds(updated * per_parameter, cluster) + 4 * cluster.op_overhead_seconds;

@@ -30,6 +30,7 @@ struct ShardChunk {
   std::int64_t full_offset;
   std::int64_t shard_offset;
   std::int64_t count;
+  bool operator==(const ShardChunk&) const = default;
 };
 
 // Rank `rank`'s chunk of each group, in group order; fails naming the group

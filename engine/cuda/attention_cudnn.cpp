@@ -238,16 +238,22 @@ const Graphs* selected_graphs(int B, int T, int H, int D, float scale) {
   return registry().find(B, T, H, D);
 }
 
+// The graphs' q, k and v: read in place from qkv (B, T, 3C) by strides.
+std::unordered_map<std::int64_t, void*> qkv_pointers(const __nv_bfloat16* qkv, int H, int D) {
+  const std::int64_t C = std::int64_t{H} * D;
+  auto* base = const_cast<__nv_bfloat16*>(qkv);
+  return {{kQ, base}, {kK, base + C}, {kV, base + 2 * C}};
+}
+
 }  // namespace
 
 bool cudnn_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int H, int D,
                              float scale) {
   const Graphs* g = selected_graphs(B, T, H, D, scale);
   if (g == nullptr) return false;
-  const std::int64_t C = std::int64_t{H} * D;
-  auto* base = const_cast<__nv_bfloat16*>(qkv);
-  std::unordered_map<std::int64_t, void*> pointers = {
-      {kQ, base}, {kK, base + C}, {kV, base + 2 * C}, {kO, out}, {kStats, lse}};
+  std::unordered_map<std::int64_t, void*> pointers = qkv_pointers(qkv, H, D);
+  pointers[kO] = out;
+  pointers[kStats] = lse;
   execute(*g->forward, g->forward_workspace, pointers, "attention forward");
   return true;
 }
@@ -258,13 +264,13 @@ bool cudnn_attention_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, co
   const Graphs* g = selected_graphs(B, T, H, D, scale);
   if (g == nullptr) return false;
   const std::int64_t C = std::int64_t{H} * D;
-  auto* base = const_cast<__nv_bfloat16*>(qkv);
-  std::unordered_map<std::int64_t, void*> pointers = {
-      {kQ, base},          {kK, base + C},
-      {kV, base + 2 * C},  {kO, const_cast<__nv_bfloat16*>(out)},
-      {kDO, const_cast<__nv_bfloat16*>(dout)}, {kStats, const_cast<float*>(lse)},
-      {kDQ, dqkv},         {kDK, dqkv + C},
-      {kDV, dqkv + 2 * C}};
+  std::unordered_map<std::int64_t, void*> pointers = qkv_pointers(qkv, H, D);
+  pointers[kO] = const_cast<__nv_bfloat16*>(out);
+  pointers[kDO] = const_cast<__nv_bfloat16*>(dout);
+  pointers[kStats] = const_cast<float*>(lse);
+  pointers[kDQ] = dqkv;
+  pointers[kDK] = dqkv + C;
+  pointers[kDV] = dqkv + 2 * C;
   execute(*g->backward, g->backward_workspace, pointers, "attention backward");
   return true;
 }

@@ -37,6 +37,9 @@ struct alignas(16) Pack16 {
   static constexpr int kSize = 16 / static_cast<int>(sizeof(T));
   T v[kSize];
 };
+// Host side: elements of `dtype` in one 16-byte pack.
+inline std::int64_t pack16_elements(DType dtype) { return 16 / static_cast<std::int64_t>(dtype_size(dtype)); }
+
 template <typename T>
 __device__ __forceinline__ Pack16<T> load16(const T* p) {
   Pack16<T> r;

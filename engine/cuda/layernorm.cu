@@ -318,7 +318,7 @@ __global__ void layernorm_backward_partial_vec_kernel(float* __restrict__ partia
 // of `dtype` in one warp's registers; 0 when C is not a whole number of packs
 // or the row is longer than 32 * max_k packs.
 int packs_per_lane(std::int64_t C, DType dtype, int max_k) {
-  const std::int64_t v = 16 / static_cast<std::int64_t>(dtype_size(dtype));
+  const std::int64_t v = pack16_elements(dtype);
   if (C % v != 0) return 0;
   for (int k = 1; k <= max_k; k *= 2)
     if (C / v <= 32 * k) return k;
@@ -418,7 +418,7 @@ void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor&
   const bool same = all_vectorisable(inp.dtype(), {&dinp, &dout, &inp, &weight});
   constexpr int kMaxBackwardPacks = 8;
   const int k = packs_per_lane(C, inp.dtype(), kMaxBackwardPacks);
-  const bool vec_partial = same && packs_per_lane(C, inp.dtype(), 1 << 20) > 0;
+  const bool vec_partial = same && C % pack16_elements(inp.dtype()) == 0;
   if (vec_partial) {
     dispatch_float(inp.dtype(), "layernorm_backward: inp", [&](auto tag) {
       using T = decltype(tag);

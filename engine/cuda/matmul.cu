@@ -40,9 +40,6 @@
 // scratch and an extra add anyway).
 #include <array>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
-#include <limits>
 #include <map>
 #include <mutex>
 
@@ -126,39 +123,6 @@ CachedAlgo cached_algo(const AlgoKey& key, Query&& query) {
   return fresh;
 }
 
-// ---- choosing among the heuristic's algorithms by timing them ------------------
-// cuBLASLt's heuristic ranks algorithms by a model of the GPU; its first
-// answer is not always the fastest for a given shape. With autotuning on
-// (ENGINE_GEMM_AUTOTUNE=1; off by default), the first GEMM of each bf16 shape
-// times the heuristic's top kAutotuneCandidates algorithms and the fastest is
-// cached with the shape, as cuBLASLt's documentation suggests
-// (cublasLtMatmulAlgoGetHeuristic, "requestedAlgoCount") and as PyTorch's
-// TunableOp does. The candidates write into a scratch copy of D (and of the
-// GELU aux matrix), so an accumulating GEMM (beta = 1) is not disturbed; the
-// scratch is freed afterwards. Which algorithm wins may vary between runs, so
-// bf16 results can differ between runs by rounding; fp32 mode never tunes.
-// Off by default because on the H100 (2026-11-23, RESULTS.md) it changed the
-// GPT-2 steps by 1% or less (gpt2-124m B 16: 31.9 vs 32.2 ms; gpt2-1558m B 8:
-// 186.9 vs 187.0 ms): the heuristic's first answer was already about as fast,
-// and the default keeps bf16 runs repeatable.
-constexpr int kAutotuneCandidates = 8;
-
-bool gemm_autotune() {
-  static const bool on = [] {
-    const char* env = std::getenv("ENGINE_GEMM_AUTOTUNE");
-    if (env == nullptr || *env == '\0' || std::strcmp(env, "0") == 0) return false;
-    if (std::strcmp(env, "1") == 0) return true;
-    ENGINE_FAIL("ENGINE_GEMM_AUTOTUNE='", env, "' is not 0 or 1");
-  }();
-  return on;
-}
-
-// Times each candidate (two warm-up runs, then five timed) on scratch
-// outputs and returns the index of the fastest; 0 when timing is impossible
-// (a CUDA graph being captured, or no memory for the scratch).
-int fastest_candidate(const Gemm& g, const LtDescriptors& desc, const cublasLtMatmulHeuristicResult_t* results,
-                      int found, float alpha, float beta);
-
 // Runs g through cuBLASLt. Returns false (and does nothing) when the
 // heuristic finds no algorithm for this combination of types, epilogue and
 // alignment, so the caller can fall back; other errors throw.
@@ -223,91 +187,22 @@ bool try_lt_gemm(const Gemm& g) {
                     static_cast<std::int64_t>(g.b_type), static_cast<std::int64_t>(g.d_type), g.trans_a, g.trans_b,
                     static_cast<std::int64_t>(g.epilogue), align_a, align_b, align_d, alignment_of(g.bias),
                     alignment_of(g.aux)};
-  const float alpha = 1.0f, beta = g.beta;
   const CachedAlgo cached = cached_algo(key, [&] {
     CachedAlgo fresh;
-    std::array<cublasLtMatmulHeuristicResult_t, kAutotuneCandidates> results{};
+    cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    // Mixed precision only: fp32 mode keeps the heuristic's first answer, so
-    // its results stay the same from run to run.
-    const bool tune = g.a_type == DType::kBF16 && gemm_autotune();
-    const cublasStatus_t status =
-        cublasLtMatmulAlgoGetHeuristic(ctx.lt(), desc.op, desc.a, desc.b, desc.d, desc.d, desc.pref,
-                                       tune ? kAutotuneCandidates : 1, results.data(), &found);
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(ctx.lt(), desc.op, desc.a, desc.b, desc.d, desc.d,
+                                                                 desc.pref, 1, &result, &found);
     fresh.found = status == CUBLAS_STATUS_SUCCESS && found > 0;
-    if (!fresh.found) return fresh;
-    fresh.algo = results[0].algo;
-    if (tune && found > 1) {
-      const int best = fastest_candidate(g, desc, results.data(), found, alpha, beta);
-      fresh.algo = results[best].algo;
-    }
+    if (fresh.found) fresh.algo = result.algo;
     return fresh;
   });
   if (!cached.found) return false;
 
+  const float alpha = 1.0f, beta = g.beta;
   CUBLAS_CHECK(cublasLtMatmul(ctx.lt(), desc.op, &alpha, g.a, desc.a, g.b, desc.b, &beta, g.d, desc.d, g.d, desc.d,
                               &cached.algo, ctx.lt_workspace(), workspace_bytes, ctx.stream()));
   return true;
-}
-
-int fastest_candidate(const Gemm& g, const LtDescriptors& desc, const cublasLtMatmulHeuristicResult_t* results,
-                      int found, float alpha, float beta) {
-  Context& ctx = context();
-  cudaStream_t stream = ctx.stream();
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-  if (capture != cudaStreamCaptureStatusNone) return 0;
-  const std::size_t d_bytes = static_cast<std::size_t>(g.ldd) * g.n * dtype_size(g.d_type);
-  const std::size_t aux_bytes = g.aux ? static_cast<std::size_t>(g.aux_ld) * g.n * dtype_size(g.d_type) : 0;
-  const std::size_t d_span = (d_bytes + 255) / 256 * 256;  // aux 256-byte aligned after D
-  // Plain cudaMalloc/cudaFree (synchronous, as every engine allocation): the
-  // scratch is returned to the device before the step goes on, never held in
-  // a pool outside the memory plan.
-  struct Scratch {
-    void* d = nullptr;
-    cudaEvent_t start = nullptr, stop = nullptr;
-    ~Scratch() {
-      if (start) (void)cudaEventDestroy(start);
-      if (stop) (void)cudaEventDestroy(stop);
-      if (d) (void)cudaFree(d);
-    }
-  } scratch;
-  if (cudaMalloc(&scratch.d, d_span + aux_bytes) != cudaSuccess) {
-    (void)cudaGetLastError();  // out of memory: keep the heuristic's choice
-    return 0;
-  }
-  void* d = scratch.d;
-  void* aux = g.aux ? static_cast<char*>(d) + d_span : nullptr;
-  CUDA_CHECK(cudaMemsetAsync(d, 0, d_span + aux_bytes, stream));
-  cublasLtMatmulDesc_t op = desc.op;
-  if (g.aux)
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
-  CUDA_CHECK(cudaEventCreate(&scratch.start));
-  CUDA_CHECK(cudaEventCreate(&scratch.stop));
-  cudaEvent_t start = scratch.start, stop = scratch.stop;
-  int best = 0;
-  float best_ms = std::numeric_limits<float>::infinity();
-  for (int i = 0; i < found; ++i) {
-    if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
-    const auto run = [&] {
-      return cublasLtMatmul(ctx.lt(), op, &alpha, g.a, desc.a, g.b, desc.b, &beta, d, desc.d, d, desc.d,
-                            &results[i].algo, ctx.lt_workspace(), ctx.lt_workspace_bytes(), stream);
-    };
-    if (run() != CUBLAS_STATUS_SUCCESS || run() != CUBLAS_STATUS_SUCCESS) continue;
-    CUDA_CHECK(cudaEventRecord(start, stream));
-    bool ok = true;
-    for (int rep = 0; rep < 5 && ok; ++rep) ok = run() == CUBLAS_STATUS_SUCCESS;
-    CUDA_CHECK(cudaEventRecord(stop, stream));
-    CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0.0f;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    if (ok && ms < best_ms) best = i, best_ms = ms;
-  }
-  // The descriptor is the caller's: point its aux back at the real buffer.
-  if (g.aux)
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux,
-                                                sizeof(g.aux)));
-  return best;
 }
 
 // The same GEMM without epilogue through cublasGemmEx, for type combinations

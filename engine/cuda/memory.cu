@@ -235,7 +235,7 @@ void add(const Tensor& out, const Tensor& a, const Tensor& b) {
   const std::int64_t n = out.numel();
   if (n == 0) return;
   const DType dt = out.dtype();
-  const std::int64_t v = 16 / static_cast<std::int64_t>(dtype_size(dt));
+  const std::int64_t v = pack16_elements(dt);
   if ((dt == DType::kBF16 || dt == DType::kF32) && a.dtype() == dt && b.dtype() == dt && n % v == 0 &&
       aligned(out.data(), 16) && aligned(a.data(), 16) && aligned(b.data(), 16)) {
     dispatch_float(dt, "add: out", [&](auto tag) {

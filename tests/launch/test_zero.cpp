@@ -116,7 +116,9 @@ TEST_F(Zero, BytesPerRankFallWithDpAsThePaperSays) {
         const double optimizer = zero >= 1 ? 8 * P / n : 8 * P;
         const std::string what = "zero " + std::to_string(zero) + " dp " + std::to_string(dp);
         EXPECT_GE(static_cast<double>(m.weights), weights) << what;
-        EXPECT_LE(static_cast<double>(m.weights), weights + 2 * slack) << what;
+        // At stages 1-2 the padding counts in the whole working copy and, 1/dp of it, in the master shard.
+        const double weight_slack = zero == 1 || zero == 2 ? slack * (1 + 1 / n) : slack;
+        EXPECT_LE(static_cast<double>(m.weights), weights + weight_slack) << what;
         EXPECT_GE(static_cast<double>(m.grads), grads) << what;
         EXPECT_LE(static_cast<double>(m.grads), grads + slack) << what;
         EXPECT_GE(static_cast<double>(m.optimizer), optimizer) << what;
