@@ -106,6 +106,9 @@ Calibration calibrate(MPI_Comm world, const CalibrateOptions& o) {
                o.seconds);
   ENGINE_CHECK(o.peak_flops >= 0 && std::isfinite(o.peak_flops), "calibrate: peak_flops must be >= 0, got ",
                o.peak_flops);
+  ENGINE_CHECK(o.matmul_channels >= 0 && o.matmul_tokens >= 0,
+               "calibrate: matmul channels and tokens must be >= 0 (0 = the default), got C=", o.matmul_channels,
+               " and ", o.matmul_tokens, " tokens");
   int rank = 0, size = 1;
   MPI_Comm_rank(world, &rank);
   MPI_Comm_size(world, &size);
@@ -224,7 +227,9 @@ Calibration calibrate(MPI_Comm world, const CalibrateOptions& o) {
   why["memory_gib"] = memory_how + (size > 1 ? " (the smallest over ranks)" : "");
 
   // ---- matmuls -------------------------------------------------------------------
-  const MatmulShapes shapes = default_matmul_shapes(c.device);
+  MatmulShapes shapes = default_matmul_shapes(c.device);
+  if (o.matmul_channels > 0) shapes.channels = o.matmul_channels;
+  if (o.matmul_tokens > 0) shapes.tokens = o.matmul_tokens;
   MatmulProbe matmul;
   barrier_sleeping(world);
   agree("the matmul measurement", [&] { matmul = probe_matmul(c.device, shapes, o.seconds); });

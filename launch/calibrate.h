@@ -17,7 +17,13 @@
 //   memory_bytes       the GPU's memory, or the node's memory (the cgroup's
 //                      limit if lower) over its ranks
 //   gemm_efficiency    achieved matmul FLOP/s at a GPT block's shapes
-//                      (launch/calibration_probes.h) over peak_flops, in (0, 1]
+//                      (launch/calibration_probes.h) over peak_flops, in (0, 1]:
+//                      the shapes of the model to be planned where given
+//                      (options.matmul_channels and matmul_tokens;
+//                      `plan --calibrate --model`),
+//                      since one GPU's rate differs by a quarter or more
+//                      between a best shape and a GPT's (RESULTS.md, the
+//                      planner against this engine's H100 runs)
 //   memory_bandwidth   STREAM "add" through ops::add on arrays well beyond
 //                      the caches
 //   op_overhead        the intercept of a small op's time against its size
@@ -40,6 +46,7 @@
 #include <mpi.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <ostream>
@@ -60,6 +67,9 @@ struct CalibrateOptions {
   double peak_flops = 0;                      // FLOP/s per device; 0 = the engine's (GPU table, CPU cache)
   CpuPeakOptions cpu_peak;                    // where the CPU's peak is cached
   std::optional<engine::DeviceType> device;   // none: cuda where built with it and a GPU is visible, else cpu
+  // The matmul probe's shapes: 0 = default_matmul_shapes(device)'s.
+  std::int64_t matmul_channels = 0;           // C of the block
+  std::int64_t matmul_tokens = 0;             // token positions (micro-batch x sequence)
   std::ostream* log = nullptr;                // rank 0 writes one line per measurement here
 };
 

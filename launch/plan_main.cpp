@@ -100,6 +100,22 @@ launch::PlanRequest make_request(const Options& o) {
   return r;
 }
 
+// The matmul shapes `plan --calibrate` measures when a model is named: the
+// linear layers of its block (width n_embd, whole: no tensor-parallel
+// slice) on --micro-batch x --seq-len tokens, or on the device's default
+// token count without --micro-batch. One GEMM efficiency then describes this
+// model's products rather than a stand-in's.
+void set_calibration_shapes(const Options& o, launch::CalibrateOptions& c) {
+  model::GptConfig m = model::gpt_preset(o.preset);
+  if (o.n_embd) m.n_embd = o.n_embd;
+  if (o.max_seq_len) m.max_seq_len = o.max_seq_len;
+  c.matmul_channels = m.n_embd;
+  if (o.micro_batch.empty()) return;
+  ENGINE_CHECK(o.micro_batch.size() == 1 && o.micro_batch.front() > 0,
+               "--calibrate measures one micro-batch size: give one positive --micro-batch");
+  c.matmul_tokens = static_cast<std::int64_t>(o.micro_batch.front()) * (o.seq_len ? o.seq_len : m.max_seq_len);
+}
+
 void print_table(const launch::PlanRequest& r, const std::vector<launch::Prediction>& ranked, const Options& o) {
   std::size_t fitting = 0;
   for (const auto& p : ranked) fitting += p.fits ? 1 : 0;
@@ -191,7 +207,9 @@ int run(int argc, char** argv) {
   app.add_option("--failure-rate", o.failure_rate, "Failures per device-day: suggest a checkpoint interval (Young/Daly)");
   app.add_option("--restart-seconds", o.restart_seconds, "Seconds a restart costs (with --failure-rate)")->capture_default_str();
   app.add_option("--save-seconds", o.save_seconds, "Seconds a checkpoint save takes (default: from the cluster's storage bandwidth)");
-  app.add_flag("--calibrate", o.calibrate, "Measure this machine (run under mpirun with the ranks a job would use) and write --out");
+  app.add_flag("--calibrate", o.calibrate,
+               "Measure this machine (run under mpirun with the ranks a job would use) and write --out; with --model "
+               "(--n-embd, --micro-batch, --seq-len) its matmul rate is taken at that model's shapes");
   app.add_option("--out", o.out, "Cluster file --calibrate writes");
   app.add_option("--storage-dir", o.storage_dir, "Folder --calibrate times checkpoint-like writes in (default: not measured)");
   app.add_option("--name", o.name, "Name --calibrate gives the cluster");
@@ -205,12 +223,14 @@ int run(int argc, char** argv) {
 
   if (o.calibrate) {
     ENGINE_CHECK(!o.out.empty(), "--calibrate needs --out FILE");
+    const bool model_given = app.count("--model") + app.count("--n-embd") + app.count("--micro-batch") > 0;
     launch::CalibrateOptions c;
     c.seconds = o.calibrate_seconds;
     c.output_path = o.out;
     c.storage_dir = o.storage_dir;
     c.name = o.name;
     c.peak_flops = o.peak_tflops * 1e12;
+    if (model_given) set_calibration_shapes(o, c);
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     c.log = rank == 0 ? &std::cout : nullptr;

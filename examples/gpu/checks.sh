@@ -9,6 +9,8 @@
 #   3. memory per rank under ZeRO 0-3: gpt2-124m, dp 2 sharing the GPU (MPI communicator)
 #   4. bad input: no visible GPU; two NCCL ranks on one GPU; a model that does not fit
 #   5. the multi-rank parity suites on CUDA tensors (ENGINE_TEST_DEVICE=cuda, fp32)
+#   6. `plan --calibrate` on this GPU at each model's own matmul shapes, and the
+#      planner's step and memory from that file against the engine's measured ones
 #
 #   ENGINE_BUILD_DIR=build-gpu CHECKS_BUDGET_S=300 bash examples/gpu/checks.sh
 #   CHECKS_SECTIONS=3,5 ...      only those sections (default: all)
@@ -27,7 +29,7 @@ cap() { local l=$(( $(left) - 5 )); [ "$1" -lt "$l" ] && l=$1; [ "$l" -lt 1 ] &&
 section() { echo; echo "==== $* ($(( $(date +%s) - START )) s)"; }
 failures=0
 fail() { echo "!!!! $*"; failures=$((failures + 1)); }
-want() { [[ ",${CHECKS_SECTIONS:-1,2,3,4,5}," == *",$1,"* ]]; }
+want() { [[ ",${CHECKS_SECTIONS:-1,2,3,4,5,6}," == *",$1,"* ]]; }
 
 w=$(mktemp -d -t engine-checks.XXXXXX)
 trap 'rm -rf "$w"' EXIT
@@ -137,6 +139,41 @@ if [ "$(left)" -gt 30 ]; then
 else
   fail "parity suites on CUDA: no time left"
 fi
+fi
+
+# ---- 6 --------------------------------------------------------------------------
+if want 6; then
+section "6. plan --calibrate at each model's shapes; the planner against the engine (bf16, T 1024, no recompute, 10 steps)"
+PLAN=$BUILD/launch/plan
+echo "| model, micro-batch | calibrated GEMM rate | copy bandwidth | predicted step: calibrated / data-sheet file | measured step | measured / calibrated | predicted memory | measured peak |"
+echo "|---|---|---|---|---|---|---|---|"
+for spec in "gpt2-124m 16" "gpt2-350m 8" "gpt2-1558m 8"; do
+  read -r model mb <<<"$spec"
+  cal=$w/cal_$model.json
+  timeout "$(cap 60)" mpirun --oversubscribe -np 1 "$PLAN" --calibrate --model "$model" --micro-batch "$mb" \
+    --seq-len 1024 --calibrate-seconds 0.5 --out "$cal" >"$w/cal_$model.out" 2>&1 ||
+    { fail "plan --calibrate for $model failed: $(tail -2 "$w/cal_$model.out" | paste -sd' ')"; continue; }
+  grep -a '^calibrate' "$w/cal_$model.out" | cut -c1-400
+  timeout "$(cap 120)" "$TRAIN" --model "$model" --device cuda --precision bf16 --micro-batch "$mb" --seq-len 1024 \
+    --batch-tokens $((mb * 1024)) --steps 10 --log-file "$w/pl_$model.jsonl" --run-dir "$w/pl_$model" \
+    "${QUIET[@]}" "${DATA[@]}" >"$w/pl_$model.out" 2>&1 || { fail "train $model failed: $(tail -1 "$w/pl_$model.out")"; continue; }
+  read -r ms peak _ _ <<<"$(stats "$w/pl_$model.jsonl")"
+  predict() {  # predict CLUSTER_FILE: "step_seconds memory_bytes" of the one layout
+    "$PLAN" --model "$model" --seq-len 1024 --global-batch "$mb" --devices 1 --micro-batch "$mb" --zero 0 \
+      --recompute none --cluster "$1" --json | python3 -c "import json,sys; p=json.load(sys.stdin)[0]; print(p['step_seconds'], p['memory_bytes_per_device'])"
+  }
+  read -r cal_s cal_mem <<<"$(predict "$cal")"
+  read -r sheet_s _ <<<"$(predict "$ROOT/examples/scaling/clusters/h100_single.json")"
+  python3 - "$cal" "$model" "$mb" "$cal_s" "$sheet_s" "$ms" "$cal_mem" "$peak" <<'PY'
+import json, sys
+cal, model, mb, cal_s, sheet_s, ms, mem, peak = sys.argv[1:]
+c = json.load(open(cal))
+rate = c["peak_tflops"] * c["gemm_efficiency"]
+print(f"| {model}, {mb} | {rate:.0f} TFLOP/s ({c['gemm_efficiency']:.3f}) | {c['memory_bandwidth_gb_per_s']:.0f} GB/s "
+      f"| {1e3 * float(cal_s):.1f} / {1e3 * float(sheet_s):.1f} ms | {ms} ms | {float(ms) / (1e3 * float(cal_s)):.2f} "
+      f"| {int(mem) / 2**30:.2f} GiB | {peak} GiB |")
+PY
+done
 fi
 
 section "checks done: $failures failure(s)"

@@ -166,6 +166,23 @@ TEST(Calibrate, RaisesACpuPeakTheMatmulsBeat) {
   EXPECT_NE(result.sources.at("storage_write_gb_per_s").find("not measured"), std::string::npos);
 }
 
+// `plan --calibrate --model ...` measures the matmul rate at that model's
+// shapes; the sources say which.
+TEST(Calibrate, TakesTheMatmulRateAtTheShapesItIsGiven) {
+  const SharedDir dir;
+  launch::CalibrateOptions o = short_options(dir);
+  o.seconds = 0.05;
+  o.output_path.clear();
+  o.storage_dir.clear();
+  o.matmul_channels = 48;
+  o.matmul_tokens = 80;
+  const launch::Calibration result = launch::calibrate(MPI_COMM_WORLD, o);
+  const std::string& why = result.sources.at("gemm_efficiency");
+  EXPECT_NE(why.find("C=48 on 80 tokens"), std::string::npos) << why;
+  EXPECT_NE(why.find("48->192"), std::string::npos) << why;  // the MLP's first layer
+  EXPECT_TRUE(positive_finite(result.cluster.gemm_efficiency));
+}
+
 TEST(Calibrate, AFailureOnOneRankFailsEveryRank) {
   const SharedDir dir;
   launch::CalibrateOptions o = short_options(dir);
@@ -189,5 +206,8 @@ TEST(Calibrate, RefusesBadOptions) {
   EXPECT_THROW(launch::calibrate_cluster(MPI_COMM_WORLD, o), engine::Error);
   o.seconds = 1;
   o.peak_flops = -1;
+  EXPECT_THROW(launch::calibrate_cluster(MPI_COMM_WORLD, o), engine::Error);
+  o.peak_flops = 0;
+  o.matmul_channels = -8;
   EXPECT_THROW(launch::calibrate_cluster(MPI_COMM_WORLD, o), engine::Error);
 }

@@ -47,11 +47,15 @@ class SweepTest(unittest.TestCase):
             with open(launcher, "w") as f:
                 f.write('#!/bin/sh\nprintf "%%s\\n" "$*" >> %s\nexec mpirun --oversubscribe "$@"\n' % calls)
             os.chmod(launcher, os.stat(launcher).st_mode | stat.S_IXUSR)
-            # This machine as a cluster file, measured quickly (the figures only move the predicted times).
+            # This machine as a cluster file, measured quickly (the figures only move the predicted times),
+            # its matmul rate at the swept model's own shapes: gpt-micro's C on 2 x 32 tokens.
             cluster = os.path.join(tmp, "cluster.json")
             subprocess.run(["mpirun", "-n", "2", os.path.join(BUILD, "launch", "plan"), "--calibrate",
-                            "--calibrate-seconds", "0.1", "--out", cluster],
+                            "--calibrate-seconds", "0.1", "--model", "gpt-micro", "--micro-batch", "2",
+                            "--seq-len", "32", "--out", cluster],
                            check=True, capture_output=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
+            with open(cluster) as f:
+                self.assertIn("C=32 on 64 tokens", json.load(f)["sources"]["gemm_efficiency"])
             out = os.path.join(tmp, "sweep")
             env = dict(os.environ, MPIRUN=launcher, OMP_NUM_THREADS="1")
             done = subprocess.run(
