@@ -18,12 +18,11 @@
 //                      limit if lower) over its ranks
 //   gemm_efficiency    achieved matmul FLOP/s at a GPT block's shapes
 //                      (launch/calibration_probes.h) over peak_flops, in (0, 1]:
-//                      the shapes of the model to be planned where given
-//                      (options.matmul_channels and matmul_tokens;
-//                      `plan --calibrate --model`),
-//                      since one GPU's rate differs by a quarter or more
-//                      between a best shape and a GPT's (RESULTS.md, the
-//                      planner against this engine's H100 runs)
+//                      the planned model's shapes where given (matmul_channels,
+//                      matmul_tokens; `plan --calibrate --model`), because the
+//                      rate moves with the shapes: on one H100 GPT-2's products
+//                      ran a quarter below a best shape's, on this project's CPU
+//                      C 128 ran 7.5% below C 512 (RESULTS.md)
 //   memory_bandwidth   STREAM "add" through ops::add on arrays well beyond
 //                      the caches
 //   op_overhead        the intercept of a small op's time against its size
