@@ -21,7 +21,7 @@
 //                      the planned model's shapes where given (matmul_channels,
 //                      matmul_tokens; `plan --calibrate --model`), because the
 //                      rate moves with the shapes: on one H100 GPT-2's products
-//                      ran a quarter below a best shape's, on this project's CPU
+//                      ran a quarter below a large square's, on this project's CPU
 //                      C 128 ran 7.5% below C 512 (RESULTS.md)
 //   memory_bandwidth   STREAM "add" through ops::add on arrays well beyond
 //                      the caches

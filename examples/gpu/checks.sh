@@ -145,7 +145,7 @@ fi
 if want 6; then
 section "6. plan --calibrate at each model's shapes; the planner against the engine (bf16, T 1024, no recompute, 10 steps)"
 PLAN=$BUILD/launch/plan
-echo "| model, micro-batch | calibrated GEMM rate | copy bandwidth | predicted step: calibrated / data-sheet file | measured step | measured / calibrated | predicted memory | measured peak |"
+echo "| model, micro-batch | calibrated GEMM rate | copy bandwidth | predicted step: calibrated / h100_single.json | measured step | measured / calibrated | predicted memory | measured peak |"
 echo "|---|---|---|---|---|---|---|---|"
 for spec in "gpt2-124m 16" "gpt2-350m 8" "gpt2-1558m 8"; do
   read -r model mb <<<"$spec"
