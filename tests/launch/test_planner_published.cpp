@@ -29,6 +29,7 @@
 #include <cmath>
 #include <cstdio>
 #include <tuple>
+#include <utility>
 
 #include "launch/cluster_file.h"
 #include "launch/planner.h"
@@ -83,16 +84,25 @@ launch::PlanRequest selene_request(const PublishedLayout& p) {
 
 }  // namespace
 
-TEST(PlannerPublished, Narayanan2021Table1) {
-  double sum_abs = 0, worst = 0;
+namespace {
+
+struct Table1Errors {
+  double mean = 0, worst = 0;  // absolute, of the TFLOP/s per GPU
+};
+
+// Predicts Table 1 on `cluster` and returns the errors; with `print`, one line per row.
+Table1Errors table1_errors(const parallel::Cluster& cluster, bool print) {
+  Table1Errors e;
   for (const Row& row : kTable1) {
     launch::PlanRequest r = selene_request({row.heads, row.hidden, row.layers, row.tp, row.pp, row.gpus, row.batch,
                                             row.micro_batch, row.virtual_stages, 0, model::Recompute::kFull});
+    r.cluster = cluster;
     r.attention = model::AttentionFlops::kFull;  // the paper counts the whole s x s square
     const std::vector<launch::Prediction> ranked = launch::plan(r);
-    ASSERT_FALSE(ranked.empty()) << row.params;
+    EXPECT_FALSE(ranked.empty()) << row.params;
+    if (ranked.empty()) return {1, 1};
     const launch::Prediction& best = ranked.front();
-    ASSERT_TRUE(best.fits) << row.params << " fits on an 80 GB A100 in the paper";
+    EXPECT_TRUE(best.fits) << row.params << " fits on an 80 GB A100 in the paper";
     const double B = row.batch, s = 2048, l = row.layers, h = row.hidden, V = 51200;
     const double paper_flops = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
     const double predicted = paper_flops / best.step_seconds / row.gpus / 1e12;
@@ -100,16 +110,72 @@ TEST(PlannerPublished, Narayanan2021Table1) {
     EXPECT_NEAR(best.hardware_flops / paper_flops, 1.0, 1e-12) << row.params;
     const double error = predicted / row.tflops - 1;
     EXPECT_EQ(best.virtual_stages, row.virtual_stages) << row.params;
-    std::printf("%8s tp %d pp %2d x%d mb %2lld: predicted %6.1f TFLOP/s per GPU, published %5.1f, error %+5.1f%%\n",
-                row.params, row.tp, row.pp, row.virtual_stages, static_cast<long long>(best.layout.micro_batch), predicted, row.tflops,
-                100 * error);
-    sum_abs += std::fabs(error);
-    worst = std::max(worst, std::fabs(error));
+    if (print)
+      std::printf("%8s tp %d pp %2d x%d mb %2lld: predicted %6.1f TFLOP/s per GPU, published %5.1f, error %+5.1f%%\n",
+                  row.params, row.tp, row.pp, row.virtual_stages, static_cast<long long>(best.layout.micro_batch),
+                  predicted, row.tflops, 100 * error);
+    e.mean += std::fabs(error) / std::size(kTable1);
+    e.worst = std::max(e.worst, std::fabs(error));
   }
-  const double mean = sum_abs / std::size(kTable1);
-  std::printf("mean absolute error %.1f%%, worst %.1f%%\n", 100 * mean, 100 * worst);
-  EXPECT_LE(worst, 0.10);  // the targets
-  EXPECT_LE(mean, 0.05);
+  return e;
+}
+
+parallel::Cluster selene() {
+  return launch::read_cluster_file(ENGINE_SOURCE_DIR "/examples/scaling/clusters/selene_a100.json");
+}
+
+bool meets_targets(const Table1Errors& e) { return e.worst <= 0.10 && e.mean <= 0.05; }
+
+}  // namespace
+
+TEST(PlannerPublished, Narayanan2021Table1) {
+  const Table1Errors e = table1_errors(selene(), true);
+  std::printf("mean absolute error %.1f%%, worst %.1f%%\n", 100 * e.mean, 100 * e.worst);
+  EXPECT_LE(e.worst, 0.10);  // the targets
+  EXPECT_LE(e.mean, 0.05);
+}
+
+// The cluster file's two rates were chosen after an earlier choice's error
+// on this table was known (RESULTS.md), so how much the result depends on
+// them is part of the result. The targets must hold across the independent
+// measurements found (GEMM 230 to 239 TFLOP/s, memory 1709 to 1725 GB/s),
+// and the GEMM rates for which they hold at the file's bandwidth, the band
+// RESULTS.md quotes (211 to 243 TFLOP/s), are checked to the TFLOP/s.
+TEST(PlannerPublished, Narayanan2021Table1AcrossTheMeasuredRates) {
+  const parallel::Cluster file = selene();
+  for (const double gemm_tflops : {230.0, 235.1, 239.0}) {
+    for (const double gb_per_s : {1709.0, 1716.0, 1725.0}) {
+      parallel::Cluster c = file;
+      c.gemm_efficiency = gemm_tflops * 1e12 / c.peak_flops;
+      c.memory_bandwidth = gb_per_s * 1e9;
+      const Table1Errors e = table1_errors(c, false);
+      std::printf("GEMM %5.1f TFLOP/s, memory %4.0f GB/s: mean %.1f%%, worst %.1f%%\n", gemm_tflops, gb_per_s,
+                  100 * e.mean, 100 * e.worst);
+      EXPECT_TRUE(meets_targets(e)) << gemm_tflops << " TFLOP/s, " << gb_per_s << " GB/s";
+    }
+  }
+  // For comparison (RESULTS.md's table), not asserted: the data-sheet bandwidth, and the best-of-search GEMM rate.
+  for (const auto& [gemm_tflops, gb_per_s] : {std::pair{235.1, 2039.0}, std::pair{271.2, 1709.0},
+                                              std::pair{271.2, 1725.0}, std::pair{271.2, 2039.0}}) {
+    parallel::Cluster c = file;
+    c.gemm_efficiency = gemm_tflops * 1e12 / c.peak_flops;
+    c.memory_bandwidth = gb_per_s * 1e9;
+    const Table1Errors e = table1_errors(c, false);
+    std::printf("(for comparison) GEMM %5.1f TFLOP/s, memory %4.0f GB/s: mean %.1f%%, worst %.1f%%\n", gemm_tflops,
+                gb_per_s, 100 * e.mean, 100 * e.worst);
+  }
+  int lowest = 0, highest = 0;
+  for (int gemm_tflops = 180; gemm_tflops <= 300; ++gemm_tflops) {
+    parallel::Cluster c = file;
+    c.gemm_efficiency = gemm_tflops * 1e12 / c.peak_flops;
+    if (!meets_targets(table1_errors(c, false))) continue;
+    if (lowest == 0) lowest = gemm_tflops;
+    highest = gemm_tflops;
+  }
+  std::printf("targets met for GEMM rates of %d to %d TFLOP/s at %.0f GB/s\n", lowest, highest,
+              file.memory_bandwidth / 1e9);
+  EXPECT_EQ(lowest, 211);
+  EXPECT_EQ(highest, 243);
 }
 
 // A second published set on the same cluster, a year later: Korthikanti et
