@@ -251,3 +251,35 @@ TEST(PlannerPublished, Korthikanti2023Table5) {
   EXPECT_LE(mean, 0.07);
   EXPECT_LE(worst_speedup, 0.07);
 }
+
+// A held-out check, run once after the cluster file's rates were fixed for
+// Table 1 above (commit 292ace8) and not used to choose anything: Smith et al.
+// 2022 ("Using DeepSpeed and Megatron to Train Megatron-Turing NLG 530B",
+// arXiv:2201.11990, section 2.4), as llm-analysis quotes it
+// (github.com/cli99/llm-analysis examples/megatron-turing-nlg/README.md): the
+// 530B model (105 layers, hidden 20480, 128 heads, vocabulary 50272,
+// sequence 2048), global batch 1920, tp 8 x pp 35, micro-batch 1, on 280,
+// 350 and 420 DGX A100 servers: 60.1, 50.2 and 44.4 s an iteration, 126,
+// 121 and 113 TFLOP/s per GPU in Table 1's convention. Its software is not
+// the one modelled: Megatron-LM's layers under DeepSpeed's pipeline engine
+// and data parallelism. The planner predicts every point 23-29% too fast
+// (RESULTS.md); the bound below only keeps that from drifting unnoticed.
+TEST(PlannerPublished, Smith2022MtNlgHeldOut) {
+  constexpr struct {
+    int gpus;
+    double seconds;
+  } kRuns[] = {{2240, 60.1}, {2800, 50.2}, {3360, 44.4}};
+  for (const auto& run : kRuns) {
+    launch::PlanRequest r =
+        selene_request({128, 20480, 105, 8, 35, run.gpus, 1920, 1, 1, 0, model::Recompute::kFull});
+    r.model.vocab_size = 50272;
+    const std::vector<launch::Prediction> ranked = launch::plan(r);
+    ASSERT_EQ(ranked.size(), 1u) << run.gpus;
+    const double predicted = ranked.front().step_seconds;
+    const double error = predicted / run.seconds - 1;  // negative = predicted faster
+    std::printf("MT-NLG 530B on %d GPUs: predicted %.1f s, published %.1f s, error %+.1f%%\n", run.gpus, predicted,
+                run.seconds, 100 * error);
+    EXPECT_LT(error, -0.15) << run.gpus;  // RESULTS.md: 19-22% short (23-29% high in TFLOP/s)
+    EXPECT_GT(error, -0.30) << run.gpus;
+  }
+}
