@@ -59,7 +59,11 @@ struct PublishedLayout {
   model::Recompute recompute;
 };
 
-launch::PlanRequest selene_request(const PublishedLayout& p) {
+parallel::Cluster selene() {
+  return launch::read_cluster_file(ENGINE_SOURCE_DIR "/examples/scaling/clusters/selene_a100.json");
+}
+
+launch::PlanRequest selene_request(const PublishedLayout& p, const parallel::Cluster& cluster) {
   launch::PlanRequest r;
   r.model.n_layer = p.layers;
   r.model.n_head = p.heads;
@@ -69,7 +73,7 @@ launch::PlanRequest selene_request(const PublishedLayout& p) {
   r.seq_len = 2048;
   r.global_batch = p.batch;
   r.devices = p.gpus;
-  r.cluster = launch::read_cluster_file(ENGINE_SOURCE_DIR "/examples/scaling/clusters/selene_a100.json");
+  r.cluster = cluster;
   r.software = "megatron-lm-2021";
   r.micro_batch = {p.micro_batch};
   r.tp = {p.tp};
@@ -95,8 +99,8 @@ Table1Errors table1_errors(const parallel::Cluster& cluster, bool print) {
   Table1Errors e;
   for (const Row& row : kTable1) {
     launch::PlanRequest r = selene_request({row.heads, row.hidden, row.layers, row.tp, row.pp, row.gpus, row.batch,
-                                            row.micro_batch, row.virtual_stages, 0, model::Recompute::kFull});
-    r.cluster = cluster;
+                                            row.micro_batch, row.virtual_stages, 0, model::Recompute::kFull},
+                                           cluster);
     r.attention = model::AttentionFlops::kFull;  // the paper counts the whole s x s square
     const std::vector<launch::Prediction> ranked = launch::plan(r);
     EXPECT_FALSE(ranked.empty()) << row.params;
@@ -118,10 +122,6 @@ Table1Errors table1_errors(const parallel::Cluster& cluster, bool print) {
     e.worst = std::max(e.worst, std::fabs(error));
   }
   return e;
-}
-
-parallel::Cluster selene() {
-  return launch::read_cluster_file(ENGINE_SOURCE_DIR "/examples/scaling/clusters/selene_a100.json");
 }
 
 bool meets_targets(const Table1Errors& e) { return e.worst <= 0.10 && e.mean <= 0.05; }
@@ -212,7 +212,8 @@ constexpr Table5Row kTable5[] = {
 
 double predicted_seconds(const Table5Row& row, model::Recompute recompute, int sequence_parallel) {
   const launch::PlanRequest r = selene_request({row.heads, row.hidden, row.layers, 8, row.pp, row.gpus, row.batch,
-                                                row.micro_batch, row.virtual_stages, sequence_parallel, recompute});
+                                                row.micro_batch, row.virtual_stages, sequence_parallel, recompute},
+                                               selene());
   const std::vector<launch::Prediction> ranked = launch::plan(r);
   EXPECT_EQ(ranked.size(), 1u) << row.params;
   if (ranked.empty()) return 0;
@@ -271,7 +272,7 @@ TEST(PlannerPublished, Smith2022MtNlgHeldOut) {
   } kRuns[] = {{2240, 60.1}, {2800, 50.2}, {3360, 44.4}};
   for (const auto& run : kRuns) {
     launch::PlanRequest r =
-        selene_request({128, 20480, 105, 8, 35, run.gpus, 1920, 1, 1, 0, model::Recompute::kFull});
+        selene_request({128, 20480, 105, 8, 35, run.gpus, 1920, 1, 1, 0, model::Recompute::kFull}, selene());
     r.model.vocab_size = 50272;
     const std::vector<launch::Prediction> ranked = launch::plan(r);
     ASSERT_EQ(ranked.size(), 1u) << run.gpus;
