@@ -5,31 +5,34 @@
 // variance (no cancellation when |mean| >> std). Activations may be f32 or
 // bf16, weights f32 or bf16; the parameter gradients are f32.
 //
-// Backward runs three kernels, all deterministic:
-//   1. dinp (one warp per row): dinp += rstd * (g - mean_c(g) - norm * mean_c(g * norm)),
-//      with norm = (x - mean) * rstd and g = weight * dout.
-//   2. dweight/dbias partials: a block sums 32 channels over one fixed chunk
-//      of rows, in a fixed order, into a partial row of a scratch table.
-//   3. the partial rows are summed in order and added to dweight, dbias.
-// llm.c's single fused kernel uses a scratch and a second pass the same way;
-// separating the dinp pass keeps each kernel simple at the cost of reading
-// dout and inp twice.
+// Backward, all deterministic (every summation order a function of N and C):
+//   dinp += rstd * (g - mean_c(g) - norm * mean_c(g * norm)),
+//     with norm = (x - mean) * rstd and g = weight * dout (one warp per row);
+//   dweight[c] += sum_n dout * norm, dbias[c] += sum_n dout: each fixed
+//     chunk of rows writes one row of partial sums to a scratch table, and
+//     column_sums.cu adds the chunks in order.
+// The common case (activations, weights and dinp of one dtype, C a whole
+// number of 16-byte packs, at most 8 packs a lane: C <= 2048 bf16 or 1024 f32)
+// does both in one fused kernel, reading dout, inp and dinp once with 16-byte
+// loads and writing dinp once: the fewest bytes the op can move. Every other
+// case runs a dinp kernel and a partial-sum kernel, each reading dout and inp.
 //
-// Each kernel has a vectorised form for the common case (activations,
-// weights and dinp of one dtype, C a multiple of 8 bf16 or 4 f32, 16-byte
-// aligned rows): 16-byte loads and stores, and in the row kernels the warp
-// keeps its row in registers, so inp (and dout) are read from memory once.
-// On the H100 (2026-11-23, gpt2-1558m, 8192 rows of 1600 bf16) the scalar
-// kernels took 42 us forward and 124 us backward per call, where the bytes
-// they must move take about 17 and 35 us at 3 TB/s. The scalar kernels remain
-// for every other case (odd C, mixed dtypes, rows too long for registers).
-// Both forms sum in the same order within a lane's elements, not across
-// forms: results may differ between them by f32 rounding.
+// History on the H100 (gpt2-1558m, 8192 rows of 1600 bf16; the bytes the op
+// must move take about 35 us at 3 TB/s): scalar kernels 124 us a call; with
+// 16-byte loads in separate dinp and partial kernels 115 us (2026-11-23,
+// RESULTS.md), where ptxas reported 157 registers for the dinp kernel (one
+// 256-thread block, 8 warps, per SM) and the chunk sums were a chain of 64
+// dependent loads per column on 7 blocks. The fused kernel below holds
+// K = ceil(C / (32 V)) packs a lane (not the next power of two), keeps the
+// dweight/dbias sums of each warp in shared memory, and uses 4-warp blocks.
+// The scalar and the fused kernels sum in different orders: their results
+// may differ by f32 rounding.
 #include <cstdint>
 #include <initializer_list>
 #include <type_traits>
 #include <utility>
 
+#include "engine/cuda/column_sums.h"
 #include "engine/cuda/common.cuh"
 #include "engine/cuda/cuda_ops.h"
 
@@ -137,23 +140,6 @@ __global__ void layernorm_backward_partial_kernel(float* __restrict__ partial_dw
   }
 }
 
-// Kernel 3: dweight[c] += sum over chunks (in order) of the partials; same for dbias.
-__global__ void layernorm_backward_finish_kernel(float* __restrict__ dweight, float* __restrict__ dbias,
-                                                 const float* __restrict__ partial_dweight,
-                                                 const float* __restrict__ partial_dbias, int chunks, int C) {
-  // dweight, dbias (C); partial_* (chunks, C)
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  float sdw = 0.0f, sdb = 0.0f;
-  for (int k = 0; k < chunks; ++k) {
-    sdw += partial_dweight[std::int64_t{k} * C + c];
-    sdb += partial_dbias[std::int64_t{k} * C + c];
-  }
-  dweight[c] += sdw;
-  dbias[c] += sdb;
-}
-
-
 // ---- vectorised kernels --------------------------------------------------------
 // A warp's row is C / V packs of V = Pack16<T>::kSize elements; lane l holds
 // packs l, l + 32, ..., at most K of them (K a compile-time constant, so the
@@ -213,53 +199,99 @@ __global__ void layernorm_forward_vec_kernel(T* __restrict__ out, float* __restr
   }
 }
 
+// The fused backward: block blockIdx.x owns rows [bx * rows_per_chunk, ...)
+// and writes partial row bx of dweight and dbias. Warp w takes rows w,
+// w + kFusedWarps, ... in order; per row it loads dout, inp and dinp (K packs
+// a lane, all loads issued before the first use), reduces the two row sums
+// across the warp, writes dinp, and adds dout * norm and dout into its own
+// slice of shared memory (index (j V + k) 32 + lane: conflict-free). The
+// slices are then added in w order.
+constexpr int kFusedWarps = 4;
+
 template <typename T, int K>
-__global__ void layernorm_backward_dinp_vec_kernel(T* __restrict__ dinp, const T* __restrict__ dout,
-                                                   const T* __restrict__ inp, const T* __restrict__ weight,
-                                                   const float* __restrict__ mean, const float* __restrict__ rstd,
-                                                   std::int64_t N, int C) {
-  // dinp (N, C) accumulated, dout (N, C), inp (N, C), weight (C), mean (N), rstd (N)
+constexpr int fused_shared_bytes() {
+  return kFusedWarps * 2 * K * Pack16<T>::kSize * 32 * static_cast<int>(sizeof(float));
+}
+
+template <typename T, int K>
+__global__ void __launch_bounds__(32 * kFusedWarps)
+    layernorm_backward_fused_kernel(T* __restrict__ dinp, float* __restrict__ partial_dweight,
+                                    float* __restrict__ partial_dbias, const T* __restrict__ dout,
+                                    const T* __restrict__ inp, const T* __restrict__ weight,
+                                    const float* __restrict__ mean, const float* __restrict__ rstd, std::int64_t N,
+                                    int C, std::int64_t rows_per_chunk) {
+  // dinp (N, C) accumulated, partial_* (chunks, C), dout (N, C), inp (N, C), weight (C), mean (N), rstd (N)
   constexpr int V = Pack16<T>::kSize;
-  const int lane = threadIdx.x % 32;
-  const std::int64_t n = blockIdx.x * std::int64_t{kWarpsPerBlock} + threadIdx.x / 32;
-  if (n >= N) return;
+  constexpr int kSlice = K * V * 32;  // one warp's sums of one parameter
+  extern __shared__ float sums[];     // [kFusedWarps][2][kSlice]: dweight then dbias
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+  float* acc_dw = sums + 2 * w * kSlice;
+  float* acc_db = acc_dw + kSlice;
+  for (int i = lane; i < kSlice; i += 32) acc_dw[i] = acc_db[i] = 0.0f;
+  __syncwarp();
   const int packs = C / V;
-  const float m = mean[n], s = rstd[n];
-  Pack16<T> dy[K], x[K];
-  float sum_g = 0.0f, sum_g_norm = 0.0f;
+  const std::int64_t row0 = blockIdx.x * rows_per_chunk;
+  const std::int64_t row1 = min(N, row0 + rows_per_chunk);
+  for (std::int64_t n = row0 + w; n < row1; n += kFusedWarps) {
+    const float m = mean[n], s = rstd[n];
+    Pack16<T> dy[K], x[K], dx[K];
 #pragma unroll
-  for (int j = 0; j < K; ++j) {
-    const int p = lane + 32 * j;
-    if (p < packs) {
-      dy[j] = load16(dout + n * C + p * V);
-      x[j] = load16(inp + n * C + p * V);
-      const Pack16<T> w = load16(weight + p * V);
+    for (int j = 0; j < K; ++j) {
+      const int p = lane + 32 * j;
+      if (p < packs) {
+        dy[j] = load16(dout + n * C + p * V);
+        x[j] = load16(inp + n * C + p * V);
+        dx[j] = load16(dinp + n * C + p * V);
+      }
+    }
+    float sum_g = 0.0f, sum_g_norm = 0.0f;
 #pragma unroll
-      for (int k = 0; k < V; ++k) {
-        const float norm = (to_float(x[j].v[k]) - m) * s;
-        const float g = to_float(w.v[k]) * to_float(dy[j].v[k]);
-        sum_g += g;
-        sum_g_norm += g * norm;
+    for (int j = 0; j < K; ++j) {
+      const int p = lane + 32 * j;
+      if (p < packs) {
+        const Pack16<T> wt = load16(weight + p * V);
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          const float norm = (to_float(x[j].v[k]) - m) * s;
+          const float g = to_float(wt.v[k]) * to_float(dy[j].v[k]);
+          sum_g += g;
+          sum_g_norm += g * norm;
+        }
+      }
+    }
+    const float mean_g = warp_sum(sum_g) / C;
+    const float mean_g_norm = warp_sum(sum_g_norm) / C;
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+      const int p = lane + 32 * j;
+      if (p < packs) {
+        const Pack16<T> wt = load16(weight + p * V);
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          const float norm = (to_float(x[j].v[k]) - m) * s;
+          const float d = to_float(dy[j].v[k]);
+          const float g = to_float(wt.v[k]) * d;
+          dx[j].v[k] = from_float<T>(to_float(dx[j].v[k]) + s * (g - mean_g - norm * mean_g_norm));
+          acc_dw[(j * V + k) * 32 + lane] += d * norm;
+          acc_db[(j * V + k) * 32 + lane] += d;
+        }
+        store16(dinp + n * C + p * V, dx[j]);
       }
     }
   }
-  const float mean_g = warp_sum(sum_g) / C;
-  const float mean_g_norm = warp_sum(sum_g_norm) / C;
-  T* dx = dinp + n * C;  // (C)
-#pragma unroll
-  for (int j = 0; j < K; ++j) {
-    const int p = lane + 32 * j;
-    if (p < packs) {
-      const Pack16<T> w = load16(weight + p * V);
-      Pack16<T> d = load16(dx + p * V);
-#pragma unroll
-      for (int k = 0; k < V; ++k) {
-        const float norm = (to_float(x[j].v[k]) - m) * s;
-        const float g = to_float(w.v[k]) * to_float(dy[j].v[k]);
-        d.v[k] = from_float<T>(to_float(d.v[k]) + s * (g - mean_g - norm * mean_g_norm));
-      }
-      store16(dx + p * V, d);
+  __syncthreads();
+  // Consecutive threads take consecutive channels, so the partial rows are
+  // written coalesced.
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const int p = c / V;
+    const int i = ((p / 32) * V + c % V) * 32 + p % 32;
+    float sdw = 0.0f, sdb = 0.0f;
+    for (int u = 0; u < kFusedWarps; ++u) {
+      sdw += sums[2 * u * kSlice + i];
+      sdb += sums[(2 * u + 1) * kSlice + i];
     }
+    partial_dweight[blockIdx.x * std::int64_t{C} + c] = sdw;
+    partial_dbias[blockIdx.x * std::int64_t{C} + c] = sdb;
   }
 }
 
@@ -314,27 +346,31 @@ __global__ void layernorm_backward_partial_vec_kernel(float* __restrict__ partia
   }
 }
 
-// The packs per lane (1, 2, 4, ... up to max_k) that hold a row of C elements
-// of `dtype` in one warp's registers; 0 when C is not a whole number of packs
-// or the row is longer than 32 * max_k packs.
-int packs_per_lane(std::int64_t C, DType dtype, int max_k) {
+// The packs per lane that hold a row of C elements of `dtype` in one warp's
+// registers: the smallest K with C <= 32 K V, rounded up to a power of two
+// when `doubling` (fewer kernels instantiated), at most max_k; 0 when C is
+// not a whole number of packs or the row is longer than 32 * max_k packs.
+int packs_per_lane(std::int64_t C, DType dtype, int max_k, bool doubling) {
   const std::int64_t v = pack16_elements(dtype);
   if (C % v != 0) return 0;
-  for (int k = 1; k <= max_k; k *= 2)
-    if (C / v <= 32 * k) return k;
-  return 0;
+  const std::int64_t exact = (C / v + 31) / 32;
+  std::int64_t k = 1;
+  while (k < exact) k = doubling ? 2 * k : k + 1;
+  return k <= max_k ? static_cast<int>(k) : 0;
 }
 
-// Calls f(std::integral_constant<int, K>{}) for k = K, a power of two up to
-// MaxK (only those kernels are instantiated).
-template <int MaxK, int K = 1, typename F>
+// Calls f(std::integral_constant<int, K>{}) for k = K, where K runs over
+// 1, 2, 4, ... (Doubling) or 1, 2, 3, ... up to MaxK: only those kernels are
+// instantiated.
+template <int MaxK, bool Doubling, int K = 1, typename F>
 void with_packs(int k, F&& f) {
   if (k == K) {
     f(std::integral_constant<int, K>{});
     return;
   }
-  if constexpr (K < MaxK) {
-    with_packs<MaxK, 2 * K>(k, std::forward<F>(f));
+  constexpr int kNext = Doubling ? 2 * K : K + 1;
+  if constexpr (kNext <= MaxK) {
+    with_packs<MaxK, Doubling, kNext>(k, std::forward<F>(f));
   } else {
     ENGINE_FAIL("layernorm: no vectorised kernel for ", k, " packs per lane");
   }
@@ -361,11 +397,11 @@ void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd
   if (N == 0) return;
   // Rows of up to 16 packs per lane (4096 bf16, 2048 f32) in registers.
   constexpr int kMaxForwardPacks = 16;
-  const int k = packs_per_lane(C, inp.dtype(), kMaxForwardPacks);
+  const int k = packs_per_lane(C, inp.dtype(), kMaxForwardPacks, /*doubling=*/true);
   if (k > 0 && all_vectorisable(inp.dtype(), {&out, &inp, &weight, &bias})) {
     dispatch_float(inp.dtype(), "layernorm_forward: inp", [&](auto tag) {
       using T = decltype(tag);
-      with_packs<kMaxForwardPacks>(k, [&](auto packs) {
+      with_packs<kMaxForwardPacks, true>(k, [&](auto packs) {
         layernorm_forward_vec_kernel<T, decltype(packs)::value>
             <<<ceil_div(N, kWarpsPerBlock), 32 * kWarpsPerBlock, 0, current_stream()>>>(
                 out.data_as<T>(), mean.data_as<float>(), rstd.data_as<float>(), inp.data_as<const T>(),
@@ -402,45 +438,50 @@ void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor&
   if (N == 0) return;
   cudaStream_t stream = current_stream();
 
-  // Row chunks for the weight-gradient reduction: a function of N only, so
-  // the summation order (and the result) never depends on the GPU.
-  constexpr std::int64_t kMinRowsPerChunk = 64, kMaxChunks = 64;
-  const std::int64_t chunks = std::min<std::int64_t>(kMaxChunks, (N + kMinRowsPerChunk - 1) / kMinRowsPerChunk);
-  const std::int64_t rows_per_chunk = (N + chunks - 1) / chunks;
+  // Fused: one dtype, C a whole number of packs, up to 8 packs a lane (2048
+  // bf16, 1024 f32) in registers. Chunks of 32 rows (at most 1024 chunks):
+  // enough blocks to fill the GPU at GPT sizes (256 for 8192 rows), and a
+  // partial table small next to the activations (8192 x 1600: 3.3 MB).
+  constexpr int kMaxBackwardPacks = 8;
+  const bool same = all_vectorisable(inp.dtype(), {&dinp, &dout, &inp, &weight});
+  const int k = same ? packs_per_lane(C, inp.dtype(), kMaxBackwardPacks, /*doubling=*/false) : 0;
+  const RowChunks rc = k > 0 ? row_chunks(N, /*min_rows=*/32, /*max_chunks=*/1024) : row_chunks(N);
   ScratchPlan plan;
-  const std::size_t at_dw = plan.add(sizeof(float) * chunks * C), at_db = plan.add(sizeof(float) * chunks * C);
+  const std::size_t at_dw = plan.add(sizeof(float) * rc.chunks * C), at_db = plan.add(sizeof(float) * rc.chunks * C);
   char* base = plan.allocate();
   float* partial_dw = reinterpret_cast<float*>(base + at_dw);  // (chunks, C)
   float* partial_db = reinterpret_cast<float*>(base + at_db);  // (chunks, C)
 
-  // Vectorised: dout and inp of up to 8 packs per lane (2048 bf16, 1024 f32)
-  // in registers for dinp; the partial sums need only C % V == 0.
-  const bool same = all_vectorisable(inp.dtype(), {&dinp, &dout, &inp, &weight});
-  constexpr int kMaxBackwardPacks = 8;
-  const int k = packs_per_lane(C, inp.dtype(), kMaxBackwardPacks);
-  const bool vec_partial = same && C % pack16_elements(inp.dtype()) == 0;
-  if (vec_partial) {
+  if (k > 0) {
     dispatch_float(inp.dtype(), "layernorm_backward: inp", [&](auto tag) {
       using T = decltype(tag);
-      if (k > 0) {
-        with_packs<kMaxBackwardPacks>(k, [&](auto packs) {
-          layernorm_backward_dinp_vec_kernel<T, decltype(packs)::value>
-              <<<ceil_div(N, kWarpsPerBlock), 32 * kWarpsPerBlock, 0, stream>>>(
-                  dinp.data_as<T>(), dout.data_as<const T>(), inp.data_as<const T>(), weight.data_as<const T>(),
-                  mean.data_as<const float>(), rstd.data_as<const float>(), N, static_cast<int>(C));
-          CUDA_CHECK_LAUNCH();
-        });
-      } else {
-        layernorm_backward_dinp_kernel<T, T, T, T><<<ceil_div(N, kWarpsPerBlock), 32 * kWarpsPerBlock, 0, stream>>>(
-            dinp.data_as<T>(), dout.data_as<const T>(), inp.data_as<const T>(), weight.data_as<const T>(),
-            mean.data_as<const float>(), rstd.data_as<const float>(), N, static_cast<int>(C));
+      with_packs<kMaxBackwardPacks, false>(k, [&](auto packs) {
+        constexpr int K = decltype(packs)::value;
+        const auto kernel = layernorm_backward_fused_kernel<T, K>;
+        constexpr int shared_bytes = fused_shared_bytes<T, K>();
+        // Over 48 KB of dynamic shared memory must be asked for (K >= 7 in bf16).
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes));
+        kernel<<<static_cast<unsigned>(rc.chunks), 32 * kFusedWarps, shared_bytes, stream>>>(
+            dinp.data_as<T>(), partial_dw, partial_db, dout.data_as<const T>(), inp.data_as<const T>(),
+            weight.data_as<const T>(), mean.data_as<const float>(), rstd.data_as<const float>(), N,
+            static_cast<int>(C), rc.rows_per_chunk);
         CUDA_CHECK_LAUNCH();
-      }
+      });
+    });
+  } else if (same && C % pack16_elements(inp.dtype()) == 0) {
+    // Rows too long for registers: the scalar dinp kernel (it reads each row
+    // twice, the second time mostly from L2), partial sums with 16-byte loads.
+    dispatch_float(inp.dtype(), "layernorm_backward: inp", [&](auto tag) {
+      using T = decltype(tag);
+      layernorm_backward_dinp_kernel<T, T, T, T><<<ceil_div(N, kWarpsPerBlock), 32 * kWarpsPerBlock, 0, stream>>>(
+          dinp.data_as<T>(), dout.data_as<const T>(), inp.data_as<const T>(), weight.data_as<const T>(),
+          mean.data_as<const float>(), rstd.data_as<const float>(), N, static_cast<int>(C));
+      CUDA_CHECK_LAUNCH();
       constexpr int V = Pack16<T>::kSize;
-      const dim3 grid(ceil_div(C, 32 * V), static_cast<unsigned>(chunks));
+      const dim3 grid(ceil_div(C, 32 * V), static_cast<unsigned>(rc.chunks));
       layernorm_backward_partial_vec_kernel<T><<<grid, 32 * kWarpsPerBlock, 0, stream>>>(
           partial_dw, partial_db, dout.data_as<const T>(), inp.data_as<const T>(), mean.data_as<const float>(),
-          rstd.data_as<const float>(), N, static_cast<int>(C), rows_per_chunk);
+          rstd.data_as<const float>(), N, static_cast<int>(C), rc.rows_per_chunk);
       CUDA_CHECK_LAUNCH();
     });
   } else {
@@ -459,19 +500,17 @@ void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor&
           });
           using DO = decltype(do_tag);
           using I = decltype(i_tag);
-          const dim3 grid(ceil_div(C, 32), static_cast<unsigned>(chunks));
+          const dim3 grid(ceil_div(C, 32), static_cast<unsigned>(rc.chunks));
           layernorm_backward_partial_kernel<<<grid, 32 * kWarpsPerBlock, 0, stream>>>(
               partial_dw, partial_db, dout.data_as<const DO>(), inp.data_as<const I>(), mean.data_as<const float>(),
-              rstd.data_as<const float>(), N, static_cast<int>(C), rows_per_chunk);
+              rstd.data_as<const float>(), N, static_cast<int>(C), rc.rows_per_chunk);
           CUDA_CHECK_LAUNCH();
         });
       });
     });
   }
-  layernorm_backward_finish_kernel<<<ceil_div(C, kThreads), kThreads, 0, stream>>>(
-      dweight.data_as<float>(), dbias.data_as<float>(), partial_dw, partial_db, static_cast<int>(chunks),
-      static_cast<int>(C));
-  CUDA_CHECK_LAUNCH();
+  const ChunkSums sums[2] = {{dweight.data_as<float>(), partial_dw}, {dbias.data_as<float>(), partial_db}};
+  add_chunk_sums(sums, 2, rc.chunks, C, stream);
 }
 
 }  // namespace engine::cuda

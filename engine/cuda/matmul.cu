@@ -35,14 +35,20 @@
 // accuracy is unspecified) the GEMM runs with the plain BIAS/DEFAULT epilogue
 // and gelu.cu's kernels finish the job.
 //
-// dbias is a separate deterministic column reduction that ACCUMULATES into
-// f32 (cuBLASLt's BGRADB epilogue overwrites its output, which would need a
-// scratch and an extra add anyway).
+// dbias (bf16): cuBLASLt's BGRADB epilogue on the dweight GEMM sums dout over
+// the tokens while the GEMM reads it (as NVIDIA's Transformer Engine does
+// for its wgrad GEMM); it overwrites its output, so it writes a scratch
+// vector that is added to the f32 dbias. Otherwise (fp32 mode, no dweight,
+// or no algorithm for the fusion) dbias is a separate deterministic column
+// reduction (column_sums.cu). Before the fusion, that reduction read dout
+// once more per layer: at gpt2-1558m (8192 tokens) 52 MB to 105 MB a linear
+// layer, 10 to 35 us at 3 TB/s.
 #include <array>
 #include <cstdint>
 #include <map>
 #include <mutex>
 
+#include "engine/cuda/column_sums.h"
 #include "engine/cuda/common.cuh"
 #include "engine/cuda/cuda_ops.h"
 
@@ -74,7 +80,8 @@ struct Gemm {
   std::int64_t m = 0, n = 0, k = 0;
   float beta = 0.0f;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-  const void* bias = nullptr;  // length m, dtype d_type (epilogues with BIAS)
+  const void* bias = nullptr;  // BIAS epilogues: length m, dtype d_type; BGRADB: the output, length n
+  DType bias_type = DType::kF32;  // set as the bias's dtype for BGRADB only (BIAS uses cuBLASLt's default, D's)
   void* aux = nullptr;         // GELU input (m x n, ld aux_ld, dtype d_type)
   std::int64_t aux_ld = 0;
 };
@@ -138,6 +145,11 @@ bool try_lt_gemm(const Gemm& g) {
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
   if (g.bias != nullptr)
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
+  if (g.epilogue == CUBLASLT_EPILOGUE_BGRADB) {
+    const cudaDataType_t bias_type = cuda_type(g.bias_type);
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                sizeof(bias_type)));
+  }
   if (g.aux != nullptr) {
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux,
                                                 sizeof(g.aux)));
@@ -226,58 +238,11 @@ void gemm(const Gemm& g, const char* what) {
   blas_gemm(g);
 }
 
-// dbias[c] += sum_n dout[n, c], deterministically: block (32 x 8) sums 32
-// columns over one fixed chunk of rows (thread (lane, w) takes rows w, w+8,
-// ...; the 8 sums are added in order), then the chunk partials are added in
-// order. The chunking depends on N only.
-constexpr int kBiasWarps = 8;
-
-template <typename D>
-__global__ void bias_grad_partial_kernel(float* __restrict__ partial, const D* __restrict__ dout, std::int64_t N,
-                                         int OC, std::int64_t rows_per_chunk) {
-  // partial (chunks, OC), dout (N, OC)
-  __shared__ float sums[kBiasWarps][32];
-  const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
-  const int c = blockIdx.x * 32 + lane;
-  const std::int64_t row0 = blockIdx.y * rows_per_chunk, row1 = min(N, row0 + rows_per_chunk);
-  float sum = 0.0f;
-  if (c < OC)
-    for (std::int64_t n = row0 + w; n < row1; n += kBiasWarps) sum += to_float(dout[n * OC + c]);
-  sums[w][lane] = sum;
-  __syncthreads();
-  if (w == 0 && c < OC) {
-    float total = 0.0f;
-    for (int k = 0; k < kBiasWarps; ++k) total += sums[k][lane];
-    partial[blockIdx.y * std::int64_t{OC} + c] = total;
-  }
-}
-
-__global__ void bias_grad_finish_kernel(float* __restrict__ dbias, const float* __restrict__ partial, int chunks,
-                                        int OC) {
-  // dbias (OC), partial (chunks, OC)
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= OC) return;
-  float total = 0.0f;
-  for (int k = 0; k < chunks; ++k) total += partial[std::int64_t{k} * OC + c];
-  dbias[c] += total;
-}
-
+// dbias[c] += sum_n dout[n, c], deterministically (column_sums.cu).
 void bias_grad(const Tensor& dbias, const Tensor& dout, std::int64_t N, std::int64_t OC) {
-  constexpr std::int64_t kMinRowsPerChunk = 64, kMaxChunks = 64;
-  const std::int64_t chunks = std::min<std::int64_t>(kMaxChunks, (N + kMinRowsPerChunk - 1) / kMinRowsPerChunk);
-  const std::int64_t rows_per_chunk = (N + chunks - 1) / chunks;
-  float* partial = static_cast<float*>(context().scratch(sizeof(float) * chunks * OC));  // (chunks, OC)
-  cudaStream_t stream = current_stream();
-  dispatch_float(dout.dtype(), "matmul_backward: dout", [&](auto tag) {
-    using D = decltype(tag);
-    const dim3 grid(ceil_div(OC, 32), static_cast<unsigned>(chunks));
-    bias_grad_partial_kernel<<<grid, 32 * kBiasWarps, 0, stream>>>(partial, dout.data_as<const D>(), N,
-                                                                  static_cast<int>(OC), rows_per_chunk);
-    CUDA_CHECK_LAUNCH();
-  });
-  bias_grad_finish_kernel<<<ceil_div(OC, kThreads), kThreads, 0, stream>>>(dbias.data_as<float>(), partial,
-                                                                           static_cast<int>(chunks), static_cast<int>(OC));
-  CUDA_CHECK_LAUNCH();
+  const RowChunks rc = row_chunks(N);
+  float* partial = static_cast<float*>(context().scratch(sizeof(float) * rc.chunks * OC));  // (chunks, OC)
+  add_column_sums(dbias.data_as<float>(), dout, N, OC, partial, current_stream());
 }
 
 // A tensor in `dtype`: `t` itself, or a converted copy in `scratch_at` when
@@ -380,8 +345,8 @@ void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& db
   if (!dbias.empty()) {
     expect_cuda(dbias, "matmul_backward: dbias");
     expect_f32(dbias, "matmul_backward: dbias (parameter gradients are f32)");
-    bias_grad(dbias, dout, N, OC);
   }
+  bool dbias_done = dbias.empty(), fused_dweight = false;
 
   if (!dweight.empty()) {
     // dweight (OC,C) += dout^T @ inp; column-major D[C x OC] = inp_cm (C x N) * dout_cm^T (N x OC).
@@ -395,8 +360,25 @@ void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& db
     g.d = dweight.data(), g.d_type = dweight.dtype(), g.ldd = C;
     g.m = C, g.n = OC, g.k = N;
     g.beta = 1.0f;
-    gemm(g, "matmul_backward (dweight)");
+    if (!dbias_done && act == DType::kBF16) {
+      // Fused (bf16): BGRADB sums B = dout over the GEMM's k = N while the
+      // product streams it, so dout is not read a second time. It overwrites
+      // its output, so it writes an f32 scratch vector that is then added to
+      // dbias. fp32 mode keeps the separate reduction below, whose order
+      // tracks the CPU's more closely.
+      float* summed = static_cast<float*>(context().scratch(sizeof(float) * OC));  // (OC)
+      Gemm fused = g;
+      fused.epilogue = CUBLASLT_EPILOGUE_BGRADB;
+      fused.bias = summed, fused.bias_type = DType::kF32;
+      if (try_lt_gemm(fused)) {
+        add(dbias, dbias, Tensor(summed, Shape{OC}, DType::kF32, DeviceType::kCuda));
+        dbias_done = true;
+        fused_dweight = true;
+      }
+    }
+    if (!fused_dweight) gemm(g, "matmul_backward (dweight)");
   }
+  if (!dbias_done) bias_grad(dbias, dout, N, OC);
 
   if (!dinp.empty()) {
     // dinp (N,C) = dout @ weight; column-major D[C x N] = weight_cm (C x OC) * dout_cm (OC x N).

@@ -394,6 +394,41 @@ TEST_P(CudaMode, LayerNorm) {
   }
 }
 
+// Many rows: the backward's row chunks (32 rows each in the fused kernel, up
+// to 64 chunks otherwise) and the chunk sums over many of them; and every
+// parameter gradient the same bit for bit when the op runs twice.
+TEST_P(CudaMode, LayerNormBackwardOverManyRowsRepeats) {
+  std::mt19937 rng(15);
+  for (const std::int64_t C : {768, 1600}) {
+    SCOPED_TRACE("C = " + std::to_string(C));
+    const std::int64_t N = 2411;  // 75 chunks of 32 and a partial one
+    Host inp = random_in(act(), Shape{N, C}, rng, 2.0f, 0.5f), weight = random_in(act(), Shape{C}, rng, 0.2f, 1.0f);
+    Host bias = random_in(act(), Shape{C}, rng, 0.2f);
+    Host out(Shape{N, C}), mean(Shape{N}), rstd(Shape{N});
+    ops::layernorm_forward(out.t, mean.t, rstd.t, inp.t, weight.t, bias.t);
+    Host dout = random_in(act(), Shape{N, C}, rng), dinp = random_in(act(), Shape{N, C}, rng);
+    Host dweight = random_host(Shape{C}, rng), dbias = random_host(Shape{C}, rng);
+    Dev d_inp = to_device(inp, act()), d_weight = to_device(weight, act()), d_dout = to_device(dout, act());
+    Dev d_mean = to_device(mean, DType::kF32), d_rstd = to_device(rstd, DType::kF32);
+    std::vector<Host> results;
+    for (int run = 0; run < 2; ++run) {
+      Dev d_dinp = to_device(dinp, act()), d_dweight = to_device(dweight, DType::kF32),
+          d_dbias = to_device(dbias, DType::kF32);
+      ops::layernorm_backward(d_dinp.t, d_dweight.t, d_dbias.t, d_dout.t, d_inp.t, d_weight.t, d_mean.t, d_rstd.t);
+      results.push_back(to_host(d_dinp.t));
+      results.push_back(to_host(d_dweight.t));
+      results.push_back(to_host(d_dbias.t));
+    }
+    ops::layernorm_backward(dinp.t, dweight.t, dbias.t, dout.t, inp.t, weight.t, mean.t, rstd.t);
+    expect_close(results[0].t, dinp, pick(act(), kF32Tight, kBf16Twice), "layernorm_backward dinp");
+    expect_close(results[1].t, dweight, kF32Sum, "layernorm_backward dweight");
+    expect_close(results[2].t, dbias, kF32Sum, "layernorm_backward dbias");
+    for (int i = 0; i < 3; ++i)
+      EXPECT_EQ(0, std::memcmp(results[i].v.data(), results[3 + i].v.data(), results[i].v.size() * sizeof(float)))
+          << "layernorm_backward output " << i << " differs between two runs on the same inputs";
+  }
+}
+
 // ---- GELU ---------------------------------------------------------------------------------
 
 TEST_P(CudaMode, Gelu) {
@@ -482,6 +517,34 @@ TEST_P(CudaMode, Matmul) {
       {256, 768, 3 * 768, true, false},  // a GPT-2 small qkv projection slice
   };
   for (const MatmulCase& mc : cases) check_matmul(mc, act(), act(), rng);
+}
+
+// Many rows (the GEMM's k for dweight and dbias) and the bias gradient the
+// same bit for bit when the backward runs twice (bf16: cuBLASLt's BGRADB
+// epilogue; fp32: the column sums).
+TEST_P(CudaMode, MatmulBackwardOverManyRowsRepeats) {
+  std::mt19937 rng(16);
+  const std::int64_t N = 4100, C = 256, OC = 768;
+  const Shape w_shape{OC, C};
+  Host inp = random_in(act(), Shape{N, C}, rng), weight = random_in(act(), w_shape, rng, 0.1f);
+  Host dout = random_in(act(), Shape{N, OC}, rng);
+  Host dweight = random_host(w_shape, rng), dbias = random_host(Shape{OC}, rng);
+  Dev d_inp = to_device(inp, act()), d_weight = to_device(weight, act()), d_dout = to_device(dout, act());
+  std::vector<Host> results;
+  for (int run = 0; run < 2; ++run) {
+    Dev d_dinp = poisoned(Shape{N, C}, act());
+    Dev d_dweight = to_device(dweight, DType::kF32), d_dbias = to_device(dbias, DType::kF32);
+    ops::matmul_backward(d_dinp.t, d_dweight.t, d_dbias.t, d_dout.t, d_inp.t, d_weight.t);
+    results.push_back(to_host(d_dweight.t));
+    results.push_back(to_host(d_dbias.t));
+  }
+  Host dinp(Shape{N, C});
+  ops::matmul_backward(dinp.t, dweight.t, dbias.t, dout.t, inp.t, weight.t);
+  expect_close(results[0].t, dweight, kF32Sum, "matmul_backward dweight");
+  expect_close(results[1].t, dbias, kF32Sum, "matmul_backward dbias");
+  for (int i = 0; i < 2; ++i)
+    EXPECT_EQ(0, std::memcmp(results[i].v.data(), results[2 + i].v.data(), results[i].v.size() * sizeof(float)))
+        << "matmul_backward " << (i == 0 ? "dweight" : "dbias") << " differs between two runs on the same inputs";
 }
 
 TEST_F(Cuda, MatmulWithF32WeightsAndBf16Activations) {
