@@ -35,14 +35,14 @@
 // accuracy is unspecified) the GEMM runs with the plain BIAS/DEFAULT epilogue
 // and gelu.cu's kernels finish the job.
 //
-// dbias (bf16): cuBLASLt's BGRADB epilogue on the dweight GEMM sums dout over
-// the tokens while the GEMM reads it (as NVIDIA's Transformer Engine does
-// for its wgrad GEMM); it overwrites its output, so it writes a scratch
-// vector that is added to the f32 dbias. Otherwise (fp32 mode, no dweight,
-// or no algorithm for the fusion) dbias is a separate deterministic column
-// reduction (column_sums.cu). Before the fusion, that reduction read dout
-// once more per layer: at gpt2-1558m (8192 tokens) 52 MB to 105 MB a linear
-// layer, 10 to 35 us at 3 TB/s.
+// dbias is a separate deterministic column reduction (column_sums.cu) that
+// accumulates into f32. cuBLASLt's BGRADB epilogue would fold it into the
+// dweight GEMM (writing a scratch vector to add, since it overwrites): on the
+// H100 (2026-11-23, commit f81b42a, gpt2-1558m at 8192 tokens, op_bench) the
+// four backward calls of a block took 23 us longer each on average than with
+// the old (slower) form of this reduction (the MLP's first layer, 8192 x 1600
+// -> 6400: 521 -> 580 us; that machine's forward GEMMs ran ~2% slower), so it
+// was taken out again.
 #include <array>
 #include <cstdint>
 #include <map>
@@ -80,8 +80,7 @@ struct Gemm {
   std::int64_t m = 0, n = 0, k = 0;
   float beta = 0.0f;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-  const void* bias = nullptr;  // BIAS epilogues: length m, dtype d_type; BGRADB: the output, length n
-  DType bias_type = DType::kF32;  // set as the bias's dtype for BGRADB only (BIAS uses cuBLASLt's default, D's)
+  const void* bias = nullptr;  // length m, dtype d_type (epilogues with BIAS)
   void* aux = nullptr;         // GELU input (m x n, ld aux_ld, dtype d_type)
   std::int64_t aux_ld = 0;
 };
@@ -145,11 +144,6 @@ bool try_lt_gemm(const Gemm& g) {
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
   if (g.bias != nullptr)
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
-  if (g.epilogue == CUBLASLT_EPILOGUE_BGRADB) {
-    const cudaDataType_t bias_type = cuda_type(g.bias_type);
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-                                                sizeof(bias_type)));
-  }
   if (g.aux != nullptr) {
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux,
                                                 sizeof(g.aux)));
@@ -345,8 +339,8 @@ void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& db
   if (!dbias.empty()) {
     expect_cuda(dbias, "matmul_backward: dbias");
     expect_f32(dbias, "matmul_backward: dbias (parameter gradients are f32)");
+    bias_grad(dbias, dout, N, OC);
   }
-  bool dbias_done = dbias.empty(), fused_dweight = false;
 
   if (!dweight.empty()) {
     // dweight (OC,C) += dout^T @ inp; column-major D[C x OC] = inp_cm (C x N) * dout_cm^T (N x OC).
@@ -360,25 +354,8 @@ void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& db
     g.d = dweight.data(), g.d_type = dweight.dtype(), g.ldd = C;
     g.m = C, g.n = OC, g.k = N;
     g.beta = 1.0f;
-    if (!dbias_done && act == DType::kBF16) {
-      // Fused (bf16): BGRADB sums B = dout over the GEMM's k = N while the
-      // product streams it, so dout is not read a second time. It overwrites
-      // its output, so it writes an f32 scratch vector that is then added to
-      // dbias. fp32 mode keeps the separate reduction below, whose order
-      // tracks the CPU's more closely.
-      float* summed = static_cast<float*>(context().scratch(sizeof(float) * OC));  // (OC)
-      Gemm fused = g;
-      fused.epilogue = CUBLASLT_EPILOGUE_BGRADB;
-      fused.bias = summed, fused.bias_type = DType::kF32;
-      if (try_lt_gemm(fused)) {
-        add(dbias, dbias, Tensor(summed, Shape{OC}, DType::kF32, DeviceType::kCuda));
-        dbias_done = true;
-        fused_dweight = true;
-      }
-    }
-    if (!fused_dweight) gemm(g, "matmul_backward (dweight)");
+    gemm(g, "matmul_backward (dweight)");
   }
-  if (!dbias_done) bias_grad(dbias, dout, N, OC);
 
   if (!dinp.empty()) {
     // dinp (N,C) = dout @ weight; column-major D[C x N] = weight_cm (C x OC) * dout_cm (OC x N).

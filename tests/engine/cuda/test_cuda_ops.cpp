@@ -519,9 +519,9 @@ TEST_P(CudaMode, Matmul) {
   for (const MatmulCase& mc : cases) check_matmul(mc, act(), act(), rng);
 }
 
-// Many rows (the GEMM's k for dweight and dbias) and the bias gradient the
-// same bit for bit when the backward runs twice (bf16: cuBLASLt's BGRADB
-// epilogue; fp32: the column sums).
+// Many rows (the GEMM's k for dweight, 65 row chunks for dbias's column sums,
+// 16-byte loads at OC 768) and the parameter gradients the same bit for bit
+// when the backward runs twice.
 TEST_P(CudaMode, MatmulBackwardOverManyRowsRepeats) {
   std::mt19937 rng(16);
   const std::int64_t N = 4100, C = 256, OC = 768;
