@@ -24,7 +24,9 @@
 // 256-thread block, 8 warps, per SM) and the chunk sums were a chain of 64
 // dependent loads per column on 7 blocks. The fused kernel below holds
 // K = ceil(C / (32 V)) packs a lane (not the next power of two), keeps the
-// dweight/dbias sums of each warp in shared memory, and uses 4-warp blocks.
+// dweight/dbias sums of each warp in shared memory, and uses 4-warp blocks
+// (168 registers at K = 7: up to 3 blocks per SM); it took 56.5 us (commit
+// f81b42a, 1.6x the floor).
 // The scalar and the fused kernels sum in different orders: their results
 // may differ by f32 rounding.
 #include <cstdint>

@@ -361,9 +361,10 @@ TEST_P(CudaMode, Embedding) {
 TEST_P(CudaMode, LayerNorm) {
   std::mt19937 rng(5);
   // C picks the kernels: 36 (not whole 16-byte packs in bf16: scalar), 80 and
-  // 768 (vectorised, one or a few packs per lane), 1600 (gpt2-1558m: up to 7 bf16
-  // packs a lane, the 8-pack kernel; f32's 13 exceed the backward's 8), 5120 (rows
-  // too long for registers: scalar row kernels, vectorised partial sums).
+  // 768 (vectorised, one or a few packs per lane; the fused backward), 1600
+  // (gpt2-1558m: 7 bf16 packs a lane, the fused backward's K = 7; f32's 13
+  // exceed its 8: scalar dinp, vectorised partial sums), 5120 (rows too long
+  // for registers in either dtype).
   for (const std::int64_t C : {36, 80, 768, 1600, 5120}) {
     SCOPED_TRACE("C = " + std::to_string(C));
     const std::int64_t B = 2, T = 37, N = B * T;
