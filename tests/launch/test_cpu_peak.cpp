@@ -1,8 +1,9 @@
-// The CPU's MFU denominator (launch/cpu_peak.h, launch/peak_flops.h): measured
+// The MFU denominator. The CPU's (launch/cpu_peak.h, launch/peak_flops.h) is measured
 // once per machine and thread count and cached; the cache read back verbatim,
 // keyed by thread count, never trusted when damaged, measured again while an
 // entry was taken on a busy machine; ranks of one node sharing its peak; a
-// peak that a step beats raised so MFU and HFU stay at or below 100%.
+// peak that a step beats raised so MFU and HFU stay at or below 100%. A GPU's
+// comes from a data-sheet table by device name (engine/device.cpp).
 //
 // Every test works in a temporary cache folder (ENGINE_CACHE_DIR is pointed
 // at one before main), never in the user's. Run alone (one process) and under
@@ -21,6 +22,7 @@
 #include <sstream>
 #include <string>
 
+#include "engine/device.h"
 #include "launch/cpu_peak.h"
 #include "launch/peak_flops.h"
 #include "tests/launch/training_fixture.h"
@@ -425,4 +427,18 @@ TEST(CpuPeakWorld, RanksOnOneNodeMeasureOnceAndAgree) {
   EXPECT_EQ(peak.share.threads, std::min(asked, peak.share.cores));
   const nlohmann::json j = read_json(options.cache_path);
   EXPECT_EQ(j["peaks"].size(), 1u) << j.dump(2);
+}
+
+// The GPU side of the MFU denominator: the data-sheet table looked up by the
+// name CUDA reports (the names below are those of the lent H100s and of the
+// A100s in the planner's sources). An unknown GPU gets 0, which `train` turns
+// into "no peak FLOP/s known for GPU '...'; give it with --peak-tflops"
+// (launch/peak_flops.cpp) rather than an MFU against a guess.
+TEST(GpuPeak, DataSheetPeaksByDeviceName) {
+  EXPECT_DOUBLE_EQ(engine::gpu_peak_flops_by_name("NVIDIA H100 80GB HBM3"), 989e12);
+  EXPECT_DOUBLE_EQ(engine::gpu_peak_flops_by_name("NVIDIA H200"), 989e12);
+  EXPECT_DOUBLE_EQ(engine::gpu_peak_flops_by_name("NVIDIA A100-SXM4-80GB"), 312e12);
+  EXPECT_DOUBLE_EQ(engine::gpu_peak_flops_by_name("NVIDIA L40S"), 362e12);
+  EXPECT_DOUBLE_EQ(engine::gpu_peak_flops_by_name("NVIDIA GeForce RTX 4090"), 0.0);
+  EXPECT_DOUBLE_EQ(engine::gpu_peak_flops_by_name(""), 0.0);
 }
