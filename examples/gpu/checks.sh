@@ -15,6 +15,8 @@
 #   ENGINE_BUILD_DIR=build-gpu CHECKS_BUDGET_S=300 bash examples/gpu/checks.sh
 #   CHECKS_SECTIONS=3,5 ...      only those sections (default: all)
 #   CHECKS_PARITY_FILTER=...     ctest -R for section 5 (default: every parity suite)
+#   CHECKS_PLAN_MODELS="gpt2-1558m 8"  section 6's "model micro-batch" pairs, ';'-separated
+#                                (default: gpt2-124m 16; gpt2-350m 8; gpt2-1558m 8)
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -147,7 +149,8 @@ section "6. plan --calibrate at each model's shapes; the planner against the eng
 PLAN=$BUILD/launch/plan
 echo "| model, micro-batch | calibrated GEMM rate | copy bandwidth | predicted step: calibrated / h100_single.json | measured step | measured / calibrated | predicted memory | measured peak |"
 echo "|---|---|---|---|---|---|---|---|"
-for spec in "gpt2-124m 16" "gpt2-350m 8" "gpt2-1558m 8"; do
+IFS=';' read -r -a PLAN_SPECS <<<"${CHECKS_PLAN_MODELS:-gpt2-124m 16;gpt2-350m 8;gpt2-1558m 8}"
+for spec in "${PLAN_SPECS[@]}"; do
   read -r model mb <<<"$spec"
   cal=$w/cal_$model.json
   timeout "$(cap 60)" mpirun --oversubscribe -np 1 "$PLAN" --calibrate --model "$model" --micro-batch "$mb" \

@@ -36,6 +36,7 @@
 #   GPU_DEPS_DIR       where deps.tar.xz is unpacked (default /tmp/engine-gpu-deps)
 #   JOBS               build jobs (default nproc)      CTEST_JOBS  ctest -j (default 1)
 #   CUDA_ARCH          CMAKE_CUDA_ARCHITECTURES (default 90)
+#   ENGINE_BUILD_TARGETS  build only these CMake targets (e.g. "train prepare plan")
 #   SESSION_BUDGET_S   seconds the whole script may take (default 540: the tool
 #                      kills a call at 600 s, and logs must be written before that)
 #   ENGINE_GPU_HIDE_SYSTEM=1  ignore /usr's packages in CMake and pkg-config (the
@@ -328,6 +329,12 @@ build() {
   local targets=()
   if [ -z "${want[cuda]:-}${want[test]:-}" ] && [ -n "${want[smoke]:-}${want[bench]:-}" ]; then
     targets=(--target train prepare train_step_bench op_bench)
+  fi
+  # ENGINE_BUILD_TARGETS="train prepare plan": just those (a short call, e.g.
+  # CHECKS_SECTIONS=6 alone).
+  if [ -n "${ENGINE_BUILD_TARGETS:-}" ]; then
+    read -r -a targets <<<"$ENGINE_BUILD_TARGETS"
+    targets=(--target "${targets[@]}")
   fi
   {
     echo "==== cmake ${args[*]}"
