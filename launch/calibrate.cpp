@@ -241,7 +241,8 @@ Calibration calibrate(MPI_Comm world, const CalibrateOptions& o) {
   why["gemm_efficiency"] =
       flops.describe(1e9, "GFLOP/s", c.device == DeviceType::kCuda ? "GPU" : "rank") +
       " achieved by engine::ops::matmul_forward and matmul_backward in " +
-      (c.device == DeviceType::kCuda ? "bf16 with fp32 accumulation" : "fp32") + " at " + shapes.describe() +
+      (c.device == DeviceType::kCuda ? "bf16 with fp32 accumulation" : "fp32") +
+      " on random normal operands (never constants) at " + shapes.describe() +
       ", " + num(layers.mean, 3) + " layer passes in " + num(matmul_seconds.mean, 3) +
       " s per rank (mean), over peak_tflops";
   if (efficiency > 1) {
