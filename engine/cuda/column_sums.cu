@@ -93,10 +93,10 @@ RowChunks row_chunks(std::int64_t N, std::int64_t min_rows, std::int64_t max_chu
   return r;
 }
 
-void add_column_sums(float* out, const Tensor& x, std::int64_t N, std::int64_t C, float* partial,
-                     cudaStream_t stream) {
+void add_column_sums(float* out, const Tensor& x, std::int64_t N, std::int64_t C, cudaStream_t stream) {
   if (N == 0 || C == 0) return;
   const RowChunks rc = row_chunks(N);
+  float* partial = static_cast<float*>(context().scratch(sizeof(float) * rc.chunks * C));  // (chunks, C)
   dispatch_float(x.dtype(), "add_column_sums: x", [&](auto tag) {
     using T = decltype(tag);
     constexpr int V = Pack16<T>::kSize;

@@ -40,10 +40,8 @@ struct RowChunks {
 RowChunks row_chunks(std::int64_t N, std::int64_t min_rows = 64, std::int64_t max_chunks = 64);
 
 // out[c] += sum_n x[n, c] for x of N rows of C (f32 or bf16), out f32: the
-// partial sums of row_chunks(N) (16-byte loads when C is a whole number of
-// packs and x is 16-byte aligned), then add_chunk_sums. `partial` is scratch
-// of row_chunks(N).chunks * C floats.
-void add_column_sums(float* out, const Tensor& x, std::int64_t N, std::int64_t C, float* partial,
-                     cudaStream_t stream);
+// partial sums of row_chunks(N) into the device's scratch (16-byte loads when
+// C is a whole number of packs and x is 16-byte aligned), then add_chunk_sums.
+void add_column_sums(float* out, const Tensor& x, std::int64_t N, std::int64_t C, cudaStream_t stream);
 
 }  // namespace engine::cuda

@@ -234,9 +234,7 @@ void gemm(const Gemm& g, const char* what) {
 
 // dbias[c] += sum_n dout[n, c], deterministically (column_sums.cu).
 void bias_grad(const Tensor& dbias, const Tensor& dout, std::int64_t N, std::int64_t OC) {
-  const RowChunks rc = row_chunks(N);
-  float* partial = static_cast<float*>(context().scratch(sizeof(float) * rc.chunks * OC));  // (chunks, OC)
-  add_column_sums(dbias.data_as<float>(), dout, N, OC, partial, current_stream());
+  add_column_sums(dbias.data_as<float>(), dout, N, OC, current_stream());
 }
 
 // A tensor in `dtype`: `t` itself, or a converted copy in `scratch_at` when
