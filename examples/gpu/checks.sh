@@ -11,6 +11,9 @@
 #   5. the multi-rank parity suites on CUDA tensors (ENGINE_TEST_DEVICE=cuda, fp32)
 #   6. `plan --calibrate` on this GPU at each model's own matmul shapes, and the
 #      planner's step and memory from that file against the engine's measured ones
+#   7. the scaling sweep on this GPU (examples/scaling/sweep.sh, unchanged): 12
+#      one-rank layouts of gpt2-124m, ranked by the planner from section 6's
+#      gpt2-124m calibration (else clusters/h100_single.json)
 #
 #   ENGINE_BUILD_DIR=build-gpu CHECKS_BUDGET_S=300 bash examples/gpu/checks.sh
 #   CHECKS_SECTIONS=3,5 ...      only those sections (default: all)
@@ -31,7 +34,7 @@ cap() { local l=$(( $(left) - 5 )); [ "$1" -lt "$l" ] && l=$1; [ "$l" -lt 1 ] &&
 section() { echo; echo "==== $* ($(( $(date +%s) - START )) s)"; }
 failures=0
 fail() { echo "!!!! $*"; failures=$((failures + 1)); }
-want() { [[ ",${CHECKS_SECTIONS:-1,2,3,4,5,6}," == *",$1,"* ]]; }
+want() { [[ ",${CHECKS_SECTIONS:-1,2,3,4,5,6,7}," == *",$1,"* ]]; }
 
 w=$(mktemp -d -t engine-checks.XXXXXX)
 trap 'rm -rf "$w"' EXIT
@@ -177,6 +180,21 @@ print(f"| {model}, {mb} | {rate:.0f} TFLOP/s ({c['gemm_efficiency']:.3f}) | {c['
       f"| {int(mem) / 2**30:.2f} GiB | {peak} GiB |")
 PY
 done
+fi
+
+# ---- 7 --------------------------------------------------------------------------
+if want 7; then
+section "7. the scaling sweep on this GPU: 12 one-rank layouts of gpt2-124m (micro-batch 2-16 x recomputation), T 1024, 16 x 1024 tokens, 10 steps"
+cluster=$w/cal_gpt2-124m.json
+[ -f "$cluster" ] || cluster=$ROOT/examples/scaling/clusters/h100_single.json
+echo "cluster file: $cluster"
+timeout "$(cap 240)" bash "$ROOT/examples/scaling/sweep.sh" --layouts "$ROOT/examples/scaling/layouts_gpu_np1.txt" \
+  --np 1 --out "$w/sweep" --build "$BUILD" --model gpt2-124m --seq-len 1024 --batch-tokens 16384 --steps 10 \
+  --data "$w/data/fortunes_train_*.bin" --cluster "$cluster" -- --device cuda --precision bf16 \
+  --checkpoint-interval 0 --sample-tokens 0 >"$w/sweep.out" 2>&1 ||
+  fail "sweep failed: $(tail -3 "$w/sweep.out" | paste -sd' ')"
+grep -a '^sweep: .*runs in\|^report\|^fastest\|^  ' "$w/sweep.out" | cut -c1-300
+[ -f "$w/sweep/results.md" ] && cat "$w/sweep/results.md"
 fi
 
 section "checks done: $failures failure(s)"
