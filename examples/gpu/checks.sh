@@ -194,6 +194,9 @@ timeout "$(cap 240)" bash "$ROOT/examples/scaling/sweep.sh" --layouts "$ROOT/exa
   --checkpoint-interval 0 --sample-tokens 0 >"$w/sweep.out" 2>&1 ||
   fail "sweep failed: $(tail -3 "$w/sweep.out" | paste -sd' ')"
 grep -a '^sweep: .*runs in\|^report\|^fastest\|^  ' "$w/sweep.out" | cut -c1-300
+# sweep.sh exits 0 whenever its report was written; a failed layout is a failed check here.
+n_failed=$(grep -a -o '^sweep: [0-9]* runs in [0-9]* s, [0-9]* failed' "$w/sweep.out" | awk '{print $(NF-1)}')
+[ "${n_failed:-x}" = 0 ] || fail "sweep: ${n_failed:-?} layout(s) failed: $(grep -a -m1 -A3 'FAILED' "$w/sweep.out" | paste -sd' ' | cut -c1-300)"
 [ -f "$w/sweep/results.md" ] && cat "$w/sweep/results.md"
 fi
 
