@@ -48,9 +48,11 @@
 #include <map>
 #include <mutex>
 
+#include "engine/buffer.h"
 #include "engine/cuda/column_sums.h"
 #include "engine/cuda/common.cuh"
 #include "engine/cuda/cuda_ops.h"
+#include "engine/cuda/gemm_search.h"
 
 namespace engine::cuda {
 namespace {
@@ -193,19 +195,39 @@ bool try_lt_gemm(const Gemm& g) {
                     static_cast<std::int64_t>(g.b_type), static_cast<std::int64_t>(g.d_type), g.trans_a, g.trans_b,
                     static_cast<std::int64_t>(g.epilogue), align_a, align_b, align_d, alignment_of(g.bias),
                     alignment_of(g.aux)};
+  const float alpha = 1.0f, beta = g.beta;
   const CachedAlgo cached = cached_algo(key, [&] {
     CachedAlgo fresh;
-    cublasLtMatmulHeuristicResult_t result{};
+    std::array<cublasLtMatmulHeuristicResult_t, 32> results{};  // gemm_search_candidates() is at most 32
     int found = 0;
-    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(ctx.lt(), desc.op, desc.a, desc.b, desc.d, desc.d,
-                                                                 desc.pref, 1, &result, &found);
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+        ctx.lt(), desc.op, desc.a, desc.b, desc.d, desc.d, desc.pref, gemm_search_candidates(), results.data(), &found);
     fresh.found = status == CUBLAS_STATUS_SUCCESS && found > 0;
-    if (fresh.found) fresh.algo = result.algo;
+    if (!fresh.found) return fresh;
+    fresh.algo = results[0].algo;
+    if (found == 1) return fresh;
+    // ENGINE_GEMM_SEARCH (gemm_search.h): time the candidates on this very
+    // problem. They write D (and a GELU epilogue's aux) with garbage that the
+    // real call below overwrites; only an accumulating GEMM (beta != 0: the
+    // f32 weight gradients) must not touch its D, so it gets a scratch D.
+    Buffer scratch_d;
+    void* d = g.d;
+    if (beta != 0.0f) {
+      scratch_d = Buffer(DeviceType::kCuda, static_cast<std::size_t>(g.ldd * g.n) * dtype_size(g.d_type));
+      CUDA_CHECK(cudaMemsetAsync(scratch_d.data(), 0, scratch_d.bytes(), ctx.stream()));
+      d = scratch_d.data();
+    }
+    const int best = fastest_candidate(found, ctx.stream(), [&](int i) {
+      if (results[i].state != CUBLAS_STATUS_SUCCESS) return false;
+      return cublasLtMatmul(ctx.lt(), desc.op, &alpha, g.a, desc.a, g.b, desc.b, &beta, d, desc.d, d, desc.d,
+                            &results[i].algo, ctx.lt_workspace(), workspace_bytes,
+                            ctx.stream()) == CUBLAS_STATUS_SUCCESS;
+    });
+    if (best >= 0) fresh.algo = results[best].algo;
     return fresh;
   });
   if (!cached.found) return false;
 
-  const float alpha = 1.0f, beta = g.beta;
   CUBLAS_CHECK(cublasLtMatmul(ctx.lt(), desc.op, &alpha, g.a, desc.a, g.b, desc.b, &beta, g.d, desc.d, g.d, desc.d,
                               &cached.algo, ctx.lt_workspace(), workspace_bytes, ctx.stream()));
   return true;

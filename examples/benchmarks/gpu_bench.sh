@@ -31,6 +31,9 @@
 #                     FLOP floor (examples/benchmarks/op_bench.cpp); 0 skips it
 #   LOG_DIR           where the full outputs go (default: a new temporary folder)
 #   ENGINE_COMMIT     the commit to print where .git is absent (a lent GPU machine)
+#   ENGINE_GEMM_SEARCH N: the engine times the cuBLASLt heuristic's first N
+#                     algorithms for each GEMM shape and keeps the fastest
+#                     (engine/cuda/gemm_search.h; default: the heuristic's first)
 #
 # Micro-batches, chosen to fit an 80 GB H100 in both implementations with room
 # to spare (PyTorch's caching allocator and torch.compile's workspaces are the
@@ -143,6 +146,11 @@ if [ -z "${ENGINE_COMMIT:-}" ] && git -C "$ROOT" rev-parse HEAD >/dev/null 2>&1 
   commit="$commit (+ uncommitted changes)"
 fi
 echo "commit:  $commit"
+if [ -n "${ENGINE_GEMM_SEARCH:-}" ]; then
+  echo "engine GEMM algorithms: the fastest of the cuBLASLt heuristic's first $ENGINE_GEMM_SEARCH (ENGINE_GEMM_SEARCH)"
+else
+  echo "engine GEMM algorithms: the cuBLASLt heuristic's first"
+fi
 echo "engine:  $BENCH"
 [ "$RUN_PYTORCH" != 0 ] && echo "pytorch: $torch_info"
 echo "shapes:  T=$SEQ_LEN; gpt2-124m B=$MB_124M x$ACCUM_124M, gpt2-1558m B=$MB_1558M x$ACCUM_1558M micro-batches a step; $STEPS timed steps; peak $PEAK_TFLOPS TFLOP/s; logs in $LOG_DIR"

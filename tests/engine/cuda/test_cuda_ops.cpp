@@ -34,13 +34,18 @@
 #include <deque>
 #include <limits>
 #include <random>
+#include <stdlib.h>  // setenv, unsetenv
 #include <string>
 #include <vector>
 
 #include "engine/buffer.h"
+#include "engine/check.h"
 #include "engine/device.h"
 #include "engine/ops.h"
 #include "engine/tensor.h"
+#if ENGINE_WITH_CUDA
+#include "engine/cuda/gemm_search.h"
+#endif
 
 namespace {
 
@@ -553,6 +558,60 @@ TEST_F(Cuda, MatmulWithF32WeightsAndBf16Activations) {
   std::mt19937 rng(8);
   check_matmul({48, 64, 80, true, true}, DType::kBF16, DType::kF32, rng);
 }
+
+// ENGINE_GEMM_SEARCH (engine/cuda/gemm_search.h): with the heuristic's
+// candidates timed and the fastest kept, every product still matches the
+// CPU, and the accumulating dweight GEMM's candidates run on a scratch D, not
+// the gradient being accumulated (check_matmul starts dweight from random
+// values). The shapes are used nowhere else in this program, so the choice
+// is made here, not taken from the cache.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
+
+TEST_P(CudaMode, MatmulWithTimedAlgorithmSearch) {
+  const ScopedEnv search("ENGINE_GEMM_SEARCH", "16");
+  std::mt19937 rng(17);
+  const std::int64_t base = act() == DType::kBF16 ? 8 : 0;  // each mode its own shapes
+  const MatmulCase cases[] = {
+      {200 + base, 128, 320, true, false},  // bias epilogue
+      {96 + base, 160, 256, true, true},    // fused GELU forward and DGELU backward (bf16)
+      {1000 + base, 200, 200, false, false},  // a width not a multiple of the 128- and 256-wide tiles
+  };
+  for (const MatmulCase& mc : cases) check_matmul(mc, act(), act(), rng);
+}
+
+#if ENGINE_WITH_CUDA
+// Runs without a GPU: only the variable's parsing.
+TEST(GemmSearch, ReadsTheCandidateCountAndRefusesOthers) {
+  {
+    const ScopedEnv unset("ENGINE_GEMM_SEARCH", "");
+    EXPECT_EQ(engine::cuda::gemm_search_candidates(), 1);
+  }
+  EXPECT_EQ(engine::cuda::gemm_search_candidates(), 1);  // unset
+  {
+    const ScopedEnv set("ENGINE_GEMM_SEARCH", "32");
+    EXPECT_EQ(engine::cuda::gemm_search_candidates(), 32);
+  }
+  for (const char* bad : {"0", "33", "-4", "8x", "many"}) {
+    const ScopedEnv set("ENGINE_GEMM_SEARCH", bad);
+    try {
+      engine::cuda::gemm_search_candidates();
+      ADD_FAILURE() << "ENGINE_GEMM_SEARCH=" << bad << " was accepted";
+    } catch (const engine::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("ENGINE_GEMM_SEARCH='" + std::string(bad) + "'"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+#endif
 
 // ---- attention ----------------------------------------------------------------------------------
 
