@@ -22,17 +22,30 @@
 
 namespace engine::cuda {
 
+inline constexpr int kMaxGemmSearchCandidates = 32;
+
 // ENGINE_GEMM_SEARCH: how many of the heuristic's candidates to time for each
-// new GEMM shape, 1 to 32. Unset, empty or 1: the heuristic's first, untimed
-// (the default). Read at every new shape, so a test can change it. Any other
-// value is an error naming the variable.
+// new GEMM shape, 1 to kMaxGemmSearchCandidates. Unset, empty or 1: the
+// heuristic's first, untimed (the default). Read at every new shape, so a test
+// can change it. Any other value is an error naming the variable.
 int gemm_search_candidates();
 
 // Times candidates 0 .. count-1 on `stream`: each is launched once to warm up
 // and then `repeats` times between two events. launch(i) enqueues candidate i
-// and returns false when it cannot run (it is then skipped). Returns the
-// index of the fastest by total time, or -1 when none ran. Synchronises the
-// stream.
-int fastest_candidate(int count, cudaStream_t stream, const std::function<bool(int)>& launch, int repeats = 5);
+// and returns false when it cannot run (it is then skipped, its error
+// cleared). Returns the fastest's index, or -1 when none ran; candidate 0
+// (the heuristic's own pick) is kept unless another is faster by more than
+// `margin` of its time, so timing noise does not replace it for the life of
+// the process. Synchronises the stream.
+int fastest_candidate(int count, cudaStream_t stream, const std::function<bool(int)>& launch, int repeats = 10,
+                      double margin = 0.03);
+
+// How many searches ran in this process and how many candidates they timed
+// (for tests: that a search really happened).
+struct GemmSearchCounts {
+  long searches = 0;
+  long candidates_timed = 0;
+};
+GemmSearchCounts gemm_search_counts();
 
 }  // namespace engine::cuda

@@ -48,7 +48,6 @@
 #include <map>
 #include <mutex>
 
-#include "engine/buffer.h"
 #include "engine/cuda/column_sums.h"
 #include "engine/cuda/common.cuh"
 #include "engine/cuda/cuda_ops.h"
@@ -198,7 +197,7 @@ bool try_lt_gemm(const Gemm& g) {
   const float alpha = 1.0f, beta = g.beta;
   const CachedAlgo cached = cached_algo(key, [&] {
     CachedAlgo fresh;
-    std::array<cublasLtMatmulHeuristicResult_t, 32> results{};  // gemm_search_candidates() is at most 32
+    std::array<cublasLtMatmulHeuristicResult_t, kMaxGemmSearchCandidates> results{};
     int found = 0;
     const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
         ctx.lt(), desc.op, desc.a, desc.b, desc.d, desc.d, desc.pref, gemm_search_candidates(), results.data(), &found);
@@ -210,12 +209,27 @@ bool try_lt_gemm(const Gemm& g) {
     // problem. They write D (and a GELU epilogue's aux) with garbage that the
     // real call below overwrites; only an accumulating GEMM (beta != 0: the
     // f32 weight gradients) must not touch its D, so it gets a scratch D.
-    Buffer scratch_d;
+    // That one is stream-ordered (cudaMallocAsync/cudaFreeAsync): a plain
+    // cudaFree would wait for the whole device, NCCL's kernels included, in
+    // the middle of a step. It is outside the engine's memory accounting, and
+    // where it cannot be had the heuristic's first pick stands, untimed.
+    struct StreamOrderedScratch {  // freed on the stream however the search ends
+      void* p = nullptr;
+      cudaStream_t stream = nullptr;
+      ~StreamOrderedScratch() {
+        if (p != nullptr) cudaFreeAsync(p, stream);
+      }
+    } scratch_d{nullptr, ctx.stream()};
     void* d = g.d;
     if (beta != 0.0f) {
-      scratch_d = Buffer(DeviceType::kCuda, static_cast<std::size_t>(g.ldd * g.n) * dtype_size(g.d_type));
-      CUDA_CHECK(cudaMemsetAsync(scratch_d.data(), 0, scratch_d.bytes(), ctx.stream()));
-      d = scratch_d.data();
+      const std::size_t bytes = static_cast<std::size_t>(g.ldd * g.n) * dtype_size(g.d_type);
+      if (cudaMallocAsync(&scratch_d.p, bytes, ctx.stream()) != cudaSuccess) {
+        (void)cudaGetLastError();
+        scratch_d.p = nullptr;
+        return fresh;
+      }
+      CUDA_CHECK(cudaMemsetAsync(scratch_d.p, 0, bytes, ctx.stream()));
+      d = scratch_d.p;
     }
     const int best = fastest_candidate(found, ctx.stream(), [&](int i) {
       if (results[i].state != CUBLAS_STATUS_SUCCESS) return false;

@@ -146,7 +146,7 @@ if [ -z "${ENGINE_COMMIT:-}" ] && git -C "$ROOT" rev-parse HEAD >/dev/null 2>&1 
   commit="$commit (+ uncommitted changes)"
 fi
 echo "commit:  $commit"
-if [ -n "${ENGINE_GEMM_SEARCH:-}" ]; then
+if [ -n "${ENGINE_GEMM_SEARCH:-}" ] && [ "$ENGINE_GEMM_SEARCH" != 1 ]; then
   echo "engine GEMM algorithms: the fastest of the cuBLASLt heuristic's first $ENGINE_GEMM_SEARCH (ENGINE_GEMM_SEARCH)"
 else
   echo "engine GEMM algorithms: the cuBLASLt heuristic's first"

@@ -203,7 +203,7 @@ int main(int argc, char** argv) {
                 config.describe().c_str(), static_cast<long long>(B), static_cast<long long>(T), reps,
                 bandwidth / 1e9, peak_tflops);
     const char* search = std::getenv("ENGINE_GEMM_SEARCH");
-    if (search != nullptr && *search != '\0')
+    if (search != nullptr && *search != '\0' && std::string(search) != "1")
       std::printf("op_bench: GEMM algorithms: the fastest of the cuBLASLt heuristic's first %s, timed per shape "
                   "(ENGINE_GEMM_SEARCH)\n", search);
     else

@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <limits>
@@ -565,37 +566,63 @@ TEST_F(Cuda, MatmulWithF32WeightsAndBf16Activations) {
 // the gradient being accumulated (check_matmul starts dweight from random
 // values). The shapes are used nowhere else in this program, so the choice
 // is made here, not taken from the cache.
+// Sets an environment variable for a scope, then puts back what was there.
 class ScopedEnv {
  public:
-  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
-  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    if (value == nullptr)
+      unsetenv(name);
+    else
+      setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_)
+      setenv(name_, old_.c_str(), 1);
+    else
+      unsetenv(name_);
+  }
   ScopedEnv(const ScopedEnv&) = delete;
   ScopedEnv& operator=(const ScopedEnv&) = delete;
 
  private:
   const char* name_;
+  std::string old_;
+  bool had_ = false;
 };
 
 TEST_P(CudaMode, MatmulWithTimedAlgorithmSearch) {
   const ScopedEnv search("ENGINE_GEMM_SEARCH", "16");
   std::mt19937 rng(17);
-  const std::int64_t base = act() == DType::kBF16 ? 8 : 0;  // each mode its own shapes
+  const std::int64_t base = act() == DType::kBF16 ? 8 : 0;  // each mode its own shapes (the cache is per dtype too)
   const MatmulCase cases[] = {
       {200 + base, 128, 320, true, false},  // bias epilogue
       {96 + base, 160, 256, true, true},    // fused GELU forward and DGELU backward (bf16)
       {1000 + base, 200, 200, false, false},  // a width not a multiple of the 128- and 256-wide tiles
   };
+#if ENGINE_WITH_CUDA
+  const engine::cuda::GemmSearchCounts before = engine::cuda::gemm_search_counts();
+#endif
   for (const MatmulCase& mc : cases) check_matmul(mc, act(), act(), rng);
+#if ENGINE_WITH_CUDA
+  // The search really ran: some shape had several candidates, and they were timed.
+  const engine::cuda::GemmSearchCounts after = engine::cuda::gemm_search_counts();
+  EXPECT_GT(after.searches, before.searches);
+  EXPECT_GT(after.candidates_timed - before.candidates_timed, after.searches - before.searches);
+#endif
 }
 
 #if ENGINE_WITH_CUDA
 // Runs without a GPU: only the variable's parsing.
 TEST(GemmSearch, ReadsTheCandidateCountAndRefusesOthers) {
   {
-    const ScopedEnv unset("ENGINE_GEMM_SEARCH", "");
+    const ScopedEnv empty("ENGINE_GEMM_SEARCH", "");
     EXPECT_EQ(engine::cuda::gemm_search_candidates(), 1);
   }
-  EXPECT_EQ(engine::cuda::gemm_search_candidates(), 1);  // unset
+  {
+    const ScopedEnv unset("ENGINE_GEMM_SEARCH", nullptr);
+    EXPECT_EQ(engine::cuda::gemm_search_candidates(), 1);
+  }
   {
     const ScopedEnv set("ENGINE_GEMM_SEARCH", "32");
     EXPECT_EQ(engine::cuda::gemm_search_candidates(), 32);
