@@ -18,12 +18,14 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "engine/buffer.h"
+#if ENGINE_WITH_CUDA
+#include "engine/cuda/gemm_search.h"
+#endif
 #include "engine/device.h"
 #include "engine/ops.h"
 #include "engine/rng.h"
@@ -202,12 +204,13 @@ int main(int argc, char** argv) {
                 "(the copy), FLOP floor at %.0f TFLOP/s\n",
                 config.describe().c_str(), static_cast<long long>(B), static_cast<long long>(T), reps,
                 bandwidth / 1e9, peak_tflops);
-    const char* search = std::getenv("ENGINE_GEMM_SEARCH");
-    if (search != nullptr && *search != '\0' && std::string(search) != "1")
-      std::printf("op_bench: GEMM algorithms: the fastest of the cuBLASLt heuristic's first %s, timed per shape "
+#if ENGINE_WITH_CUDA
+    if (const int search = engine::cuda::gemm_search_candidates(); search > 1)
+      std::printf("op_bench: GEMM algorithms: the fastest of the cuBLASLt heuristic's first %d, timed per shape "
                   "(ENGINE_GEMM_SEARCH)\n", search);
     else
       std::printf("op_bench: GEMM algorithms: the cuBLASLt heuristic's first\n");
+#endif
     std::printf("%-36s %-32s %10s %14s %10s %8s\n", "op", "shape", "us/call", "rate", "floor us", "x floor");
     for (const Row& r : rows) {
       const double floor = r.bytes > 0 ? r.bytes / bandwidth : r.flops / (peak_tflops * 1e12);
