@@ -23,7 +23,7 @@ std::string cuda_device_name(int index);
 // same id in every process of a node, whatever CUDA_VISIBLE_DEVICES renumbered.
 std::string cuda_pci_bus_id(int index);
 // Total memory of GPU `index` in bytes (0 in a CPU-only build): what a
-// cluster description's memory_bytes holds (launch/calibrate.h).
+// cluster description's memory_bytes holds (launch/plan/calibrate.h).
 std::size_t cuda_device_memory_bytes(int index);
 
 // Bytes free on the current GPU now (cudaMemGetInfo): what a run's memory

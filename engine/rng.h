@@ -5,7 +5,7 @@
 // i of a tensor is a pure function of (key, i). A rank that holds only a slice
 // of a tensor therefore draws exactly the numbers one process would draw for
 // that slice, which is what makes every parallel layout start from the same
-// model (DESIGN.md, "Layout-independent initialisation").
+// model (ARCHITECTURE.md, "Initialisation does not depend on the layout").
 #pragma once
 
 #include <cstdint>

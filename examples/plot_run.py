@@ -4,7 +4,7 @@ learning rate per step, one panel each, several runs overlaid.
 
     examples/plot_run.py runs/a runs/b/metrics.jsonl --out runs.png [--label A --label B]
 
-RUN is a run folder (its metrics.jsonl, see launch/run_folder.h) or a metrics
+RUN is a run folder (its metrics.jsonl, see launch/run/run_folder.h) or a metrics
 JSONL file (--log-file). Step records carry "step" and "loss"; validation
 records carry "step" and "val_loss"; event records ("event": ...) are
 skipped. A step written twice (a resumed run) keeps its last record. Values

@@ -1,8 +1,8 @@
 // The `plan` program: predicts the memory per device and the step time of
 // every parallel layout of a model on a cluster, and prints them ranked
-// (launch/planner.h); `plan --calibrate` measures this machine into a
-// cluster file (launch/calibrate.h). With --failure-rate it also suggests a
-// checkpoint interval (launch/checkpoint_interval.h).
+// (launch/plan/planner.h); `plan --calibrate` measures this machine into a
+// cluster file (launch/plan/calibrate.h). With --failure-rate it also suggests a
+// checkpoint interval (launch/plan/checkpoint_interval.h).
 //
 //   plan --model gpt2-1558m --seq-len 1024 --global-batch 512 --devices 64
 //        --cluster examples/scaling/clusters/selene_a100.json
@@ -21,11 +21,11 @@
 
 #include "engine/buffer.h"
 #include "engine/check.h"
-#include "launch/calibrate.h"
-#include "launch/checkpoint_interval.h"
-#include "launch/cluster_file.h"
-#include "launch/exit_codes.h"
-#include "launch/planner.h"
+#include "launch/plan/calibrate.h"
+#include "launch/plan/checkpoint_interval.h"
+#include "launch/plan/cluster_file.h"
+#include "launch/plan/planner.h"
+#include "launch/resilience/exit_codes.h"
 
 namespace {
 
@@ -155,7 +155,7 @@ void print_table(const launch::PlanRequest& r, const std::vector<launch::Predict
 
 void print_checkpoints(const launch::PlanRequest& r, const launch::Prediction& best, const Options& o) {
   // A checkpoint holds the fp32 master weights and both AdamW moments of
-  // every parameter (launch/checkpoint.h), written by every node at once.
+  // every parameter (launch/checkpoint/checkpoint.h), written by every node at once.
   const double bytes = 12.0 * static_cast<double>(r.model.num_parameters());
   const double nodes = std::ceil(static_cast<double>(r.devices) / r.cluster.devices_per_node);
   double save = o.save_seconds;

@@ -1,14 +1,14 @@
 // The `train` program: flags (or a JSON config) in, a trained GPT out, on one
-// process or under mpirun. Exit codes: launch/exit_codes.h.
+// process or under mpirun. Exit codes: launch/resilience/exit_codes.h.
 //
-// Errors never leave ranks waiting (DESIGN.md), and each is printed once, on
+// Errors never leave ranks waiting (ARCHITECTURE.md), and each is printed once, on
 // one line. Everything that can be checked without communicating (flags, the
 // layout, the data and model files) is checked by every rank alike; the ranks
 // then agree on the outcome, the first failing rank prints its message, and
 // all exit non-zero. Later, an error the ranks reach together by agreement
-// (launch/job_error.h) is printed by rank 0 and every rank exits cleanly; any
+// (launch/resilience/job_error.h) is printed by rank 0 and every rank exits cleanly; any
 // other error first asks whether every rank caught one too
-// (launch/failure_agreement.h): if so it ends the job the same way, if not
+// (launch/resilience/failure_agreement.h): if so it ends the job the same way, if not
 // the rank prints it with its number and aborts the whole job. A rank that
 // stops answering is found by the collective watchdog (parallel/watchdog.h).
 #include <mpi.h>
@@ -21,12 +21,13 @@
 
 #include "engine/check.h"
 #include "engine/device.h"
-#include "launch/exit_codes.h"
-#include "launch/failure_agreement.h"
-#include "launch/job_error.h"
-#include "launch/stop_request.h"
-#include "launch/train_config.h"
-#include "launch/trainer.h"
+#include "launch/resilience/exit_codes.h"
+#include "launch/resilience/failure_agreement.h"
+#include "launch/resilience/job_error.h"
+#include "launch/resilience/stop_request.h"
+#include "launch/run/input_checks.h"
+#include "launch/run/train_config.h"
+#include "launch/run/trainer.h"
 #include "parallel/watchdog.h"
 
 namespace {
@@ -65,7 +66,7 @@ int train(int argc, char** argv) {
   }
 
   // Flags first (a usage error), then the inputs they name (bad input):
-  // neither is helped by a restart (launch/exit_codes.h).
+  // neither is helped by a restart (launch/resilience/exit_codes.h).
   std::string error;
   int failure = launch::kExitUsage;
   try {

@@ -18,7 +18,7 @@ const Preset kPresets[] = {
     {"gpt2-350m", {1024, 50257, 24, 16, 1024}},
     {"gpt2-774m", {1024, 50257, 36, 20, 1280}},
     {"gpt2-1558m", {1024, 50257, 48, 25, 1600}},
-    // Byte-level models: vocabulary of 256 (launch/byte_tokenizer.h).
+    // Byte-level models: vocabulary of 256 (launch/data/byte_tokenizer.h).
     {"gpt-micro", {64, 256, 2, 2, 32}},
     {"gpt-demo", {128, 256, 4, 4, 128}},
 };

@@ -38,7 +38,7 @@ StageFootprint stage_footprint(const GptConfig& config, const ParallelLayout& la
   // Every tp rank of a stage holds the same sizes; rank 0 stands for all.
   const TensorParallel tp{0, layout.tp, layout.sequence_parallel};
   // Under ZeRO every entry is padded so that it splits into dp equal chunks
-  // (launch/optimizer_setup.h, shard_ways).
+  // (launch/run/optimizer_setup.h, shard_ways).
   const ParamRegistry registry = build_gpt_registry(config, range, tp, zero >= 1 ? layout.dp : 1);
   const parallel::FlatLayout flat = flat_layout(registry, range, tp, config.n_layer);
   const std::int64_t whole = registry.total_numel();

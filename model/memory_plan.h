@@ -1,11 +1,11 @@
 // The memory model: the bytes every rank of a layout holds, computed from the
 // model and the layout alone, before anything is allocated. One
-// implementation serves the trainer's start-up memory line (launch/
-// memory_report.h) and the planner (launch/planner.h): it runs the same
+// implementation serves the trainer's start-up memory line (launch/run/
+// memory_report.h) and the planner (launch/plan/planner.h): it runs the same
 // functions that size the real buffers (the parameter registry and its
 // ZeRO padding, the shard chunks, allocate_stage_activations on a planning
 // arena, the ZeRO staging bound), so the prediction is exact, not estimated.
-// tests/launch/test_memory_plan.cpp checks it against the allocations of real
+// tests/launch/run/test_memory_plan.cpp checks it against the allocations of real
 // runs under many layouts.
 //
 // What a rank holds (Rajbhandari et al. 2020, "ZeRO", section 3 and 5, for

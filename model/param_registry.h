@@ -7,7 +7,7 @@
 // out in the order they are registered (layer by layer), so the parameters of a
 // block are contiguous: a pipeline stage or a ZeRO-3 gather takes one range.
 //
-// Names and global shapes are the checkpoint contract (DESIGN.md); each entry
+// Names and global shapes are the checkpoint contract (ARCHITECTURE.md); each entry
 // is initialised from (seed, name) over its global shape, so any slicing of a
 // tensor across ranks starts from the same numbers (engine/rng.h).
 #pragma once

@@ -23,7 +23,7 @@
 // Recomputation reruns the same ops on the same inputs, so losses and
 // gradients are bit-identical to `none` wherever the forward ops are
 // run-to-run deterministic: the CPU backend's are (tests/model/
-// test_recompute.cpp checks it in fp64, tests/launch/test_parity_recompute.cpp
+// test_recompute.cpp checks it in fp64, tests/launch/run/test_parity_recompute.cpp
 // under tp x pp x dp in fp32); on CUDA the attention forward uses no atomics
 // and cuBLASLt repeats a fixed algorithm for a fixed shape, so the same is
 // expected there. Only memory and time change. Model FLOPs (model/flops.h)

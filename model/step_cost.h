@@ -1,6 +1,6 @@
 // The compute side of the cost model: how long one pipeline stage takes for
 // one micro-batch's forward and backward, and for its optimizer step, on a
-// device described by parallel::Cluster. The planner (launch/planner.h)
+// device described by parallel::Cluster. The planner (launch/plan/planner.h)
 // composes these with the communication side (parallel/comm_cost.h) into a
 // step time; model/memory_plan.h is the memory side.
 //

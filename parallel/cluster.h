@@ -1,8 +1,8 @@
 // The hardware a layout runs on, as the cost model (parallel/comm_cost.h,
 // model/step_cost.h) and the planner (launch/plan) see it: one kind of device,
 // `devices_per_node` of them per node, two kinds of link. Pure data: it is
-// read from and written to a cluster file by launch/cluster_file.h and
-// measured on this machine by `plan --calibrate` (launch/calibrate.h).
+// read from and written to a cluster file by launch/plan/cluster_file.h and
+// measured on this machine by `plan --calibrate` (launch/plan/calibrate.h).
 //
 // Every figure is per device, in SI units (FLOP/s, bytes, bytes/s, seconds).
 #pragma once

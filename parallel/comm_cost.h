@@ -1,7 +1,7 @@
 // The communication side of the cost model: how long a collective or a
 // point-to-point message of a layout takes, by the alpha-beta (Hockney)
 // model over the link its group crosses. Used by the planner
-// (launch/planner.h); model/step_cost.h is the compute side.
+// (launch/plan/planner.h); model/step_cost.h is the compute side.
 //
 // Collectives are timed as the bandwidth-optimal ring algorithms whose
 // volume Communicator::bytes_sent counts (parallel/communicator.h; Patarasuk

@@ -61,7 +61,7 @@
 //   optimizer behaves the same at any dp size, and the path is tested),
 //   rather than an exact copy. Note that results depend on p (the chunking
 //   and the averaging), so 1-bit Adam cannot have the bitwise layout parity
-//   of DESIGN.md; its tests compare against a reference instead.
+//   of ARCHITECTURE.md; its tests compare against a reference instead.
 // - Numbers: f32 storage; norms and the server's average over ranks are
 //   accumulated in double, in a fixed order (fixed 4096-element blocks, ranks
 //   in order) that does not depend on the OpenMP thread count, so results

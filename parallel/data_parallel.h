@@ -3,7 +3,7 @@
 // Every data-parallel rank computes gradients on its own slice of the batch;
 // something must make the replicas take the same update. The engine has four
 // ways, each in its own file, and the trainer picks one at start-up
-// (launch/optimizer_setup.h) and never asks which again:
+// (launch/run/optimizer_setup.h) and never asks which again:
 //
 //   BucketedAllReduce   (dp_all_reduce.h)  plain data parallel: gradient
 //       buckets all-reduced while backward goes on (Li et al. 2020).

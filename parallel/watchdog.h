@@ -65,7 +65,7 @@ bool watchdog_installed();
 
 // True when a roll call from another rank has reached this one: some rank
 // waited past its timeout and is asking who is missing. For code that waits
-// outside wait_for_requests (launch/failure_agreement.h): the ranks it hoped
+// outside wait_for_requests (launch/resilience/failure_agreement.h): the ranks it hoped
 // to hear from are stuck waiting for it instead. False when not installed.
 bool watchdog_roll_call_pending();
 

@@ -4,9 +4,9 @@
 //
 // Why cuDNN: its Hopper SDPA kernels (wgmma, TMA) are what llm.c and
 // PyTorch's SDPA run on H100; the built-in FlashAttention-2 kernels
-// (attention.cu, mma.sync) measured 4.6 ms forward and 12.6 ms backward per
-// gpt2-124m step at B 16, T 1024 on an H100 (2026-11-23, RESULTS.md), far
-// from what the tensor cores allow.
+// (attention_forward.cu and attention_backward.cu, mma.sync) measured 4.6 ms
+// forward and 12.6 ms backward per gpt2-124m step at B 16, T 1024 on an H100
+// (2026-11-23, RESULTS.md), far from what the tensor cores allow.
 #include "engine/cuda/attention_cudnn.h"
 
 #include <cmath>

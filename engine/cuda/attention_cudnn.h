@@ -1,10 +1,11 @@
 // Causal attention through cuDNN's fused scaled-dot-product attention
 // (cuDNN frontend graph API, sdpa / sdpa_backward), for bf16 activations.
 //
-// Same layouts and the same saved state as attention.cu's FlashAttention-2
-// path: qkv (B, T, 3C), out (B, T, C), lse (B, H, T) f32 = log sum_j
-// exp(q.k_j * scale), dqkv (B, T, 3C). cuDNN reads q, k and v in place
-// through strides (no permute), as llm.c does.
+// Same layouts and the same saved state as the built-in FlashAttention-2
+// path (attention_forward.cu, attention_backward.cu): qkv (B, T, 3C),
+// out (B, T, C), lse (B, H, T) f32 = log sum_j exp(q.k_j * scale),
+// dqkv (B, T, 3C). cuDNN reads q, k and v in place through strides (no
+// permute), as llm.c does.
 //
 // Which implementation runs: ENGINE_ATTENTION=cudnn | flash | auto (the
 // default: cuDNN where this build has it and it supports the shape, else

@@ -4,7 +4,7 @@
 // temporary device memory (attention's dQ accumulator, embedding sort keys,
 // reduction partials, dtype staging).
 //
-// Memory rule (DESIGN.md: the step loop never allocates): the cuBLASLt
+// Memory rule (ARCHITECTURE.md: the step loop never allocates): the cuBLASLt
 // workspace is allocated once, when the context is created. Scratch is grown
 // only when an op asks for more than it has ever asked for before. A training
 // step asks for the same sizes every step, so scratch only grows during the

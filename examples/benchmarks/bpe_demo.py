@@ -41,7 +41,7 @@ def read_shards(pattern):
 
 
 def bytes_to_unicode():
-    """GPT-2's encoder.py bytes_to_unicode (launch/byte_level.h)."""
+    """GPT-2's encoder.py bytes_to_unicode (launch/data/byte_level.h)."""
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
     cs = bs[:]
     n = 0

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # How long a checkpoint save blocks the step loop: synchronous saves against
-# asynchronous ones (--async-checkpoint, launch/checkpoint_saver.h), one
+# asynchronous ones (--async-checkpoint, launch/checkpoint/checkpoint_saver.h), one
 # process on the CPU, a save every INTERVAL steps.
 #
 #   examples/benchmarks/checkpoint_save.sh [MODEL] [STEPS] [INTERVAL]   (default gpt2-124m, 23, 6)

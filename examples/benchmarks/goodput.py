@@ -14,7 +14,7 @@ This benchmark measures it on the real engine: it calibrates the step time s,
 the save time delta and the restart cost R from a short run, then trains the
 same job under launch/supervise once per checkpoint interval, with a rank
 killed by SIGKILL after exponentially distributed times of mean M
-(ENGINE_TEST_MTBF, launch/fault_injection.h; the same seed for every interval,
+(ENGINE_TEST_MTBF, launch/resilience/fault_injection.h; the same seed for every interval,
 so each sees the same failure times), and reads the goodput supervise reports:
 time in steps that counted over wall time. Next to it, the first-order model
 

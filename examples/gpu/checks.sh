@@ -110,7 +110,7 @@ expect_refusal() {  # expect_refusal NAME SECONDS CMD...
   rc=$?
   echo "-- $name: exit $rc after $(( $(date +%s) - t0 )) s"
   grep -a -m3 -iE 'error' "$w/bad.out" | cut -c1-300
-  # A refusal: the engine's exit codes (launch/exit_codes.h: 1, or 64-78 for bad
+  # A refusal: the engine's exit codes (launch/resilience/exit_codes.h: 1, or 64-78 for bad
   # input), never a signal (>= 124: a timeout, a crash) or success, and its
   # "error: " line.
   if [ $rc -eq 0 ] || [ $rc -ge 124 ] || ! grep -aq '^error: ' "$w/bad.out"; then

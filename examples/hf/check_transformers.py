@@ -25,7 +25,7 @@ With --folder, one folder written by `train --save-hf`: transformers' loss on
 
 The engine prints losses, not logits, so losses are what is compared: the mean
 cross-entropy over N sequences of T tokens, sequence k being tokens
-[kT, kT + T] of the shard (launch/data_loader.cpp), computed here from
+[kT, kT + T] of the shard (launch/data/data_loader.cpp), computed here from
 transformers' fp32 logits in float64. Tolerances: relative 1e-5 wherever both
 sides compute in fp32 from the same weights (only the summation order
 differs); a bf16 file against the fp32 model it was rounded from, 2e-3 (each
@@ -34,7 +34,7 @@ mean loss); transformers computing in bf16, 1e-2 (bf16 activations and matmul
 outputs keep 8 bits of mantissa, rounded again at every layer).
 
 Exits 0 when every check passes, 1 when one fails, 77 (CTest's skip code, see
-tests/launch/CMakeLists.txt) when torch, transformers or numpy do not import.
+tests/launch/formats/CMakeLists.txt) when torch, transformers or numpy do not import.
 """
 import argparse
 import json

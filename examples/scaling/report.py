@@ -13,7 +13,7 @@ plan, DIR/plan_vs_measured.png; prints a short summary.
 Per layout (its least disturbed pass when sweep.sh --repeat ran it more than
 once: the pass with the smallest median step), after dropping the first K step records (warm-up: allocator,
 caches, the first collectives' setup), the medians of the step time,
-tokens/s, MFU and of the measured waits per axis (launch/metrics.h), and:
+tokens/s, MFU and of the measured waits per axis (launch/run/metrics.h), and:
 
     exposed communication = wait tp + wait dp
     bubble                = wait pp + wait world

@@ -1,4 +1,4 @@
-// Shared by the MPI parity tests (DESIGN.md, "Parity is the test"): a corpus
+// Shared by the MPI parity tests (ARCHITECTURE.md, "Parity is the test"): a corpus
 // directory all ranks see, the tiny-GPT configuration every layout trains,
 // training a run in-process, and the comparison with a single-process run.
 //
@@ -25,9 +25,9 @@
 #include <string>
 #include <vector>
 
-#include "launch/trainer.h"
+#include "launch/run/trainer.h"
 #include "model/gpt_params.h"
-#include "training_fixture.h"
+#include "tests/launch/training_fixture.h"
 
 namespace test_support {
 

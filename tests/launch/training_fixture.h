@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "engine/device.h"
-#include "launch/byte_tokenizer.h"
-#include "launch/token_shard.h"
-#include "launch/train_config.h"
-#include "launch/trainer.h"
+#include "launch/data/byte_tokenizer.h"
+#include "launch/data/token_shard.h"
+#include "launch/run/train_config.h"
+#include "launch/run/trainer.h"
 
 namespace test_support {
 

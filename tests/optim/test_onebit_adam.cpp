@@ -1,7 +1,7 @@
 // 1-bit Adam's local arithmetic against hand references, and the optimizer on
 // one process (a size-1 MPI communicator): warm-up bit-identical to AdamW,
 // then the first compression step against a hand computation. The
-// multi-rank behaviour is tested in tests/launch/test_onebit_adam.cpp.
+// multi-rank behaviour is tested in tests/launch/run/test_onebit_adam.cpp.
 #include <gtest/gtest.h>
 #include <mpi.h>
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generates the byte-level BPE test data of tests/launch/test_bpe_tokenizer.cpp.
+"""Generates the byte-level BPE test data of tests/launch/data/test_bpe_tokenizer.cpp.
 
 Reference: Hugging Face `tokenizers` (recorded with 0.23.3). It is needed only
 to run this script, never by the tests:

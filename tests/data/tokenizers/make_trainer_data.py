@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generates the reference data of tests/launch/test_bpe_trainer.cpp.
+"""Generates the reference data of tests/launch/data/test_bpe_trainer.cpp.
 
 Reference: Hugging Face `tokenizers` (recorded with 0.23.3). It is needed only
 to run this script, never by the tests:
@@ -8,7 +8,7 @@ to run this script, never by the tests:
     /tmp/hfvenv/bin/python tests/data/tokenizers/make_trainer_data.py
 
 Trains tokenizers' BpeTrainer on bpe_train_corpus.txt with the settings that
-launch/bpe_trainer.h reproduces (GPT-2's layout: ByteLevel pre-tokenizer
+launch/data/bpe_trainer.h reproduces (GPT-2's layout: ByteLevel pre-tokenizer
 without a prefix space, ByteLevel decoder, <|endoftext|> special, the 256-byte
 initial alphabet), and writes, next to this script:
   hf_trained_bpe.json        the corpus fed as one sequence (train_from_iterator([text]))

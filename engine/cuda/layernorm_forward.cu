@@ -1,0 +1,150 @@
+// Layer normalisation (Ba, Kiros & Hinton 2016) over the last dim, eps = 1e-5,
+// biased variance, as GPT-2 uses; forward after llm.c. The backward, which
+// reads the mean and rstd saved here, is in layernorm_backward.cu; the helpers
+// both use are in layernorm_common.cuh.
+//
+// Statistics (mean, rstd) are f32 and computed in f32 from a two-pass
+// variance (no cancellation when |mean| >> std). Activations may be f32 or
+// bf16, weights f32 or bf16. When out, inp, weight and bias share a dtype,
+// are 16-byte aligned and a row is a whole number of 16-byte packs (at most
+// 16 a lane), the row stays in registers between the passes, read and written
+// with 16-byte accesses; every other case runs the scalar kernel.
+#include <cstdint>
+#include <initializer_list>
+
+#include "engine/cuda/common.cuh"
+#include "engine/cuda/cuda_ops.h"
+#include "engine/cuda/layernorm_common.cuh"
+
+namespace engine::cuda {
+namespace {
+
+constexpr float kLayerNormEps = 1e-5f;
+
+// One warp per row.
+template <typename O, typename I, typename W>
+__global__ void layernorm_forward_kernel(O* __restrict__ out, float* __restrict__ mean, float* __restrict__ rstd,
+                                         const I* __restrict__ inp, const W* __restrict__ weight,
+                                         const W* __restrict__ bias, std::int64_t N, int C) {
+  // out (N, C), mean (N), rstd (N), inp (N, C), weight (C), bias (C)
+  const int lane = threadIdx.x % 32;
+  const std::int64_t n = blockIdx.x * std::int64_t{kWarpsPerBlock} + threadIdx.x / 32;
+  if (n >= N) return;
+  const I* x = inp + n * C;  // (C)
+  float sum = 0.0f;
+  for (int c = lane; c < C; c += 32) sum += to_float(x[c]);
+  const float m = warp_sum(sum) / C;
+  float sq = 0.0f;
+  for (int c = lane; c < C; c += 32) {
+    const float d = to_float(x[c]) - m;
+    sq += d * d;
+  }
+  const float s = rsqrtf(warp_sum(sq) / C + kLayerNormEps);
+  O* o = out + n * C;  // (C)
+  for (int c = lane; c < C; c += 32)
+    o[c] = from_float<O>((to_float(x[c]) - m) * s * to_float(weight[c]) + to_float(bias[c]));
+  if (lane == 0) {
+    mean[n] = m;
+    rstd[n] = s;
+  }
+}
+
+// ---- vectorised kernel (pack layout: layernorm_common.cuh) ---------------------
+
+template <typename T, int K>
+__global__ void layernorm_forward_vec_kernel(T* __restrict__ out, float* __restrict__ mean, float* __restrict__ rstd,
+                                             const T* __restrict__ inp, const T* __restrict__ weight,
+                                             const T* __restrict__ bias, std::int64_t N, int C) {
+  // out (N, C), mean (N), rstd (N), inp (N, C), weight (C), bias (C)
+  constexpr int V = Pack16<T>::kSize;
+  const int lane = threadIdx.x % 32;
+  const std::int64_t n = blockIdx.x * std::int64_t{kWarpsPerBlock} + threadIdx.x / 32;
+  if (n >= N) return;
+  const int packs = C / V;
+  const T* x = inp + n * C;  // (C)
+  Pack16<T> row[K];
+  float sum = 0.0f;
+#pragma unroll
+  for (int j = 0; j < K; ++j) {
+    const int p = lane + 32 * j;
+    if (p < packs) {
+      row[j] = load16(x + p * V);
+#pragma unroll
+      for (int k = 0; k < V; ++k) sum += to_float(row[j].v[k]);
+    }
+  }
+  const float m = warp_sum(sum) / C;
+  float sq = 0.0f;
+#pragma unroll
+  for (int j = 0; j < K; ++j) {
+    if (lane + 32 * j < packs) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const float d = to_float(row[j].v[k]) - m;
+        sq += d * d;
+      }
+    }
+  }
+  const float s = rsqrtf(warp_sum(sq) / C + kLayerNormEps);
+  T* o = out + n * C;  // (C)
+#pragma unroll
+  for (int j = 0; j < K; ++j) {
+    const int p = lane + 32 * j;
+    if (p < packs) {
+      const Pack16<T> w = load16(weight + p * V), b = load16(bias + p * V);
+      Pack16<T> r;
+#pragma unroll
+      for (int k = 0; k < V; ++k)
+        r.v[k] = from_float<T>((to_float(row[j].v[k]) - m) * s * to_float(w.v[k]) + to_float(b.v[k]));
+      store16(o + p * V, r);
+    }
+  }
+  if (lane == 0) {
+    mean[n] = m;
+    rstd[n] = s;
+  }
+}
+
+}  // namespace
+
+void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
+                       const Tensor& weight, const Tensor& bias) {
+  for (const Tensor* t : {&out, &mean, &rstd, &inp, &weight, &bias}) expect_cuda(*t, "layernorm_forward: operand");
+  expect_f32(mean, "layernorm_forward: mean");
+  expect_f32(rstd, "layernorm_forward: rstd");
+  ENGINE_CHECK(weight.dtype() == bias.dtype(), "layernorm_forward: weight ", weight.describe(), " and bias ",
+               bias.describe(), " must share a dtype");
+  const std::int64_t C = inp.dim(-1), N = inp.numel() / C;
+  if (N == 0) return;
+  // Rows of up to 16 packs per lane (4096 bf16, 2048 f32) in registers.
+  constexpr int kMaxForwardPacks = 16;
+  const int k = packs_per_lane(C, inp.dtype(), kMaxForwardPacks, /*doubling=*/true);
+  if (k > 0 && all_vectorisable(inp.dtype(), {&out, &inp, &weight, &bias})) {
+    dispatch_float(inp.dtype(), "layernorm_forward: inp", [&](auto tag) {
+      using T = decltype(tag);
+      with_packs<kMaxForwardPacks, true>(k, [&](auto packs) {
+        layernorm_forward_vec_kernel<T, decltype(packs)::value>
+            <<<ceil_div(N, kWarpsPerBlock), 32 * kWarpsPerBlock, 0, current_stream()>>>(
+                out.data_as<T>(), mean.data_as<float>(), rstd.data_as<float>(), inp.data_as<const T>(),
+                weight.data_as<const T>(), bias.data_as<const T>(), N, static_cast<int>(C));
+        CUDA_CHECK_LAUNCH();
+      });
+    });
+    return;
+  }
+  dispatch_float(out.dtype(), "layernorm_forward: out", [&](auto o_tag) {
+    dispatch_float(inp.dtype(), "layernorm_forward: inp", [&](auto i_tag) {
+      dispatch_float(weight.dtype(), "layernorm_forward: weight", [&](auto w_tag) {
+        using O = decltype(o_tag);
+        using I = decltype(i_tag);
+        using W = decltype(w_tag);
+        layernorm_forward_kernel<<<ceil_div(N, kWarpsPerBlock), 32 * kWarpsPerBlock, 0, current_stream()>>>(
+            out.data_as<O>(), mean.data_as<float>(), rstd.data_as<float>(), inp.data_as<const I>(),
+            weight.data_as<const W>(), bias.data_as<const W>(), N, static_cast<int>(C));
+        CUDA_CHECK_LAUNCH();
+      });
+    });
+  });
+}
+
+}  // namespace engine::cuda

@@ -1,0 +1,334 @@
+#include "launch/data/bpe_tokenizer.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "engine/check.h"
+#include "launch/data/byte_level.h"
+
+namespace launch {
+
+namespace {
+
+using json = nlohmann::json;
+
+// A pre-token cache bigger than this is cleared rather than grown: a corpus
+// of many gigabytes has an unbounded tail of rare words.
+constexpr std::size_t kMaxCacheEntries = 1 << 20;
+
+std::uint64_t pair_key(std::int32_t a, std::int32_t b) {
+  return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) | static_cast<std::uint32_t>(b);
+}
+
+// Splits valid UTF-8 into characters; a stray byte counts as one character
+// (only used on vocabulary strings, which JSON guarantees are valid).
+std::vector<std::string_view> utf8_chars(std::string_view s) {
+  std::vector<std::string_view> chars;
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    std::size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 1;
+    n = std::min(n, s.size() - i);
+    chars.push_back(s.substr(i, n));
+    i += n;
+  }
+  return chars;
+}
+
+}  // namespace
+
+struct BpeTokenizer::Impl {
+  std::string source;
+  std::unordered_map<std::string, std::int32_t> vocab;
+  std::vector<std::string> id_to_token;  // "" where no token has the id
+  std::vector<bool> id_is_added;
+  std::unordered_map<std::uint64_t, std::pair<std::int32_t, std::int32_t>> merges;  // (a, b) -> (rank, merged id)
+  std::vector<std::pair<std::string, std::int32_t>> added;  // content, id
+  std::int32_t byte_ids[256];
+  std::unordered_map<std::string, std::uint8_t> unicode_to_byte;
+  bool add_prefix_space = false;
+  bool use_regex = true;
+  bool ignore_merges = false;
+  Gpt2Splitter splitter;
+  mutable std::unordered_map<std::string, std::vector<std::int32_t>> cache;
+};
+
+BpeTokenizer::BpeTokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+BpeTokenizer::BpeTokenizer(BpeTokenizer&&) noexcept = default;
+BpeTokenizer& BpeTokenizer::operator=(BpeTokenizer&&) noexcept = default;
+BpeTokenizer::~BpeTokenizer() = default;
+
+BpeTokenizer BpeTokenizer::from_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  ENGINE_CHECK(in, "tokenizer '", path, "': cannot open: ", std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return from_json(text.str(), path);
+}
+
+BpeTokenizer BpeTokenizer::from_json(std::string_view json_text, const std::string& source) {
+  auto impl = std::make_unique<Impl>();
+  Impl& t = *impl;
+  t.source = source;
+  const std::string where = "tokenizer '" + source + "': ";
+  json root;
+  try {
+    root = json::parse(json_text);
+  } catch (const json::exception& error) {
+    ENGINE_FAIL(where, "not valid JSON: ", error.what());
+  }
+  ENGINE_CHECK(root.is_object(), where, "expected a JSON object (a Hugging Face tokenizer.json)");
+
+  // ---- model ----
+  ENGINE_CHECK(root.contains("model") && root["model"].is_object(), where, "missing \"model\"");
+  const json& model = root["model"];
+  ENGINE_CHECK(model.value("type", std::string("BPE")) == "BPE", where, "model.type is '",
+               model.value("type", std::string()), "', expected 'BPE'");
+  ENGINE_CHECK(model.contains("vocab") && model["vocab"].is_object(), where, "missing model.vocab (an object {token: id})");
+  ENGINE_CHECK(model.contains("merges") && model["merges"].is_array(), where, "missing model.merges (a list)");
+  ENGINE_CHECK(!model.contains("dropout") || model["dropout"].is_null(), where, "model.dropout is not supported");
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    ENGINE_CHECK(!model.contains(key) || model[key].is_null() || model[key] == "", where, "model.", key,
+                 " is not supported (not a byte-level BPE of GPT-2's kind)");
+  }
+  ENGINE_CHECK(!model.value("byte_fallback", false), where, "model.byte_fallback is not supported");
+  t.ignore_merges = model.value("ignore_merges", false);
+
+  std::int64_t max_id = -1;
+  for (const auto& [token, id] : model["vocab"].items()) {
+    ENGINE_CHECK(id.is_number_integer() && id.get<std::int64_t>() >= 0 && id.get<std::int64_t>() < 65536, where,
+                 "model.vocab['", token, "'] is ", id.dump(), ", expected an id in [0, 65536)");
+    t.vocab[token] = id.get<std::int32_t>();
+    max_id = std::max<std::int64_t>(max_id, id.get<std::int64_t>());
+  }
+  ENGINE_CHECK(!t.vocab.empty(), where, "model.vocab is empty");
+
+  // ---- added tokens ----
+  if (root.contains("added_tokens") && !root["added_tokens"].is_null()) {
+    ENGINE_CHECK(root["added_tokens"].is_array(), where, "added_tokens must be a list");
+    for (const json& a : root["added_tokens"]) {
+      ENGINE_CHECK(a.is_object() && a.contains("id") && a["id"].is_number_integer() && a.contains("content") &&
+                       a["content"].is_string(),
+                   where, "an added token lacks an integer \"id\" or a string \"content\": ", a.dump());
+      const auto id = a["id"].get<std::int64_t>();
+      const auto content = a["content"].get<std::string>();
+      ENGINE_CHECK(id >= 0 && id < 65536, where, "added token '", content, "' has id ", id, ", expected [0, 65536)");
+      ENGINE_CHECK(!content.empty(), where, "added token ", id, " has empty content");
+      for (const char* key : {"lstrip", "rstrip", "single_word"})
+        ENGINE_CHECK(!a.value(key, false), where, "added token '", content, "': ", key, " is not supported");
+      t.added.emplace_back(content, static_cast<std::int32_t>(id));
+      max_id = std::max(max_id, id);
+    }
+  }
+  // Longest first: among tokens found at the same position the longest wins.
+  std::stable_sort(t.added.begin(), t.added.end(),
+                   [](const auto& x, const auto& y) { return x.first.size() > y.first.size(); });
+
+  t.id_to_token.assign(static_cast<std::size_t>(max_id + 1), std::string());
+  t.id_is_added.assign(static_cast<std::size_t>(max_id + 1), false);
+  for (const auto& [token, id] : t.vocab) t.id_to_token[id] = token;
+  for (const auto& [content, id] : t.added) {
+    t.id_to_token[id] = content;
+    t.id_is_added[id] = true;
+  }
+
+  // ---- merges: "a b" strings or ["a", "b"] pairs ----
+  const json& merges = model["merges"];
+  for (std::size_t rank = 0; rank < merges.size(); ++rank) {
+    const json& m = merges[rank];
+    std::string a, b;
+    if (m.is_string()) {
+      const std::string s = m.get<std::string>();
+      const std::size_t space = s.find(' ');
+      ENGINE_CHECK(space != std::string::npos && s.find(' ', space + 1) == std::string::npos, where, "merge ", rank,
+                   " '", s, "' is not two tokens separated by one space");
+      a = s.substr(0, space);
+      b = s.substr(space + 1);
+    } else {
+      ENGINE_CHECK(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(), where, "merge ", rank,
+                   " is ", m.dump(), ", expected \"a b\" or [\"a\", \"b\"]");
+      a = m[0].get<std::string>();
+      b = m[1].get<std::string>();
+    }
+    const auto ia = t.vocab.find(a), ib = t.vocab.find(b), iab = t.vocab.find(a + b);
+    ENGINE_CHECK(ia != t.vocab.end(), where, "merge ", rank, " ('", a, "', '", b, "'): '", a, "' is not in the vocab");
+    ENGINE_CHECK(ib != t.vocab.end(), where, "merge ", rank, " ('", a, "', '", b, "'): '", b, "' is not in the vocab");
+    ENGINE_CHECK(iab != t.vocab.end(), where, "merge ", rank, " ('", a, "', '", b, "'): the merged '", a + b,
+                 "' is not in the vocab");
+    // A repeated pair takes its later rank, as tokenizers' HashMap collect does.
+    t.merges[pair_key(ia->second, ib->second)] = {static_cast<std::int32_t>(rank), iab->second};
+  }
+
+  // ---- normalizer, pre-tokenizer, decoder ----
+  ENGINE_CHECK(!root.contains("normalizer") || root["normalizer"].is_null(), where,
+               "a normalizer is not supported (GPT-2 has none)");
+  ENGINE_CHECK(root.contains("pre_tokenizer") && root["pre_tokenizer"].is_object(), where,
+               "missing pre_tokenizer (expected {\"type\": \"ByteLevel\", ...})");
+  const json& pre = root["pre_tokenizer"];
+  ENGINE_CHECK(pre.value("type", std::string()) == "ByteLevel", where, "pre_tokenizer.type is '",
+               pre.value("type", std::string()), "', expected 'ByteLevel'");
+  t.add_prefix_space = pre.value("add_prefix_space", false);
+  t.use_regex = pre.value("use_regex", true);
+  if (root.contains("decoder") && !root["decoder"].is_null()) {
+    ENGINE_CHECK(root["decoder"].value("type", std::string()) == "ByteLevel", where, "decoder.type is '",
+                 root["decoder"].value("type", std::string()), "', expected 'ByteLevel' or null");
+  }
+
+  const auto& table = byte_to_unicode();
+  for (int byte = 0; byte < 256; ++byte) {
+    const auto it = t.vocab.find(table[byte]);
+    t.byte_ids[byte] = it == t.vocab.end() ? -1 : it->second;
+    t.unicode_to_byte[table[byte]] = static_cast<std::uint8_t>(byte);
+  }
+
+  BpeTokenizer tokenizer(std::move(impl));
+  tokenizer.vocab_size_ = static_cast<int>(max_id + 1);
+  return tokenizer;
+}
+
+std::optional<std::int32_t> BpeTokenizer::token_to_id(const std::string& token) const {
+  for (const auto& [content, id] : impl_->added)
+    if (content == token) return id;
+  const auto it = impl_->vocab.find(token);
+  if (it == impl_->vocab.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<std::int32_t> BpeTokenizer::encode(std::string_view text) const {
+  std::vector<std::int32_t> out;
+  out.reserve(text.size() / 3 + 1);
+  const auto& added = impl_->added;
+  // Next occurrence of each added token at or after `pos` (npos: none left).
+  std::vector<std::size_t> next(added.size(), 0);
+  std::size_t pos = 0;
+  for (std::size_t i = 0; i < added.size(); ++i) next[i] = text.find(added[i].first);
+  while (pos < text.size()) {
+    std::size_t best = std::string_view::npos, best_i = 0;
+    for (std::size_t i = 0; i < added.size(); ++i) {
+      if (next[i] != std::string_view::npos && next[i] < pos) next[i] = text.find(added[i].first, pos);
+      if (next[i] < best) {  // strict: the longer token (earlier in `added`) wins a tie
+        best = next[i];
+        best_i = i;
+      }
+    }
+    const std::size_t end = std::min(best, text.size());
+    if (end > pos) encode_piece(text.substr(pos, end - pos), out);
+    if (best == std::string_view::npos) break;
+    out.push_back(added[best_i].second);
+    pos = best + added[best_i].first.size();
+  }
+  return out;
+}
+
+// A stretch of text with no added token in it: prefix space, regex split, BPE.
+void BpeTokenizer::encode_piece(std::string_view piece, std::vector<std::int32_t>& out) const {
+  std::string prefixed;
+  if (impl_->add_prefix_space && piece.front() != ' ') {
+    prefixed.reserve(piece.size() + 1);
+    prefixed.push_back(' ');
+    prefixed.append(piece);
+    piece = prefixed;
+  }
+  if (!impl_->use_regex) {
+    encode_word(piece, out);
+    return;
+  }
+  impl_->splitter.split(piece, [&](std::string_view word) { encode_word(word, out); });
+}
+
+// One pre-token: bytes -> byte tokens -> merges by rank -> ids.
+void BpeTokenizer::encode_word(std::string_view word, std::vector<std::int32_t>& out) const {
+  Impl& t = *impl_;
+  const std::string key(word);
+  if (const auto hit = t.cache.find(key); hit != t.cache.end()) {
+    out.insert(out.end(), hit->second.begin(), hit->second.end());
+    return;
+  }
+  std::vector<std::int32_t> symbols;
+  if (t.ignore_merges) {
+    if (const auto it = t.vocab.find(bytes_to_unicode_string(word)); it != t.vocab.end())
+      symbols.push_back(it->second);
+  }
+  if (symbols.empty()) {
+    symbols.reserve(word.size());
+    for (const char c : word) {
+      const auto byte = static_cast<unsigned char>(c);
+      ENGINE_CHECK(t.byte_ids[byte] >= 0, "tokenizer '", t.source, "': byte 0x", std::hex, int{byte},
+                   " has no token in the vocab (not a complete byte-level vocabulary)");
+      symbols.push_back(t.byte_ids[byte]);
+    }
+    // The pair of lowest rank, leftmost among equals, is merged until no
+    // adjacent pair has a merge: the order of tokenizers' priority queue and
+    // of GPT-2's encoder.py. Pre-tokens are short, so a scan per merge is fine.
+    for (;;) {
+      std::int32_t best_rank = std::numeric_limits<std::int32_t>::max(), merged = -1;
+      std::size_t best_at = 0;
+      for (std::size_t i = 0; i + 1 < symbols.size(); ++i) {
+        const auto it = t.merges.find(pair_key(symbols[i], symbols[i + 1]));
+        if (it != t.merges.end() && it->second.first < best_rank) {
+          best_rank = it->second.first;
+          merged = it->second.second;
+          best_at = i;
+        }
+      }
+      if (merged < 0) break;
+      symbols[best_at] = merged;
+      symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(best_at) + 1);
+    }
+  }
+  out.insert(out.end(), symbols.begin(), symbols.end());
+  if (t.cache.size() >= kMaxCacheEntries) t.cache.clear();
+  t.cache.emplace(key, std::move(symbols));
+}
+
+namespace {
+
+template <typename Id>
+std::string decode_ids(const BpeTokenizer& tokenizer, const std::vector<std::string>& id_to_token,
+                       const std::vector<bool>& id_is_added,
+                       const std::unordered_map<std::string, std::uint8_t>& unicode_to_byte, std::span<const Id> ids) {
+  (void)tokenizer;
+  std::string text;
+  for (const Id id : ids) {
+    const auto value = static_cast<std::int64_t>(id);
+    if (value < 0 || value >= static_cast<std::int64_t>(id_to_token.size()) || id_to_token[value].empty()) {
+      text.append("\xEF\xBF\xBD");  // U+FFFD, as ByteTokenizer::kReplacement
+      continue;
+    }
+    const std::string& token = id_to_token[value];
+    if (id_is_added[value]) {
+      text.append(token);
+      continue;
+    }
+    // Like tokenizers' ByteLevel decoder: a token with a character that is no
+    // byte's stand-in is taken as its own UTF-8.
+    std::string bytes;
+    bool all_mapped = true;
+    for (const std::string_view c : utf8_chars(token)) {
+      const auto it = unicode_to_byte.find(std::string(c));
+      if (it == unicode_to_byte.end()) {
+        all_mapped = false;
+        break;
+      }
+      bytes.push_back(static_cast<char>(it->second));
+    }
+    text.append(all_mapped ? bytes : token);
+  }
+  return text;
+}
+
+}  // namespace
+
+std::string BpeTokenizer::decode(std::span<const std::int32_t> ids) const {
+  return decode_ids(*this, impl_->id_to_token, impl_->id_is_added, impl_->unicode_to_byte, ids);
+}
+
+std::string BpeTokenizer::decode(std::span<const std::uint16_t> ids) const {
+  return decode_ids(*this, impl_->id_to_token, impl_->id_is_added, impl_->unicode_to_byte, ids);
+}
+
+}  // namespace launch

@@ -1,0 +1,240 @@
+#include "launch/formats/hf_gpt2.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/check.h"
+#include "launch/files/atomic_file.h"
+#include "launch/formats/llmc_model.h"
+#include "launch/formats/safetensors_shards.h"
+#include "model/gpt_params.h"
+
+namespace launch {
+
+using model::GptConfig;
+using model::ParamInfo;
+using model::ParamRegistry;
+
+namespace {
+
+constexpr const char* kPrefix = "transformer.";
+
+// One engine tensor as Hugging Face names and lays it out.
+struct HfTensor {
+  const ParamInfo* param;
+  std::string name;                // without the "transformer." prefix
+  std::vector<std::int64_t> shape;  // Hugging Face's shape
+  bool transpose = false;           // Conv1D (in, out) of a Linear (out, in)
+  std::int64_t rows = 0;            // rows kept (wte: the real vocabulary)
+};
+
+std::string hf_name(const std::string& engine_name) {
+  if (engine_name == "wte" || engine_name == "wpe") return engine_name + ".weight";
+  static const std::pair<const char*, const char*> kRenames[] = {
+      {"attn.qkv.", "attn.c_attn."}, {"attn.proj.", "attn.c_proj."}, {"mlp.fc.", "mlp.c_fc."}, {"mlp.proj.", "mlp.c_proj."}};
+  std::string name = engine_name;
+  for (const auto& [from, to] : kRenames)
+    if (const auto at = name.find(from); at != std::string::npos) return name.replace(at, std::string(from).size(), to);
+  return name;  // h.{l}.ln_1.*, h.{l}.ln_2.*, ln_f.*: the same names
+}
+
+std::vector<HfTensor> hf_tensors(const GptConfig& config, const ParamRegistry& registry) {
+  std::vector<HfTensor> out;
+  for (const ParamInfo& p : registry.entries()) {
+    ENGINE_CHECK(p.shape == p.global_shape, "Hugging Face GPT-2 files need the whole model; '", p.name, "' is a slice");
+    HfTensor t{&p, hf_name(p.name), {}, false, p.global_shape[0]};
+    if (p.name == "wte") {
+      t.rows = config.vocab_size;
+      t.shape = {config.vocab_size, p.global_shape[1]};
+    } else if (p.name == "wpe" || p.global_shape.ndim() == 1) {
+      for (int d = 0; d < p.global_shape.ndim(); ++d) t.shape.push_back(p.global_shape[d]);
+    } else {
+      t.transpose = true;
+      t.shape = {p.global_shape[1], p.global_shape[0]};
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+// Buffers and tied copies a GPT-2 checkpoint may hold that are not parameters.
+bool ignored(const std::string& name) {
+  return name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias") || name == "lm_head.weight";
+}
+
+// "transformer." or "", whichever the file uses.
+std::string file_prefix(const SafetensorsShards& file) {
+  if (file.contains(std::string(kPrefix) + "wte.weight")) return kPrefix;
+  ENGINE_CHECK(file.contains("wte.weight"), "model file '", file.path(),
+               "' is not a GPT-2 checkpoint: it has neither 'transformer.wte.weight' nor 'wte.weight'");
+  return "";
+}
+
+// config.json beside the safetensors file, if any.
+nlohmann::json sibling_config(const std::string& safetensors_path) {
+  const std::filesystem::path config = std::filesystem::path(safetensors_path).parent_path() / "config.json";
+  if (!std::filesystem::exists(config)) return nullptr;
+  std::ifstream in(config);
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    ENGINE_CHECK(false, "'", config.string(), "' beside the model is not valid JSON (", e.what(), ")");
+  }
+  return nullptr;
+}
+
+void check_file(const SafetensorsShards& file, const GptConfig& expected, const std::vector<HfTensor>& tensors) {
+  const std::string prefix = file_prefix(file);
+  const std::string run = "this run's model (" + expected.describe() + ")";
+  std::set<std::string> known;
+  for (const HfTensor& t : tensors) {
+    const std::string name = prefix + t.name;
+    known.insert(name);
+    ENGINE_CHECK(file.contains(name), "model file '", file.path(), "' holds a model of another shape: it has no tensor '", name,
+                 "', which ", run, " needs");
+    const SafetensorsEntry& e = file.entry(name);
+    ENGINE_CHECK(e.shape == t.shape, "model file '", file.path(), "' holds a model of another shape: tensor '", name, "' is ",
+                 format_shape(e.shape), ", ", run, " needs ", format_shape(t.shape));
+  }
+  for (const auto& [name, entry] : file.entries()) {
+    const std::string bare = name.rfind(kPrefix, 0) == 0 ? name.substr(std::string(kPrefix).size()) : name;
+    ENGINE_CHECK(known.count(name) || ignored(bare),
+                 "model file '", file.path(), "' holds a model of another shape: tensor '", name, "' ",
+                 format_shape(entry.shape), " is not part of ", run);
+  }
+  const nlohmann::json config = sibling_config(file.path());
+  if (config.is_object() && config.contains("n_head"))
+    ENGINE_CHECK(config["n_head"].get<std::int64_t>() == expected.n_head, "model file '", file.path(),
+                 "' holds a model of another shape: its config.json has n_head ", config["n_head"].get<std::int64_t>(),
+                 ", ", run, " has ", expected.n_head);
+}
+
+}  // namespace
+
+SafetensorsDType parse_hf_dtype(const std::string& name) {
+  if (name == "fp32") return SafetensorsDType::kF32;
+  if (name == "bf16") return SafetensorsDType::kBF16;
+  ENGINE_CHECK(false, "--save-hf-dtype '", name, "': expected fp32 or bf16");
+  return SafetensorsDType::kF32;
+}
+
+bool is_hf_model_path(const std::string& path) {
+  return std::filesystem::is_directory(path) || path.ends_with(".safetensors") || path.ends_with(".safetensors.index.json");
+}
+
+std::string hf_safetensors_file(const std::string& path) {
+  if (!std::filesystem::is_directory(path)) return path;
+  // transformers' order: the single file first, else the sharded index.
+  const std::filesystem::path folder(path);
+  for (const char* name : {"model.safetensors", "model.safetensors.index.json"})
+    if (std::filesystem::exists(folder / name)) return (folder / name).string();
+  ENGINE_CHECK(false, "model folder '", path, "' has no model.safetensors nor model.safetensors.index.json");
+  return "";
+}
+
+void write_hf_gpt2(const std::string& dir, const GptConfig& config, const ParamRegistry& registry, const float* master,
+                   SafetensorsDType dtype) {
+  std::filesystem::create_directories(dir);
+  std::vector<SafetensorsOutput> outputs;
+  for (const HfTensor& t : hf_tensors(config, registry)) {
+    const float* src = master + t.param->offset;
+    const std::int64_t rows = t.param->global_shape[0];
+    const std::int64_t cols = t.param->global_shape.ndim() > 1 ? t.param->global_shape[1] : 1;
+    outputs.push_back({kPrefix + t.name, t.shape, [src, rows, cols, t](float* out) {
+                         if (!t.transpose) {
+                           std::copy(src, src + t.rows * cols, out);
+                           return;
+                         }
+                         for (std::int64_t r = 0; r < rows; ++r)  // (out, in) -> (in, out)
+                           for (std::int64_t c = 0; c < cols; ++c) out[c * rows + r] = src[r * cols + c];
+                       }});
+  }
+  write_safetensors((std::filesystem::path(dir) / "model.safetensors").string(), outputs, dtype, {{"format", "pt"}});
+
+  // What transformers' GPT2Config needs; dropout 0 as the engine trains
+  // without it, eps and the tanh GELU ("gelu_new") as the engine computes.
+  nlohmann::ordered_json c = {
+      {"activation_function", "gelu_new"},
+      {"architectures", {"GPT2LMHeadModel"}},
+      {"attn_pdrop", 0.0},
+      {"embd_pdrop", 0.0},
+      {"initializer_range", 0.02},
+      {"layer_norm_epsilon", 1e-5},
+      {"model_type", "gpt2"},
+      {"n_ctx", config.max_seq_len},
+      {"n_embd", config.n_embd},
+      {"n_head", config.n_head},
+      {"n_inner", nullptr},
+      {"n_layer", config.n_layer},
+      {"n_positions", config.max_seq_len},
+      {"resid_pdrop", 0.0},
+      {"scale_attn_weights", true},
+      {"summary_first_dropout", 0.0},
+      {"tie_word_embeddings", true},
+      {"torch_dtype", dtype == SafetensorsDType::kBF16 ? "bfloat16" : "float32"},
+      {"use_cache", true},
+      {"vocab_size", config.vocab_size}};
+  // GPT-2's tokenizer: <|endoftext|> begins and ends documents. Another
+  // vocabulary has no token we know to be one: null, which GPT2Config would
+  // otherwise default to 50256, an id outside it (transformers warns on
+  // loading, and generate() would wait for a token that cannot come).
+  const bool gpt2_vocabulary = config.vocab_size == 50257;
+  c["bos_token_id"] = gpt2_vocabulary ? nlohmann::ordered_json(50256) : nlohmann::ordered_json(nullptr);
+  c["eos_token_id"] = c["bos_token_id"];
+  AtomicFile json((std::filesystem::path(dir) / "config.json").string());
+  json.write(c.dump(2) + "\n");
+  json.commit();
+}
+
+void check_hf_gpt2(const std::string& path, const GptConfig& expected) {
+  const SafetensorsShards file(hf_safetensors_file(path));
+  check_file(file, expected, hf_tensors(expected, model::build_gpt_registry(expected)));
+}
+
+void read_hf_gpt2(const std::string& path, const GptConfig& expected, const ParamRegistry& registry, float* master) {
+  const SafetensorsShards file(hf_safetensors_file(path));
+  const std::vector<HfTensor> tensors = hf_tensors(expected, registry);
+  check_file(file, expected, tensors);
+  const std::string prefix = file_prefix(file);
+  std::vector<float> values;
+  for (const HfTensor& t : tensors) {
+    const std::string name = prefix + t.name;
+    values.resize(static_cast<std::size_t>(file.entry(name).numel()));
+    file.read_f32(name, values.data());
+    for (std::size_t i = 0; i < values.size(); ++i)
+      ENGINE_CHECK(std::isfinite(values[i]), "model file '", file.path(), "': tensor '", name, "' holds ", values[i],
+                   " at element ", i);
+    float* dst = master + t.param->offset;
+    const std::int64_t rows = t.param->global_shape[0];
+    const std::int64_t cols = t.param->global_shape.ndim() > 1 ? t.param->global_shape[1] : 1;
+    if (!t.transpose) {
+      std::copy(values.begin(), values.end(), dst);
+      std::fill(dst + t.rows * cols, dst + rows * cols, 0.0f);  // wte's padded rows
+      continue;
+    }
+    for (std::int64_t r = 0; r < rows; ++r)  // (in, out) -> (out, in)
+      for (std::int64_t c = 0; c < cols; ++c) dst[r * cols + c] = values[static_cast<std::size_t>(c * rows + r)];
+  }
+}
+
+void check_init_model(const std::string& path, const GptConfig& expected) {
+  if (is_hf_model_path(path)) {
+    check_hf_gpt2(path, expected);
+    return;
+  }
+  const GptConfig found = read_llmc_config(path);
+  ENGINE_CHECK(found == expected, "model file '", path, "' holds a model of another shape: ", found.describe(),
+               "; this run's model is ", expected.describe());
+}
+
+void read_init_model(const std::string& path, const GptConfig& expected, const ParamRegistry& registry, float* master) {
+  if (is_hf_model_path(path)) read_hf_gpt2(path, expected, registry, master);
+  else read_llmc_model(path, expected, registry, master);
+}
+
+}  // namespace launch

@@ -1,0 +1,68 @@
+// Cluster files: the hardware description of parallel/cluster.h as JSON in
+// the units people quote (data sheets, nccl-tests, STREAM), so a file can be
+// written by hand from published figures (examples/scaling/clusters/) or by
+// `plan --calibrate` (launch/plan/calibrate.h), and read by the planner.
+//
+//   {
+//     "name": "selene-a100-80gb",
+//     "device": "cuda",                       // or "cpu": the engine backend that runs there
+//     "devices_per_node": 8,                  // integer >= 1
+//     "peak_tflops": 312,                     // dense matmul peak of one device, 1e12 FLOP/s
+//     "memory_gib": 80,                       // usable memory of one device, 2^30 bytes
+//     "gemm_efficiency": 0.8,                 // in (0, 1]: achieved fraction of peak on training's matmuls
+//     "memory_bandwidth_gb_per_s": 2039,      // one device's memory bandwidth, 1e9 bytes/s
+//     "op_overhead_us": 5,                    // fixed cost of one op, microseconds
+//     "intra_node": {"bandwidth_gb_per_s": 230, "latency_us": 10},
+//     "inter_node": {"bandwidth_gb_per_s": 23, "latency_us": 15},
+//     "storage_write_gb_per_s": 2,            // optional; 0 or absent = unknown
+//     "sources": {"peak_tflops": "why this value, and where it was read", ...}   // optional
+//   }
+//
+// GB = 1e9 bytes (as bandwidths are quoted), GiB = 2^30 bytes (as memory
+// is). Every figure is per device; links are parallel::Link's (the bandwidth
+// one device sends at while receiving as much, i.e. an all-reduce's bus
+// bandwidth, and the latency of one message).
+//
+// The file is checked strictly, because a planner's every prediction rests on
+// it: a key given twice, an unknown key, a missing required key, a value of
+// the wrong JSON type, a non-positive figure, or gemm_efficiency outside
+// (0, 1] is refused with one line (an engine::Error) naming the file and the
+// key. "sources" holds free text per key: its keys must be keys of the file
+// ("peak_tflops", "intra_node", or "intra_node.bandwidth_gb_per_s").
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "parallel/cluster.h"
+
+namespace launch {
+
+struct ClusterFile {
+  parallel::Cluster cluster;
+  std::map<std::string, std::string> sources;  // key of the file -> why its value is what it is
+};
+
+// Reads and checks `path`; throws engine::Error naming the file and the key.
+ClusterFile read_cluster_file_and_sources(const std::string& path);
+parallel::Cluster read_cluster_file(const std::string& path);
+
+// Writes `cluster` and `sources` to `path` atomically (launch/files/atomic_file.h),
+// after the checks a reader makes, each figure as the shortest decimal that
+// reads back as exactly the same double. One exists for every figure that
+// came from a file or from rounded_for_file (so file -> cluster -> file is
+// exact); for other doubles the unit conversion may land an ulp away.
+// Throws engine::Error.
+void write_cluster_file(const std::string& path, const parallel::Cluster& cluster,
+                        const std::map<std::string, std::string>& sources);
+
+// `cluster` with every figure rounded to `digits` significant digits in the
+// file's units (a measurement is not known to more): written, the file reads
+// 12.34 GB/s rather than 12.338471192, and reads back exactly as returned.
+parallel::Cluster rounded_for_file(const parallel::Cluster& cluster, int digits);
+
+// The checks of a file, on a cluster in SI units; `where` starts each
+// message ("cluster file 'a.json'"). Throws engine::Error naming the file's key.
+void check_cluster(const parallel::Cluster& cluster, const std::string& where);
+
+}  // namespace launch

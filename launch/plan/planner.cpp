@@ -1,0 +1,266 @@
+#include "launch/plan/planner.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/check.h"
+#include "model/partition.h"
+#include "model/step_cost.h"
+#include "parallel/comm_cost.h"
+
+namespace launch {
+
+namespace {
+
+using model::ParallelLayout;
+
+std::vector<int> divisors(std::int64_t n) {
+  std::vector<int> d;
+  for (std::int64_t i = 1; i <= n; ++i)
+    if (n % i == 0) d.push_back(static_cast<int>(i));
+  return d;
+}
+
+template <typename T>
+bool allowed(const std::vector<T>& only, T value) {
+  return only.empty() || std::find(only.begin(), only.end(), value) != only.end();
+}
+
+double bytes_of(double elements, engine::DType dt) { return elements * static_cast<double>(engine::dtype_size(dt)); }
+
+// Latency of a reduction of a few scalars over `ranks` (a tree: 2 log2 n hops).
+double scalar_reduction_seconds(int ranks, const parallel::Link& link) {
+  return ranks > 1 ? 2.0 * std::ceil(std::log2(static_cast<double>(ranks))) * link.latency_seconds : 0.0;
+}
+
+// Megatron-LM's conditions for its interleaved schedule (arguments.py and
+// schedules.py): more than two stages, the layers split into pp x v equal
+// chunks, micro-batches a multiple of pp, and 1F1B.
+bool can_interleave(const PlanRequest& r, const ParallelLayout& l) {
+  return l.pp > 2 && l.schedule == parallel::ScheduleKind::kOneFOneB &&
+         r.model.n_layer % (static_cast<std::int64_t>(l.pp) * r.virtual_stages) == 0 && l.micro_batches % l.pp == 0;
+}
+
+}  // namespace
+
+model::Precision PlanRequest::precision() const {
+  return cluster.device == engine::DeviceType::kCuda ? model::Precision::kBf16 : model::Precision::kFp32;
+}
+
+std::string PlanRequest::check() const {
+  std::string problems;
+  auto add = [&](const std::string& p) { problems += (problems.empty() ? "" : "; ") + p; };
+  try {
+    model.validate();
+  } catch (const std::exception& e) {
+    add(e.what());
+  }
+  if (global_batch < 1) add("the global batch must be at least one sequence, got " + std::to_string(global_batch));
+  if (seq_len < 1 || seq_len > model.max_seq_len)
+    add("sequence length " + std::to_string(seq_len) + " must be in [1, " + std::to_string(model.max_seq_len) + "]");
+  if (devices < 1) add("--devices must be >= 1, got " + std::to_string(devices));
+  if (cluster.devices_per_node < 1) add("the cluster needs devices_per_node >= 1");
+  if (virtual_stages < 1) add("--virtual-stages must be >= 1, got " + std::to_string(virtual_stages));
+  try {
+    if (virtual_stages > 1 && !model::software_by_name(software, cluster.device).interleaved_schedule)
+      add("--virtual-stages " + std::to_string(virtual_stages) + ": software '" + software +
+          "' has no interleaved pipeline schedule (the engine runs 1f1b and afab)");
+  } catch (const std::exception& e) {
+    add(e.what());
+  }
+  return problems;
+}
+
+std::vector<ParallelLayout> enumerate_layouts(const PlanRequest& r) {
+  std::vector<ParallelLayout> layouts;
+  const std::vector<model::Recompute> recomputes = {model::Recompute::kNone, model::Recompute::kSelective,
+                                                    model::Recompute::kFull};
+  const std::vector<parallel::ScheduleKind> schedules = {parallel::ScheduleKind::kOneFOneB,
+                                                         parallel::ScheduleKind::kAllForwardAllBackward};
+  for (int tp : divisors(r.devices)) {
+    if (!allowed(r.tp, tp)) continue;
+    for (int pp : divisors(r.devices / tp)) {
+      if (!allowed(r.pp, pp) || !model::check_partition(r.model, tp, pp).empty()) continue;
+      const int dp = r.devices / tp / pp;
+      if (r.global_batch % dp != 0) continue;
+      const std::int64_t per_replica = r.global_batch / dp;
+      for (int mb : divisors(per_replica)) {
+        if (!allowed(r.micro_batch, mb)) continue;
+        for (int zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero) {
+          if (!allowed(r.zero, zero)) continue;
+          for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
+            if (!allowed(r.sequence_parallel, sp) || (sp && (mb * r.seq_len) % tp != 0)) continue;
+            for (model::Recompute rc : recomputes) {
+              if (!allowed(r.recompute, rc)) continue;
+              for (parallel::ScheduleKind sk : schedules) {
+                // A one-stage pipeline runs every schedule alike: listed once, as 1F1B.
+                if (pp == 1 && sk != parallel::ScheduleKind::kOneFOneB) continue;
+                if (pp > 1 && !allowed(r.schedule, sk)) continue;
+                ParallelLayout l;
+                l.tp = tp;
+                l.pp = pp;
+                l.dp = dp;
+                l.zero = zero;
+                l.sequence_parallel = sp == 1;
+                l.recompute = rc;
+                l.schedule = sk;
+                l.micro_batch = mb;
+                l.micro_batches = per_replica / mb;
+                l.seq_len = r.seq_len;
+                l.precision = r.precision();
+                l.device = r.cluster.device;
+                if (pp > 1 && r.virtual_stages > 1 && !can_interleave(r, l)) continue;
+                layouts.push_back(l);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  return layouts;
+}
+
+Prediction predict(const PlanRequest& r, const ParallelLayout& l) {
+  const parallel::Cluster& c = r.cluster;
+  const model::GptConfig& m = r.model;
+  const model::Software software = model::software_by_name(r.software, c.device);
+  // See the header: on the CPU the cores that compute also do the copies.
+  const bool overlap = c.device == engine::DeviceType::kCuda &&
+                       (software.overlap_dp == model::Software::DpOverlap::kAlways || l.pp == 1);
+  const double mbs = static_cast<double>(l.micro_batches);
+  const engine::DType working = model::activation_dtype(l.precision);
+  const parallel::Link pp_link = parallel::axis_link(c, parallel::Axis::kPp, l.tp, l.pp, l.dp);
+  const parallel::Link dp_link = parallel::axis_link(c, parallel::Axis::kDp, l.tp, l.pp, l.dp);
+  const int zero = l.zero_stage();
+  const int chunks = l.pp > 1 ? r.virtual_stages : 1;  // interleaved 1F1B: chunks of layers per device
+  ENGINE_CHECK(chunks == 1 || (software.interleaved_schedule && can_interleave(r, l)), "layout tp ", l.tp, " pp ", l.pp,
+               " cannot run ", chunks, " virtual stages with software '", r.software,
+               "' (interleaving needs software that has it, pp > 2, 1F1B, layers split into pp x v, micro-batches a multiple of pp)");
+
+  // Pipeline boundary: the (B,T,C) activation forward and its gradient backward.
+  // Under sequence parallelism each tensor-parallel rank holds and sends its
+  // 1/tp of it; software that scatters and gathers (Narayanan et al. 2021,
+  // section 4.1) sends 1/tp from each rank too and all-gathers the whole over
+  // the tensor-parallel link on arrival.
+  const bool split_boundary = l.tp > 1 && (l.sequence_parallel || software.pipeline_scatter_gather);
+  const double boundary_elements = static_cast<double>(l.micro_batch * l.seq_len * m.n_embd) / (split_boundary ? l.tp : 1);
+  double send = l.pp > 1 ? parallel::send_seconds(bytes_of(boundary_elements, working), pp_link) : 0.0;
+  if (l.pp > 1 && l.tp > 1 && !l.sequence_parallel && software.pipeline_scatter_gather) {
+    const parallel::Link tp_link = parallel::axis_link(c, parallel::Axis::kTp, l.tp, l.pp, l.dp);
+    send += parallel::all_gather_seconds(bytes_of(boundary_elements * l.tp, working), l.tp, tp_link);
+  }
+
+  Prediction p;
+  p.layout = l;
+  double sum_stage = 0, slowest = 0, slowest_comm = 0, end_exposed = 0, optimizer = 0;
+  for (int s = 0; s < l.pp; ++s) {
+    const model::StageSeconds st = model::stage_micro_batch_seconds(m, l, c, s, software);
+    const double params = model::stage_parameters(m, l, s);
+    const double grads = params * software.grad_reduce_bytes, weights = bytes_of(params, working);
+    // Data-parallel traffic, per micro-batch (ZeRO-2/3) or at the end of the step.
+    double per_micro_batch = 0, at_end = 0;
+    const double overlapped_backward = overlap ? st.backward : 0.0, overlapped_forward = overlap ? st.forward : 0.0;
+    if (l.dp > 1) {
+      if (zero <= 1) {
+        const double reduce = zero == 0 ? parallel::all_reduce_seconds(grads, l.dp, dp_link)
+                                        : parallel::reduce_scatter_seconds(grads, l.dp, dp_link);
+        at_end += std::max(0.0, reduce - overlapped_backward);
+      } else {
+        const double reduce = parallel::reduce_scatter_seconds(grads, l.dp, dp_link);
+        const double gather = zero == 3 ? parallel::all_gather_seconds(weights, l.dp, dp_link) : 0.0;
+        per_micro_batch += std::max(0.0, gather - overlapped_forward) + std::max(0.0, gather + reduce - overlapped_backward);
+      }
+      if (zero == 1 || zero == 2) at_end += parallel::all_gather_seconds(weights, l.dp, dp_link);  // updated weights
+    }
+    // Each of a device's chunks sends its activation on and its input's
+    // gradient back, but for the first chunk of the first stage and the last
+    // chunk of the last (send is 0 without a pipeline).
+    const double sends = (2.0 * chunks - (s == 0 ? 1 : 0) - (s == l.pp - 1 ? 1 : 0)) * send;
+    const double t = st.forward + st.backward + sends + per_micro_batch;
+    sum_stage += t;
+    if (t > slowest) {
+      slowest = t;
+      slowest_comm = st.tp_comm + sends + per_micro_batch;
+    }
+    end_exposed = std::max(end_exposed, at_end);
+    optimizer = std::max(optimizer, model::optimizer_seconds(m, l, c, s));
+  }
+  // Fill and drain (sum_s t_s - max_s t_s) run in chunks of 1/v of a stage.
+  const double pipeline = mbs * slowest + (sum_stage - slowest) / chunks;
+  // The tied embedding's two copies (first and last stage) are summed once per step.
+  double tied = 0;
+  if (l.pp > 1) {
+    const double wte = static_cast<double>(m.padded_vocab() / l.tp * m.n_embd);
+    tied = parallel::all_reduce_seconds(wte * software.grad_reduce_bytes, 2, pp_link);
+  }
+  const parallel::Link& world_link = l.devices() <= c.devices_per_node ? c.intra_node : c.inter_node;
+  const double scalars = 3 * scalar_reduction_seconds(l.devices(), world_link);
+
+  p.step_seconds = pipeline + end_exposed + tied + optimizer + scalars;
+  p.bubble_seconds = pipeline - mbs * slowest;
+  p.exposed_comm_seconds = mbs * slowest_comm + end_exposed + tied + scalars;
+  p.optimizer_seconds = optimizer;
+  p.virtual_stages = chunks;
+  p.compute_seconds = p.step_seconds - p.bubble_seconds - p.exposed_comm_seconds;
+  p.model_flops = model::training_flops_per_step(m, r.global_batch, r.seq_len, r.attention);
+  p.hardware_flops = p.model_flops + model::recompute_flops_per_step(m, r.global_batch, r.seq_len, l.recompute, r.attention);
+  if (l.recompute == model::Recompute::kFull && software.rerun_whole_forward) {
+    // The engine's full recomputation skips the MLP projection (model/flops.h); this software reruns it too.
+    const double h = static_cast<double>(m.n_embd);
+    p.hardware_flops += 2.0 * static_cast<double>(r.global_batch) * r.seq_len * 4.0 * h * h * m.n_layer;
+  }
+  const double device_seconds = p.step_seconds * l.devices();
+  p.tflops_per_device = p.model_flops / device_seconds / 1e12;
+  p.mfu = p.model_flops / device_seconds / c.peak_flops;
+  p.hfu = p.hardware_flops / device_seconds / c.peak_flops;
+
+  const model::MemoryPlan memory = model::plan_memory(m, l);
+  p.memory = memory.largest_of_each();
+  p.memory_bytes_per_device = memory.largest_total();
+  p.fits = static_cast<double>(p.memory_bytes_per_device) <= c.memory_bytes;
+  return p;
+}
+
+std::vector<Prediction> plan(const PlanRequest& r) {
+  const std::string problem = r.check();
+  ENGINE_CHECK(problem.empty(), problem);
+  std::vector<Prediction> all;
+  for (const ParallelLayout& l : enumerate_layouts(r)) all.push_back(predict(r, l));
+  std::stable_sort(all.begin(), all.end(), [](const Prediction& a, const Prediction& b) {
+    if (a.fits != b.fits) return a.fits;
+    if (a.step_seconds != b.step_seconds) return a.step_seconds < b.step_seconds;
+    return a.memory_bytes_per_device < b.memory_bytes_per_device;
+  });
+  return all;
+}
+
+nlohmann::json prediction_json(const Prediction& p) {
+  const ParallelLayout& l = p.layout;
+  return {{"tp", l.tp},
+          {"pp", l.pp},
+          {"dp", l.dp},
+          {"micro_batch", l.micro_batch},
+          {"zero", l.zero_stage()},
+          {"recompute", model::recompute_name(l.recompute)},
+          {"schedule", parallel::schedule_name(l.schedule)},
+          {"virtual_stages", p.virtual_stages},
+          {"sequence_parallel", l.sequence_parallel},
+          {"step_seconds", p.step_seconds},
+          {"tflops_per_device", p.tflops_per_device},
+          {"mfu", p.mfu},
+          {"hfu", p.hfu},
+          {"memory_bytes_per_device", p.memory_bytes_per_device},
+          {"fits", p.fits},
+          {"compute_seconds", p.compute_seconds},
+          {"exposed_comm_seconds", p.exposed_comm_seconds},
+          {"bubble_seconds", p.bubble_seconds},
+          {"optimizer_seconds", p.optimizer_seconds},
+          {"memory", {{"weights", p.memory.weights},
+                      {"grads", p.memory.grads},
+                      {"optimizer", p.memory.optimizer},
+                      {"activations", p.memory.activations},
+                      {"staging", p.memory.staging}}}};
+}
+
+}  // namespace launch

@@ -1,0 +1,278 @@
+#include "launch/run/json_config.h"
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace launch {
+namespace {
+
+// Ordered, so that "given twice" names the two places in the order the file
+// has them and the items reach CLI11 in file order.
+using Json = nlohmann::ordered_json;
+
+// The JSON a flag's value must be, from the type CLI11 records for its option.
+enum class Kind { kInteger, kUnsigned, kNumber, kBoolean, kText, kAny };
+
+Kind kind_of(const CLI::Option& option) {
+  // A flag takes no value on the command line (--sequence-parallel): in a
+  // file it is on or off. CLI11 tells flags apart the same way.
+  if (option.get_expected_min() == 0) return Kind::kBoolean;
+  // CLI11 appends each validator's description to the type ("TEXT:{cosine,constant}").
+  const std::string type = option.get_type_name();
+  const std::string base = type.substr(0, type.find(':'));
+  if (base == "INT") return Kind::kInteger;
+  if (base == "UINT") return Kind::kUnsigned;
+  if (base == "FLOAT") return Kind::kNumber;
+  if (base == "BOOLEAN") return Kind::kBoolean;
+  if (base == "TEXT") return Kind::kText;
+  return Kind::kAny;  // a type this file does not know: CLI11's own conversion checks it
+}
+
+bool fits(Kind kind, const Json& value) {
+  switch (kind) {
+    case Kind::kInteger: return value.is_number_integer();  // 8, -1; not 8.5, 8.0 or "8"
+    case Kind::kUnsigned: return value.is_number_unsigned();
+    case Kind::kNumber: return value.is_number();
+    case Kind::kBoolean: return value.is_boolean();
+    case Kind::kText: return value.is_string();
+    case Kind::kAny: return !value.is_structured();
+  }
+  return false;
+}
+
+std::string expectation(Kind kind, bool several) {
+  struct Words {
+    const char* one;
+    const char* many;
+  };
+  static const std::map<Kind, Words> words = {
+      {Kind::kInteger, {"an integer", "integers"}},
+      {Kind::kUnsigned, {"a non-negative integer", "non-negative integers"}},
+      {Kind::kNumber, {"a number", "numbers"}},
+      {Kind::kBoolean, {"true or false", "true or false values"}},
+      {Kind::kText, {"a string", "strings"}},
+      {Kind::kAny, {"a single value", "single values"}},
+  };
+  const Words& w = words.at(kind);
+  return several ? std::string(w.one) + " or an array of " + w.many : std::string(w.one);
+}
+
+// A value as the file has it, short enough for a one-line message.
+std::string shown(const Json& value) {
+  constexpr std::size_t kMax = 60;
+  std::string text = value.dump();  // one line: dump() escapes newlines in strings
+  if (text.size() <= kMax) return text;
+  std::size_t cut = kMax - 3;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // not inside a UTF-8 character
+  return text.substr(0, cut) + "...";
+}
+
+std::string joined(const std::string& group, const std::string& key) { return group.empty() ? key : group + "." + key; }
+
+// Parses the file, refusing a key given twice in one object: nlohmann, like
+// most JSON parsers, keeps the last one silently, so only the parser
+// callback, which sees every key as it is read, can tell.
+Json parse_refusing_duplicates(std::istream& input, const std::string& where) {
+  struct Level {
+    bool object;
+    std::string path;  // of the enclosing keys, "optimizer.adam"
+    std::set<std::string> keys;
+    std::string last_key;
+  };
+  std::vector<Level> levels;
+  std::string duplicate;  // the first one; the parse goes on so a syntax error still wins
+  const Json::parser_callback_t note = [&](int, Json::parse_event_t event, Json& parsed) {
+    switch (event) {
+      case Json::parse_event_t::object_start:
+      case Json::parse_event_t::array_start: {
+        std::string path;
+        if (!levels.empty()) path = levels.back().object ? joined(levels.back().path, levels.back().last_key)
+                                                         : levels.back().path;
+        levels.push_back({event == Json::parse_event_t::object_start, path, {}, {}});
+        break;
+      }
+      case Json::parse_event_t::object_end:
+      case Json::parse_event_t::array_end:
+        levels.pop_back();
+        break;
+      case Json::parse_event_t::key: {
+        Level& level = levels.back();
+        level.last_key = parsed.get<std::string>();
+        if (!level.keys.insert(level.last_key).second && duplicate.empty())
+          duplicate = "key '" + level.last_key + "' is given twice" +
+                      (level.path.empty() ? std::string() : " in '" + level.path + "'");
+        break;
+      }
+      case Json::parse_event_t::value:
+        break;
+    }
+    return true;  // keep everything: the callback only watches
+  };
+  Json root;
+  try {
+    root = Json::parse(input, note);
+  } catch (const Json::parse_error& e) {
+    throw CLI::ConfigError(where + " is not valid JSON: " + e.what());
+  }
+  if (!duplicate.empty()) throw CLI::ConfigError(where + ": " + duplicate);
+  return root;
+}
+
+// The option CLI11 will give `key` to, found the way CLI11's
+// App::_parse_single_config finds it.
+const CLI::Option* option_for(const CLI::App& app, const std::string& key) {
+  const CLI::Option* option = app.get_option_no_throw("--" + key);
+  if (option == nullptr && key.size() == 1) option = app.get_option_no_throw("-" + key);
+  if (option == nullptr) option = app.get_option_no_throw(key);
+  return option;
+}
+
+// Turns the parsed file into CLI11 items, one per flag, checking each key
+// against the app's options on the way.
+class Flattener {
+ public:
+  Flattener(const CLI::App& app, std::string where) : app_(app), where_(std::move(where)) {}
+
+  // `group` is the path of the enclosing objects, `group_key` the innermost
+  // one's key ("" at the top level).
+  void add(const Json& object, const std::string& group, const std::string& group_key) {
+    for (const auto& [key, value] : object.items()) {
+      // Objects only group keys, at any depth.
+      if (value.is_object()) {
+        add(value, joined(group, key), key);
+        continue;
+      }
+      const CLI::Option* option = option_for(app_, key);
+      if (option == nullptr) {
+        // With extras allowed CLI11 keeps or drops the key itself.
+        if (app_.get_allow_config_extras() == CLI::config_extras_mode::error) {
+          std::string what = "key '" + key + "'" + (group.empty() ? "" : " in '" + group + "'") + " is not a known flag";
+          // {"lr": {"value": 1}} reads as a group "lr": most likely a value
+          // for --lr was meant, so say what that takes. Not refused as a
+          // wrong type, as a group may share a flag's name ("optimizer").
+          const CLI::Option* flag = option_for(app_, group_key);
+          if (!group.empty() && flag != nullptr && flag->get_configurable())
+            what += "; '" + group_key + "' itself is a flag, which takes " + expected_for(*flag) + ", not an object";
+          refuse(what);
+        }
+      } else if (!option->get_configurable()) {
+        // --help, --config: CLI11 refuses these too (unless told to ignore
+        // them), but without the file's name.
+        if (app_.get_allow_config_extras() != CLI::config_extras_mode::ignore_all)
+          refuse("key '" + key + "' cannot be set in a config file");
+      } else {
+        const std::string place = joined(group, key);
+        const auto [first, inserted] = seen_.emplace(option, place);
+        // Groups are flattened: two keys in different groups, or spelt with
+        // and without dashes, set one flag, and CLI11 would keep one quietly.
+        if (!inserted)
+          refuse("key '" + key + "' is given twice ('" + first->second + "' and '" + place + "' set the same flag)");
+        const Kind kind = kind_of(*option);
+        const bool several = option->get_items_expected_max() > 1;
+        bool ok = value.is_array() ? several && !value.empty() : fits(kind, value);
+        if (value.is_array()) {
+          for (const Json& element : value) ok = ok && fits(kind, element);
+        }
+        if (!ok) refuse_type(key, *option, value);
+      }
+      items_.push_back(item(key, value));
+    }
+  }
+
+  std::vector<CLI::ConfigItem> items() && { return std::move(items_); }
+
+ private:
+  static CLI::ConfigItem item(const std::string& key, const Json& value) {
+    CLI::ConfigItem item;
+    item.name = key;
+    // CLI11 converts text; a JSON string is its content, anything else its JSON spelling.
+    auto text = [](const Json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
+    if (value.is_array()) {
+      for (const Json& v : value) item.inputs.push_back(text(v));
+    } else {
+      item.inputs.push_back(text(value));
+    }
+    return item;
+  }
+
+  [[noreturn]] void refuse(const std::string& what) const { throw CLI::ConfigError(where_ + ": " + what); }
+
+  static std::string expected_for(const CLI::Option& option) {
+    return expectation(kind_of(option), option.get_items_expected_max() > 1);
+  }
+
+  [[noreturn]] void refuse_type(const std::string& key, const CLI::Option& option, const Json& value) const {
+    refuse("key '" + key + "' must be " + expected_for(option) + ", got " + shown(value));
+  }
+
+  const CLI::App& app_;
+  std::string where_;
+  std::map<const CLI::Option*, std::string> seen_;  // flag -> where the file set it
+  std::vector<CLI::ConfigItem> items_;
+};
+
+}  // namespace
+
+std::string JsonConfig::to_config(const CLI::App* app, bool default_also, bool, std::string) const {
+  nlohmann::ordered_json out;
+  for (const CLI::Option* opt : app->get_options()) {
+    if (opt->get_lnames().empty() || !opt->get_configurable()) continue;
+    const std::string name = opt->get_lnames().front();
+    if (name == "help" || name == "config") continue;
+    std::vector<std::string> values = opt->reduced_results();
+    const Kind kind = kind_of(*opt);
+    // An empty text is a value too (--sample-prompt ""); an empty default of
+    // another kind means the option has none to write.
+    if (values.empty() && default_also && (!opt->get_default_str().empty() || kind == Kind::kText))
+      values = {opt->get_default_str()};
+    if (values.empty()) continue;
+    // Each value as the JSON type from_config wants for this flag, so the
+    // file reads back: a text flag stays a string even when it looks like a
+    // number ("--sample-prompt 42"). A value that has no such JSON spelling
+    // (--lr nan) is written as a string, which reading back refuses.
+    auto value_of = [kind](const std::string& s) -> Json {
+      if (kind == Kind::kText) return Json(s);
+      if (kind == Kind::kBoolean) {
+        try {
+          return Json(CLI::detail::to_flag_value(s) > 0);  // CLI11's spellings: true, 1, on, yes, ...
+        } catch (const std::exception&) {
+          return Json(s);
+        }
+      }
+      const Json v = Json::parse(s, nullptr, false);
+      return v.is_discarded() || v.is_structured() || !fits(kind, v) ? Json(s) : v;
+    };
+    if (values.size() == 1) {
+      out[name] = value_of(values.front());
+    } else {
+      for (const std::string& v : values) out[name].push_back(value_of(v));
+    }
+  }
+  // Text that is not UTF-8 (a byte-level --sample-prompt, a path) is
+  // written with U+FFFD rather than failing.
+  return out.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
+}
+
+std::vector<CLI::ConfigItem> JsonConfig::from_config(std::istream& input) const {
+  // CLI11 gives the formatter a stream, not the file's name; the --config
+  // option already holds the name when the file is read. With several files
+  // their order is CLI11's, so then no name is given rather than a wrong one.
+  std::string where = "config file";
+  if (const CLI::Option* config = app_->get_config_ptr(); config != nullptr) {
+    const auto files = config->as<std::vector<std::string>>();
+    if (files.size() == 1 && !files.front().empty()) where += " '" + files.front() + "'";
+  }
+  const Json root = parse_refusing_duplicates(input, where);
+  if (!root.is_object())
+    throw CLI::ConfigError(where + " must hold a JSON object of flag names to values, got " + shown(root));
+  Flattener flattener(*app_, where);
+  flattener.add(root, "", "");
+  return std::move(flattener).items();
+}
+
+}  // namespace launch

@@ -1,0 +1,412 @@
+#include "launch/run/train_config.h"
+
+#include <cmath>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "engine/check.h"
+#include "launch/data/bpe_tokenizer.h"
+#include "launch/data/llmc_tokenizer.h"
+#include "launch/run/json_config.h"
+#include "model/partition.h"
+#include "parallel/process_grid.h"
+
+namespace launch {
+
+namespace {
+
+// The floating-point flags and the fields they set: checked for finiteness,
+// and written exactly by resolved_config_json (CLI11 would print them with
+// six significant digits).
+std::vector<std::pair<const char*, double*>> floating_options(TrainConfig& c) {
+  return {{"lr", &c.lr},
+          {"min-lr-ratio", &c.min_lr_ratio},
+          {"weight-decay", &c.weight_decay},
+          {"beta1", &c.beta1},
+          {"beta2", &c.beta2},
+          {"adam-eps", &c.adam_eps},
+          {"grad-clip", &c.grad_clip},
+          {"bucket-mb", &c.bucket_mb},
+          {"peak-tflops", &c.peak_tflops},
+          {"temperature", &c.temperature},
+          {"collective-timeout", &c.collective_timeout}};
+}
+
+}  // namespace
+
+void add_train_options(CLI::App& app, TrainConfig& c) {
+  // A flag given twice (or in the config file and on the command line) takes the last value.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  // The formatter reads the app's options to check each key's type, and the
+  // --config option for the file's name in its messages.
+  app.config_formatter(std::make_shared<JsonConfig>(&app));
+  app.allow_config_extras(CLI::config_extras_mode::error);  // a misspelt key is an error, not a silent default
+  app.set_config("--config", "", "JSON file of flag values (keys are flag names; command-line flags override it)");
+
+  const char* kModel = "Model";
+  app.add_option("--model", c.preset, "Model preset: gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, gpt-micro, gpt-demo")
+      ->group(kModel)->capture_default_str();
+  app.add_option("--n-layer", c.n_layer, "Override the preset's number of layers")->group(kModel);
+  app.add_option("--n-head", c.n_head, "Override the preset's number of attention heads")->group(kModel);
+  app.add_option("--n-embd", c.n_embd, "Override the preset's width")->group(kModel);
+  app.add_option("--vocab-size", c.vocab_size, "Override the preset's vocabulary (padded to a multiple of 128)")->group(kModel);
+  app.add_option("--max-seq-len", c.max_seq_len, "Override the preset's position-table length")->group(kModel);
+  app.add_option("--init-from", c.init_from,
+                 "Start from a GPT-2 model: an llm.c model file, or a Hugging Face folder (model.safetensors) or "
+                 ".safetensors file")
+      ->group(kModel);
+
+  const char* kBatch = "Batch";
+  app.add_option("--micro-batch", c.micro_batch, "Sequences per micro-batch (B)")->group(kBatch)->capture_default_str();
+  app.add_option("--seq-len", c.seq_len, "Tokens per sequence (T); 0 = the model's max_seq_len")->group(kBatch)->capture_default_str();
+  app.add_option("--batch-tokens", c.batch_tokens, "Global batch in tokens, all ranks together: a multiple of B*T*dp (0 = one micro-batch per data-parallel rank)")
+      ->group(kBatch)->capture_default_str();
+  app.add_option("--steps", c.steps, "Optimizer steps to train")->group(kBatch)->capture_default_str();
+
+  const char* kOpt = "Optimizer";
+  app.add_option("--lr", c.lr, "Peak learning rate")->group(kOpt)->capture_default_str();
+  app.add_option("--lr-schedule", c.schedule, "cosine (decay to --min-lr-ratio * lr) or constant")
+      ->group(kOpt)->capture_default_str()->check(CLI::IsMember({"cosine", "constant"}));
+  app.add_option("--min-lr-ratio", c.min_lr_ratio, "Cosine floor as a fraction of --lr")->group(kOpt)->capture_default_str();
+  app.add_option("--warmup-steps", c.warmup_steps, "Linear warm-up steps (0 = none)")->group(kOpt)->capture_default_str();
+  app.add_option("--weight-decay", c.weight_decay, "AdamW decoupled weight decay on 2-D tensors (0 = none)")
+      ->group(kOpt)->capture_default_str();
+  app.add_option("--beta1", c.beta1, "AdamW beta1")->group(kOpt)->capture_default_str();
+  app.add_option("--beta2", c.beta2, "AdamW beta2")->group(kOpt)->capture_default_str();
+  app.add_option("--adam-eps", c.adam_eps, "AdamW epsilon")->group(kOpt)->capture_default_str();
+  app.add_option("--grad-clip", c.grad_clip, "Global gradient-norm clip (0 = no clipping)")->group(kOpt)->capture_default_str();
+  app.add_option("--on-nonfinite", c.on_nonfinite,
+                 "A step with a non-finite loss or gradient norm is never applied: stop (end the run, no "
+                 "checkpoint) or skip (leave weights and optimizer state untouched and go on)")
+      ->group(kOpt)->capture_default_str()->check(CLI::IsMember({"stop", "skip"}));
+  app.add_option("--max-skipped-steps", c.max_skipped_steps,
+                 "--on-nonfinite skip: stop after this many consecutive skipped steps")
+      ->group(kOpt)->capture_default_str();
+  app.add_option("--optimizer", c.optimizer,
+                 "adamw, or onebit-adam (Tang et al. 2021): AdamW for --freeze-step steps, then the variance is "
+                 "frozen and the momentum is averaged over data-parallel ranks with a 1-bit compressed "
+                 "all-reduce instead of reducing gradients")
+      ->group(kOpt)->capture_default_str()->check(CLI::IsMember({"adamw", "onebit-adam"}));
+  app.add_option("--freeze-step", c.freeze_step,
+                 "onebit-adam: AdamW (warm-up) steps before compression starts, >= 1 (the paper freezes after "
+                 "roughly 10-20% of training, once the variance has settled)")
+      ->group(kOpt)->capture_default_str();
+
+  const char* kData = "Data";
+  app.add_option("--train-data", c.train_data, "Training token shards: a file or a glob (llm.c format)")->group(kData);
+  app.add_option("--val-data", c.val_data, "Validation token shards: a file or a glob")->group(kData);
+  app.add_option("--tokenizer", c.tokenizer,
+                 "Hugging Face tokenizer.json (byte-level BPE) the shards were made with (prepare --tokenizer), "
+                 "or llm.c's gpt2_tokenizer.bin (decodes only: no --sample-prompt): sets the vocabulary to the "
+                 "tokenizer's unless --vocab-size is given, and decodes the sample (default: bytes)")
+      ->group(kData);
+  app.add_option("--shuffle", c.shuffle, "Shuffle sequences each epoch (true/false)")->group(kData)->capture_default_str();
+  app.add_option("--val-interval", c.val_interval, "Validate every N steps (0 = at the end only)")->group(kData)->capture_default_str();
+  app.add_option("--val-tokens", c.val_tokens,
+                 "Tokens each validation scores: the first val-tokens / seq-len sequences of --val-data (all of it "
+                 "if shorter), the same for every layout and micro-batch")
+      ->group(kData)->capture_default_str();
+
+  const char* kCkpt = "Checkpoints";
+  app.add_option("--checkpoint-dir", c.checkpoint_dir, "Directory for checkpoints (step_NNNNNNNN/ and 'latest')")->group(kCkpt);
+  app.add_option("--checkpoint-interval", c.checkpoint_interval, "Save every N steps (0 = at the end only)")
+      ->group(kCkpt)->capture_default_str();
+  app.add_option("--resume", c.resume,
+                 "Resume from 'latest' (in --checkpoint-dir), a checkpoint directory, or 'auto': the latest "
+                 "checkpoint if there is one, else start fresh (for restarts under launch/supervise)")
+      ->group(kCkpt);
+  app.add_option("--keep-checkpoints", c.keep_checkpoints,
+                 "Keep the newest K checkpoints, deleting older ones once a newer one is complete (0 = keep all)")
+      ->group(kCkpt)->capture_default_str();
+  app.add_option("--async-checkpoint", c.async_checkpoint,
+                 "Periodic saves only copy the state to host memory in the step loop and write it on a background "
+                 "thread (true/false)")
+      ->group(kCkpt)->capture_default_str();
+  app.add_option("--save-model", c.save_model,
+                 "Write the final model here in llm.c's GPT-2 format (any layout: rank 0 gathers the slices)")
+      ->group(kCkpt);
+  app.add_option("--save-hf", c.save_hf,
+                 "Write the final model into this folder as Hugging Face GPT-2 (model.safetensors and config.json, "
+                 "loadable by transformers' GPT2LMHeadModel.from_pretrained)")
+      ->group(kCkpt);
+  app.add_option("--save-hf-dtype", c.save_hf_dtype, "dtype of --save-hf's tensors: fp32 or bf16")
+      ->group(kCkpt)->capture_default_str()->check(CLI::IsMember({"fp32", "bf16"}));
+  app.add_option("--max-failed-saves", c.max_failed_saves,
+                 "A checkpoint that cannot be written (disk full) is abandoned with a warning, the previous one "
+                 "kept, and training goes on; stop after this many failed saves in a row")
+      ->group(kCkpt)->capture_default_str();
+
+  const char* kPar = "Parallelism";
+  app.add_option("--tp", c.tp, "Tensor-parallel size (splits heads, MLP and vocabulary)")->group(kPar)->capture_default_str();
+  app.add_option("--pp", c.pp, "Pipeline-parallel stages")->group(kPar)->capture_default_str();
+  app.add_option("--dp", c.dp, "Data-parallel size (0 = world size / (tp x pp))")->group(kPar)->capture_default_str();
+  app.add_option("--comm", c.comm, "Communicator: auto (nccl on cuda with one GPU per rank, else mpi), mpi or nccl")
+      ->group(kPar)->capture_default_str()->check(CLI::IsMember({"auto", "mpi", "nccl"}));
+  app.add_option("--pipeline-schedule", c.pipeline_schedule, "1f1b or afab (all-forward-all-backward)")
+      ->group(kPar)->capture_default_str()->check(CLI::IsMember({"1f1b", "afab"}));
+  app.add_option("--overlap-grad-reduce", c.overlap_grad_reduce,
+                 "Start data-parallel gradient reductions during the last micro-batch's backward (true/false; "
+                 "ZeRO-2/3 always reduce each layer's gradient as soon as its backward is done)")
+      ->group(kPar)->capture_default_str();
+  app.add_option("--bucket-mb", c.bucket_mb,
+                 "Data-parallel reduction bucket size in MiB (ZeRO-2/3 reduce by layer instead)")->group(kPar)->capture_default_str();
+
+  const char* kMemory = "Memory";
+  app.add_option("--recompute", c.recompute,
+                 "Activation recomputation (Korthikanti et al. 2023): none; selective (drop the attention "
+                 "probabilities, rerun the attention core in backward); full (keep only each block's input, "
+                 "rerun its forward in backward)")
+      ->group(kMemory)->capture_default_str()->check(CLI::IsMember({"none", "selective", "full"}));
+  app.add_option("--zero", c.zero,
+                 "ZeRO stage over the data-parallel axis (Rajbhandari et al. 2020): 0 off; 1 optimizer state "
+                 "sharded (gradients reduce-scattered, updated parameters all-gathered); 2 also gradients, each "
+                 "layer's reduce-scattered into the owner's shard during backward; 3 also parameters, each layer's "
+                 "gathered just before its forward and backward (the next one prefetched) and freed after")
+      ->group(kMemory)->capture_default_str();
+  app.add_flag("--sequence-parallel", c.sequence_parallel,
+               "With --tp > 1: layer norms and residual adds work on 1/tp of the tokens, the all-reduces become "
+               "all-gather + reduce-scatter (Korthikanti et al. 2023)")
+      ->group(kMemory)
+      ->default_function([&c] { return std::string(c.sequence_parallel ? "true" : "false"); });
+
+  const char* kRun = "Run";
+  app.add_option("--seed", c.seed, "Seed for initialisation, shuffling and sampling")->group(kRun)->capture_default_str();
+  app.add_option("--device", c.device, "auto, cpu or cuda")->group(kRun)->capture_default_str()
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_option("--precision", c.precision, "auto (bf16 on cuda, fp32 on cpu), fp32 or bf16")
+      ->group(kRun)->capture_default_str()->check(CLI::IsMember({"auto", "fp32", "bf16"}));
+  app.add_option("--run-dir", c.run_dir,
+                 "Run folder: the resolved configuration (config.json, which --config accepts), metrics.jsonl, a "
+                 "copy of the text log (train.log), summary.json and checkpoints/ (unless --log-file or "
+                 "--checkpoint-dir name other places)")
+      ->group(kRun);
+  app.add_option("--log-file", c.log_file, "Write one JSON object per step (JSONL) to this file")->group(kRun);
+  app.add_flag("--overwrite", c.overwrite,
+               "Start afresh even where another run's checkpoints or metrics are found: they are deleted (without "
+               "it, or --resume, such a start is refused)")
+      ->group(kRun);
+  app.add_flag("--eval-only", c.eval_only,
+               "Score the model (--init-from FILE, or --resume DIR|latest) on --val-data over --val-tokens and "
+               "exit; writes nothing (but --log-file, if given)")
+      ->group(kRun);
+  app.add_option("--log-interval", c.log_interval,
+                 "Print every K-th step (and the first, the last and those with validation); the JSONL keeps every "
+                 "step")
+      ->group(kRun)->capture_default_str();
+  app.add_option("--collective-timeout", c.collective_timeout,
+                 "Seconds a rank may wait in one collective or pipeline transfer of the MPI transport (not yet "
+                 "NCCL's) before the job ends (exit 124) naming the step, the phase and the ranks that did not "
+                 "arrive; 10x longer in checkpoints (0 = wait forever)")
+      ->group(kRun)->capture_default_str();
+  app.add_option("--peak-tflops", c.peak_tflops,
+                 "Peak TFLOP/s per device for MFU (0 = GPU table / CPU measured once per machine and thread count, "
+                 "cached)")
+      ->group(kRun)->capture_default_str();
+  app.add_option("--attention-flops", c.attention_flops,
+                 "Attention FLOPs in MFU and HFU: causal (half of s x s, llm.c and Megatron-LM since 2025) or full "
+                 "(the whole square, Megatron-LM 2021)")
+      ->group(kRun)->capture_default_str()->check(CLI::IsMember({"causal", "full"}));
+  app.add_option("--sample-tokens", c.sample_tokens, "Generate this many tokens at the end (0 = none)")
+      ->group(kRun)->capture_default_str();
+  app.add_option("--sample-prompt", c.sample_prompt, "Text the sample starts from")->group(kRun);
+  app.add_option("--temperature", c.temperature, "Sampling temperature")->group(kRun)->capture_default_str();
+  app.add_option("--top-k", c.top_k, "Sample among the k most likely tokens (0 = all)")->group(kRun)->capture_default_str();
+}
+
+void TrainConfig::resolve(int cuda_devices, int world) {
+  world_size = world;
+  // A run folder: what is not named elsewhere goes into it.
+  // (Only ever set, never cleared: resolve() may run again on a resolved config.)
+  if (!run_dir.empty()) {
+    if (checkpoint_dir.empty()) {
+      checkpoint_dir = run_dir + "/checkpoints";
+      checkpoint_dir_from_run_dir = true;
+    }
+    // --eval-only writes nothing but an explicitly named --log-file.
+    if (log_file.empty() && !eval_only) {
+      log_file = run_dir + "/metrics.jsonl";
+      log_file_from_run_dir = true;
+    }
+  }
+  model = model::gpt_preset(preset);
+  if (n_layer) model.n_layer = n_layer;
+  if (n_head) model.n_head = n_head;
+  if (n_embd) model.n_embd = n_embd;
+  if (vocab_size) model.vocab_size = vocab_size;
+  if (!tokenizer.empty()) {
+    // Loaded here only for its size (every rank, before allocating); the
+    // sampler loads it again at the end.
+    const bool llmc = LlmcTokenizer::is_llmc_file(tokenizer);
+    const int needed = llmc ? LlmcTokenizer::from_file(tokenizer).vocab_size() : BpeTokenizer::from_file(tokenizer).vocab_size();
+    // The default prompt ("\n") and "" start a document at <|endoftext|>; any other needs encoding.
+    ENGINE_CHECK(!llmc || sample_prompt.empty() || sample_prompt == "\n" || sample_tokens == 0,
+                 "--sample-prompt needs a tokenizer that encodes: llm.c's tokenizer file '", tokenizer,
+                 "' only decodes (give its tokenizer.json, or no prompt)");
+    ENGINE_CHECK(vocab_size == 0 || vocab_size >= needed, "--vocab-size ", vocab_size, " is smaller than --tokenizer '",
+                 tokenizer, "' needs (", needed, " tokens)");
+    if (vocab_size == 0) model.vocab_size = needed;
+  }
+  if (max_seq_len) model.max_seq_len = max_seq_len;
+  model.validate();
+
+  // A NaN or infinite flag value would pass every range check below (all
+  // comparisons with NaN are false) and poison the run from step 1.
+  for (const auto& [flag, value] : floating_options(*this))
+    ENGINE_CHECK(std::isfinite(*value), "--", flag, " ", *value, " is not a finite number");
+
+  if (seq_len == 0) seq_len = model.max_seq_len;
+  ENGINE_CHECK(seq_len >= 1 && seq_len <= model.max_seq_len, "--seq-len ", seq_len, " must be in [1, ",
+               model.max_seq_len, "] (the model's max_seq_len)");
+  ENGINE_CHECK(micro_batch >= 1, "--micro-batch must be >= 1, got ", micro_batch);
+
+  // The layout: every problem in one message, the same on every rank.
+  {
+    std::string problems = parallel::ProcessGrid::check(world, 0, tp, pp, dp);
+    if (tp >= 1 && pp >= 1) {
+      const std::string partition = model::check_partition(model, tp, pp);
+      if (!partition.empty()) problems += (problems.empty() ? "" : " ") + std::string("The model ") +
+                                          model.describe() + " cannot be split: " + partition + ".";
+    }
+    ENGINE_CHECK(problems.empty(), problems);
+  }
+  if (dp == 0) dp = world / (tp * pp);
+  const std::int64_t micro_tokens = micro_batch * seq_len;
+  // --eval-only takes no training step: any --micro-batch will do.
+  if (batch_tokens == 0 || eval_only) batch_tokens = micro_tokens * dp;
+  ENGINE_CHECK(batch_tokens > 0 && batch_tokens % (micro_tokens * dp) == 0, "--batch-tokens ", batch_tokens,
+               " must be a positive multiple of micro-batch x seq-len x dp = ", micro_batch, " x ", seq_len, " x ", dp,
+               " = ", micro_tokens * dp, " (the micro-batches must divide the batch)");
+  grad_accum = batch_tokens / (micro_tokens * dp);
+  ENGINE_CHECK(bucket_mb > 0, "--bucket-mb must be > 0, got ", bucket_mb);
+  ENGINE_CHECK(!sequence_parallel || tp > 1, "--sequence-parallel splits tokens over the tensor-parallel group and "
+               "needs --tp > 1 (got tp ", tp, ")");
+  ENGINE_CHECK(!sequence_parallel || (micro_batch * seq_len) % tp == 0, "--sequence-parallel: the micro-batch's ",
+               micro_batch, " x ", seq_len, " tokens do not split evenly over tp ", tp);
+  ENGINE_CHECK(zero >= 0 && zero <= 3, "--zero ", zero, ": expected a ZeRO stage 0, 1, 2 or 3");
+  ENGINE_CHECK(steps >= 1, "--steps must be >= 1, got ", steps, eval_only ? "" : " (to score a model without training, give --eval-only)");
+  ENGINE_CHECK(log_interval >= 1, "--log-interval must be >= 1, got ", log_interval);
+  ENGINE_CHECK(grad_clip >= 0, "--grad-clip must be >= 0 (0 = off), got ", grad_clip);
+  ENGINE_CHECK(eval_only || !train_data.empty(), "--train-data is required: a token shard file or glob (see `prepare`)");
+  ENGINE_CHECK(val_interval >= 0, "--val-interval must be >= 0, got ", val_interval);
+  ENGINE_CHECK(val_tokens >= seq_len, "--val-tokens ", val_tokens, " is less than one sequence of --seq-len ", seq_len);
+  if (eval_only) {
+    ENGINE_CHECK(!val_data.empty(), "--eval-only scores the model on --val-data, which is not given");
+    ENGINE_CHECK(!init_from.empty() || !resume.empty(),
+                 "--eval-only needs a model to score: --init-from FILE, or --resume DIR|latest");
+    ENGINE_CHECK(resume != "auto", "--eval-only --resume auto: name the checkpoint (DIR or latest); 'auto' would "
+                 "score an untrained model where none is found");
+  }
+  ENGINE_CHECK(!(overwrite && !resume.empty()), "--overwrite starts afresh and --resume continues: give one of them");
+  ENGINE_CHECK(!(overwrite && eval_only), "--eval-only writes nothing, so --overwrite has nothing to replace");
+  ENGINE_CHECK(checkpoint_interval >= 0, "--checkpoint-interval must be >= 0, got ", checkpoint_interval);
+  ENGINE_CHECK((resume != "latest" && resume != "auto") || !checkpoint_dir.empty(), "--resume ", resume,
+               " needs --checkpoint-dir to look in");
+  ENGINE_CHECK(on_nonfinite == "stop" || on_nonfinite == "skip", "--on-nonfinite '", on_nonfinite,
+               "': expected stop or skip");
+  ENGINE_CHECK(max_skipped_steps >= 1, "--max-skipped-steps must be >= 1, got ", max_skipped_steps);
+  ENGINE_CHECK(save_hf_dtype == "fp32" || save_hf_dtype == "bf16", "--save-hf-dtype '", save_hf_dtype,
+               "': expected fp32 or bf16");
+  ENGINE_CHECK(max_failed_saves >= 1, "--max-failed-saves must be >= 1, got ", max_failed_saves);
+  ENGINE_CHECK(keep_checkpoints >= 0, "--keep-checkpoints must be >= 0 (0 = keep all), got ", keep_checkpoints);
+  ENGINE_CHECK(collective_timeout >= 0, "--collective-timeout must be >= 0 seconds, got ", collective_timeout);
+  ENGINE_CHECK(sample_tokens >= 0 && top_k >= 0 && temperature > 0,
+               "sampling needs --sample-tokens >= 0, --top-k >= 0 and --temperature > 0");
+  ENGINE_CHECK(peak_tflops >= 0, "--peak-tflops must be >= 0, got ", peak_tflops);
+
+  lr_schedule.kind = optim::parse_lr_kind(schedule);
+  lr_schedule.max_lr = lr;
+  lr_schedule.min_lr = lr * min_lr_ratio;
+  lr_schedule.warmup_steps = warmup_steps;
+  lr_schedule.total_steps = steps;
+  ENGINE_CHECK(min_lr_ratio >= 0 && min_lr_ratio <= 1, "--min-lr-ratio must be in [0, 1], got ", min_lr_ratio);
+  lr_schedule.validate();
+  adamw = optim::AdamWConfig{beta1, beta2, adam_eps, weight_decay};
+  adamw.validate();
+  ENGINE_CHECK(optimizer == "adamw" || optimizer == "onebit-adam", "--optimizer '", optimizer,
+               "': expected adamw or onebit-adam");
+  onebit = optimizer == "onebit-adam";
+  ENGINE_CHECK(!onebit || zero <= 1, "--optimizer onebit-adam composes with --zero 0 or 1, not --zero ", zero,
+               ": its compression stage exchanges each rank's whole local momentum, built from whole local "
+               "gradients, which ZeRO-2/3 no longer keep");
+  ENGINE_CHECK(onebit || freeze_step == 0, "--freeze-step ", freeze_step,
+               " only applies to --optimizer onebit-adam (this run uses ", optimizer, ")");
+  if (onebit) {
+    onebit_adam.adam = adamw;
+    onebit_adam.freeze_step = freeze_step;
+    onebit_adam.validate();
+  }
+
+  if (device == "auto") device = cuda_devices > 0 ? "cuda" : "cpu";
+  ENGINE_CHECK(device != "cuda" || cuda_devices > 0,
+               "--device cuda, but no GPU is visible (or the engine was built without CUDA)");
+  device_type = device == "cuda" ? engine::DeviceType::kCuda : engine::DeviceType::kCpu;
+  if (precision == "auto") precision = device_type == engine::DeviceType::kCuda ? "bf16" : "fp32";
+  precision_mode = model::parse_precision(precision);
+  recompute_mode = model::parse_recompute(recompute);
+  attention_flops_mode = model::parse_attention_flops(attention_flops);
+  if (comm == "auto") comm = device_type == engine::DeviceType::kCuda && cuda_devices > 0 ? "nccl" : "mpi";
+  ENGINE_CHECK(comm != "nccl" || device_type == engine::DeviceType::kCuda,
+               "--comm nccl needs --device cuda (NCCL moves device memory); use --comm mpi on the CPU");
+  ENGINE_CHECK(!(precision_mode == model::Precision::kBf16 && device_type == engine::DeviceType::kCpu),
+               "--precision bf16 needs --device cuda; the CPU backend computes in fp32");
+}
+
+std::string TrainConfig::describe() const {
+  std::ostringstream out;
+  out << "model      " << preset << ": " << model.describe() << ", " << model.num_parameters() << " parameters\n"
+      << "batch      " << micro_batch << " x " << seq_len << " tokens per micro-batch, " << grad_accum
+      << " micro-batches per data-parallel rank, " << batch_tokens << " tokens per step, " << steps << " steps\n"
+      << "optimizer  " << (onebit ? "1-bit Adam (AdamW for " + std::to_string(freeze_step) +
+                                        " steps, then frozen variance and 1-bit compressed momentum over dp) "
+                                  : std::string("AdamW "))
+      << "beta=(" << beta1 << ", " << beta2 << ") eps=" << adam_eps << " wd=" << weight_decay
+      << ", clip " << (grad_clip > 0 ? std::to_string(grad_clip) : std::string("off")) << ", lr "
+      << lr_schedule.describe() << "\n"
+      << "data       train " << train_data << (val_data.empty() ? "" : ", val " + val_data)
+      << (shuffle ? ", shuffled" : ", in order") << "\n"
+      << "layout     world " << world_size << " = tp " << tp << " x dp " << dp << " x pp " << pp << ", " << comm
+      << " communicator" << (pp > 1 ? ", pipeline " + pipeline_schedule : std::string())
+      << (dp > 1 ? std::string(", gradient reduction ") + (overlap_grad_reduce ? "overlapped" : "after backward") : std::string())
+      << (zero > 0 ? ", ZeRO stage " + std::to_string(zero) : std::string())
+      << (sequence_parallel ? ", sequence parallel" : "")
+      << "\n"
+      << "device     " << device << ", precision " << model::precision_name(precision_mode) << ", seed " << seed
+      << "\n"
+      << "recompute  " << model::recompute_name(recompute_mode)
+      << (recompute_mode == model::Recompute::kSelective ? " (attention core rerun in backward)"
+          : recompute_mode == model::Recompute::kFull    ? " (each block's forward rerun in backward)"
+                                                         : "");
+  if (!checkpoint_dir.empty())
+    out << "\ncheckpoint " << checkpoint_dir << " every "
+        << (checkpoint_interval ? std::to_string(checkpoint_interval) + " steps" : std::string("run (at the end)"))
+        << ", keep " << (keep_checkpoints ? std::to_string(keep_checkpoints) : std::string("all"))
+        << (async_checkpoint ? ", written in the background" : ", written synchronously")
+        << (resume.empty() ? "" : ", resume " + resume);
+  return out.str();
+}
+
+std::string resolved_config_json(const TrainConfig& config) {
+  // The flags themselves say what to write: bind a copy of the resolved
+  // configuration to a fresh set of options, read each one's value back
+  // (CLI11's capture_default_str) and let the config formatter write them
+  // with the JSON types it reads (launch/run/json_config.h), so a new flag is
+  // written without being listed here.
+  TrainConfig copy = config;
+  CLI::App app;
+  add_train_options(app, copy);
+  for (CLI::Option* option : app.get_options()) option->capture_default_str();
+  nlohmann::ordered_json out = nlohmann::ordered_json::parse(app.config_to_str(/*default_also=*/true, false));
+  // CLI11 prints doubles with six significant digits; nlohmann writes the
+  // shortest text that reads back exactly.
+  for (const auto& [flag, value] : floating_options(copy)) out[flag] = *value;
+  // How to start, not what to run; and paths that follow from --run-dir.
+  for (const char* how : {"resume", "overwrite", "eval-only"}) out.erase(how);
+  if (config.checkpoint_dir_from_run_dir) out.erase("checkpoint-dir");
+  if (config.log_file_from_run_dir) out.erase("log-file");
+  return out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+}
+
+}  // namespace launch

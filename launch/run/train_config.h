@@ -1,0 +1,148 @@
+// Everything a training run is configured by, the flags that set it, and its
+// validation. Every rank builds and validates the same TrainConfig before
+// allocating anything.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+
+#include "model/flops.h"
+#include "model/gpt_config.h"
+#include "model/param_store.h"
+#include "model/recompute.h"
+#include "optim/adamw.h"
+#include "optim/lr_schedule.h"
+#include "optim/onebit_adam.h"
+
+namespace launch {
+
+struct TrainConfig {
+  // Model: a preset, optionally overridden per dimension (0 = the preset's).
+  std::string preset = "gpt-demo";
+  std::int64_t n_layer = 0, n_head = 0, n_embd = 0, vocab_size = 0, max_seq_len = 0;
+
+  // Batch. The global batch is counted in tokens; with micro-batches of B
+  // sequences of T tokens it takes batch_tokens / (B*T) micro-batches
+  // (gradient accumulation).
+  std::int64_t micro_batch = 8;
+  std::int64_t seq_len = 0;       // 0 = the model's max_seq_len
+  std::int64_t batch_tokens = 0;  // 0 = one micro-batch
+  std::int64_t steps = 1000;
+
+  // Optimizer and schedule.
+  double lr = 1e-3;
+  double min_lr_ratio = 0.1;  // cosine floor as a fraction of lr
+  std::int64_t warmup_steps = 0;
+  std::string schedule = "cosine";
+  double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, adam_eps = 1e-8;
+  double grad_clip = 1.0;  // 0 = no clipping
+  // A step whose loss or gradient norm is not finite is never applied:
+  // "stop" ends the run (no checkpoint is written), "skip" leaves weights and
+  // optimizer state untouched and goes on, stopping after max_skipped_steps
+  // consecutive skips.
+  std::string on_nonfinite = "stop";
+  std::int64_t max_skipped_steps = 5;
+  std::string optimizer = "adamw";  // adamw | onebit-adam (optim/onebit_adam.h)
+  std::int64_t freeze_step = 0;     // onebit-adam: AdamW warm-up steps before compression (>= 1)
+
+  // Data.
+  std::string train_data;  // shard file or glob
+  std::string val_data;    // optional
+  // Hugging Face tokenizer.json of a byte-level BPE (launch/data/bpe_tokenizer.h)
+  // the shards were made with (prepare --tokenizer); "" = bytes
+  // (launch/data/byte_tokenizer.h). It sets the model's vocabulary unless
+  // --vocab-size does, and decodes the sample.
+  std::string tokenizer;
+  bool shuffle = true;
+  std::int64_t val_interval = 0;  // steps; 0 = only at the end (when val_data is set)
+  // Tokens each validation scores: the first val_tokens / seq_len sequences
+  // of the validation set, whatever the layout and micro-batch.
+  std::int64_t val_tokens = 32768;
+
+  // Checkpoints.
+  std::string checkpoint_dir;
+  std::int64_t checkpoint_interval = 0;  // steps; 0 = only at the end (when checkpoint_dir is set)
+  std::string resume;                     // "", "latest", "auto" (latest if any, else fresh), or a directory
+  std::string init_from;                  // llm.c GPT-2 model file, or Hugging Face folder / .safetensors, to start from
+  // A save that fails (disk full) keeps the previous checkpoint and training
+  // goes on; this many failures in a row stop the run.
+  std::int64_t max_failed_saves = 3;
+  // The newest this many checkpoints are kept (0: all); an older one is
+  // deleted only once a newer one is complete.
+  std::int64_t keep_checkpoints = 3;
+  // Periodic saves copy the state to host memory and write it on a
+  // background thread while training goes on (launch/checkpoint/checkpoint_saver.h).
+  bool async_checkpoint = true;
+
+  // Parallel layout (world = tp x dp x pp) and communication.
+  int tp = 1, pp = 1;
+  int dp = 0;                     // 0 = world size / (tp x pp)
+  std::string comm = "auto";      // auto | mpi | nccl
+  std::string pipeline_schedule = "1f1b";  // 1f1b | afab
+  bool overlap_grad_reduce = true;  // start data-parallel reductions during the last backward
+  double bucket_mb = 25;            // data-parallel reduction bucket size
+
+  // Memory.
+  std::string recompute = "none";  // none | selective | full (model/recompute.h)
+  int zero = 0;                     // ZeRO stage over the data-parallel axis (0 or 1 so far)
+  bool sequence_parallel = false;   // split layer norms and residuals over the tokens (needs tp > 1)
+
+  // Run.
+  std::uint64_t seed = 1337;
+  std::string device = "auto";     // auto | cpu | cuda
+  std::string precision = "auto";  // auto | fp32 | bf16
+  std::string log_file;            // JSONL metrics, one object per step
+  // A run folder (launch/run/run_folder.h): config.json, metrics.jsonl,
+  // train.log, summary.json and checkpoints/ unless named otherwise.
+  std::string run_dir;
+  // Start afresh where outputs of another run are found (they are removed);
+  // without it (or --resume) such a start is refused.
+  bool overwrite = false;
+  bool eval_only = false;          // score the model (--init-from or --resume) on --val-data and exit
+  std::int64_t log_interval = 1;   // print every K-th step (the JSONL keeps every step)
+  std::string save_model;          // write the final model in llm.c's format here
+  std::string save_hf;             // write the final model as a Hugging Face GPT-2 folder here (launch/formats/hf_gpt2.h)
+  std::string save_hf_dtype = "fp32";  // fp32 | bf16: the dtype of its model.safetensors
+  double peak_tflops = 0;          // per device; 0 = table (GPU) or measured once and cached (CPU, launch/hardware/cpu_peak.h)
+  std::string attention_flops = "causal";  // causal | full: attention FLOPs in MFU/HFU (model/flops.h)
+  // Seconds one collective or pipeline transfer may wait before the job ends
+  // (parallel/watchdog.h); 0 = forever.
+  double collective_timeout = 300;
+  std::int64_t sample_tokens = 0;  // generate this many tokens at the end
+  std::string sample_prompt = "\n";
+  double temperature = 0.8;
+  std::int64_t top_k = 40;
+
+  // Derived (after resolve()).
+  model::GptConfig model;
+  optim::LrSchedule lr_schedule;
+  optim::AdamWConfig adamw;
+  bool onebit = false;              // optimizer == "onebit-adam"
+  optim::OneBitAdamConfig onebit_adam;
+  engine::DeviceType device_type = engine::DeviceType::kCpu;
+  model::Precision precision_mode = model::Precision::kFp32;
+  model::Recompute recompute_mode = model::Recompute::kNone;
+  model::AttentionFlops attention_flops_mode = model::AttentionFlops::kCausal;
+  std::int64_t grad_accum = 1;  // micro-batches per data-parallel rank and step
+  // Whether checkpoint_dir / log_file were derived from run_dir (and so are
+  // left out of the saved configuration, which names run_dir instead).
+  bool checkpoint_dir_from_run_dir = false, log_file_from_run_dir = false;
+  int world_size = 1;
+
+  // Fills the derived fields and checks every value for a job of
+  // `world_size` ranks; throws engine::Error naming every bad value of the
+  // layout at once. Deterministic, so every rank agrees.
+  void resolve(int cuda_devices, int world_size = 1);
+  std::string describe() const;  // multi-line summary printed at start-up
+};
+
+// Registers every flag on `app` bound to `config` (and --config for JSON).
+void add_train_options(CLI::App& app, TrainConfig& config);
+
+// The resolved configuration as JSON that --config accepts: every flag with
+// the value this run uses (dp, seq-len, device ... as resolved), except the
+// flags that say how to start (--resume, --overwrite, --eval-only, --config).
+std::string resolved_config_json(const TrainConfig& config);
+
+}  // namespace launch

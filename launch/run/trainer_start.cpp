@@ -1,0 +1,133 @@
+// What the trainer does before step 1 besides building its parts (trainer.cpp):
+// the initial weights (seeded, or --init-from), and what it checks and says:
+// the layout as the memory plan sees it (model/memory_plan.h), a GPU run
+// refused before anything is allocated when the plan does not fit, the bytes
+// planned against those allocated, the configuration, and where validation
+// reads and outputs go.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "engine/device.h"
+#include "launch/formats/hf_gpt2.h"
+#include "launch/run/optimizer_setup.h"
+#include "launch/run/run_folder.h"
+#include "launch/run/trainer.h"
+#include "model/flops.h"
+#include "model/gpt_params.h"
+
+namespace launch {
+
+void Trainer::initialize_weights() {
+  if (config_.init_from.empty()) {
+    store_->initialize(config_.seed);
+    return;
+  }
+  // Read the whole model, then keep this rank's slices of it.
+  const model::ParamRegistry full = model::build_gpt_registry(config_.model);
+  std::vector<float> whole(static_cast<std::size_t>(full.total_numel()), 0.0f);
+  read_init_model(config_.init_from, config_.model, full, whole.data());  // llm.c or Hugging Face
+  std::vector<float> mine(static_cast<std::size_t>(registry_.total_numel()), 0.0f);
+  for (const model::ParamInfo& p : registry_.entries()) {
+    const float* src = whole.data() + full.find(p.name).offset;
+    model::for_each_run(p, [&](std::int64_t local, std::int64_t global, std::int64_t count) {
+      std::copy(src + global, src + global + count, mine.data() + p.offset + local);
+    });
+  }
+  store_->upload_master(mine.data());
+}
+
+model::ParallelLayout Trainer::parallel_layout() const {
+  model::ParallelLayout l;
+  l.tp = grid_.tp_size();
+  l.pp = grid_.pp_size();
+  l.dp = grid_.dp_size();
+  l.zero = zero_stage(config_, grid_);
+  l.sequence_parallel = config_.sequence_parallel;
+  l.recompute = config_.recompute_mode;
+  l.schedule = parallel::parse_schedule(config_.pipeline_schedule);
+  l.micro_batch = config_.micro_batch;
+  l.micro_batches = batch_.micro_batches();
+  l.seq_len = config_.seq_len;
+  l.precision = config_.precision_mode;
+  l.device = config_.device_type;
+  return l;
+}
+
+model::RankMemory Trainer::planned_memory_before_allocating() const {
+  return model::plan_stage_memory(config_.model, parallel_layout(), grid_.pp_rank());
+}
+
+void Trainer::refuse_if_too_big(const model::RankMemory& planned) const {
+  const std::size_t free_bytes = engine::cuda_free_bytes();
+  ENGINE_CHECK(planned.total() <= free_bytes, "this layout needs ", engine::format_bytes(planned.total()),
+               " on GPU ", gpu_, " (rank ", grid_.world_rank(), ": parameters ", engine::format_bytes(planned.weights),
+               ", gradients ", engine::format_bytes(planned.grads), ", optimizer state ",
+               engine::format_bytes(planned.optimizer), ", activations ", engine::format_bytes(planned.activations),
+               ", ZeRO buffers ", engine::format_bytes(planned.staging), ") but only ", engine::format_bytes(free_bytes),
+               " are free: use more ranks, ZeRO, recomputation or a smaller micro-batch (build/launch/plan predicts each)");
+}
+
+model::RankMemory Trainer::planned_memory() const {
+  model::RankMemory m = planned_memory_before_allocating();
+  // 1-bit Adam's error buffers are not planned (model/memory_plan.h): take its own count.
+  if (onebit_optimizer()) m.optimizer = optimizer_->state_bytes();
+  return m;
+}
+
+model::RankMemory Trainer::allocated_memory() const {
+  model::RankMemory a;
+  const bool separate_working = store_->working().data() != store_->master().data();
+  a.weights = store_->master().bytes() + (separate_working ? store_->working().bytes() : 0);
+  a.grads = store_->grads().bytes();
+  a.optimizer = optimizer_->state_bytes();
+  a.activations = activations_.capacity();
+  a.staging = data_parallel_->staging_bound();
+  return a;
+}
+
+void Trainer::report_start() {
+  // Bytes each rank holds, as laid out for this layout before step 1; the
+  // largest over all ranks is what must fit on one device.
+  if (is_logger() && !config_.eval_only && config_.warmup_steps > config_.steps)
+    out_ << "warning    --warmup-steps " << config_.warmup_steps << " is longer than the run's --steps "
+         << config_.steps << ": the learning rate ends at " << config_.lr_schedule.at(config_.steps - 1)
+         << ", short of --lr " << config_.lr << "\n";
+  if (is_logger())
+    out_ << config_.describe() << "\n"
+         << "rank 0     " << grid_.describe() << ", layers [" << range_.first_layer << ", " << range_.last_layer
+         << ")\n";
+  const MemoryNotes notes{store_->working().data() != store_->master().data(), stage_->slots(),
+                          config_.recompute_mode};
+  memory_ = report_memory(is_logger() ? &out_ : nullptr, *host_world_, planned_memory(), allocated_memory(),
+                          *data_parallel_, *optimizer_, notes);
+  if (!config_.eval_only) metrics_.record_event(memory_.event());
+  if (is_logger()) out_ << "flops      " << model::flops_convention(config_.attention_flops_mode) << "\n";
+  if (is_logger()) report_paths();
+}
+
+void Trainer::report_paths() {
+  if (val_data_) {
+    const std::int64_t n = validation_sequences();
+    out_ << "validation " << n * config_.seq_len << " tokens (the first " << n << " sequences of " << config_.seq_len
+         << ") of " << config_.val_data;
+    if (n < config_.val_tokens / config_.seq_len)
+      out_ << ": all it holds, fewer than --val-tokens " << config_.val_tokens;
+    out_ << (config_.eval_only ? "" : config_.val_interval > 0 ? ", every " + std::to_string(config_.val_interval) + " steps and at the end" : ", at the end") << "\n";
+  }
+  if (config_.eval_only) return;
+  const RunPaths paths = run_paths(config_);
+  std::vector<std::string> where;
+  if (!paths.config.empty()) where.push_back("config " + paths.config);
+  if (!config_.log_file.empty()) where.push_back("metrics " + config_.log_file);
+  if (!paths.text_log.empty()) where.push_back("log " + paths.text_log);
+  if (!config_.checkpoint_dir.empty()) where.push_back("checkpoints " + config_.checkpoint_dir);
+  if (!config_.save_model.empty()) where.push_back("model " + config_.save_model);
+  if (!config_.save_hf.empty()) where.push_back("hf model " + config_.save_hf);
+  if (where.empty()) where.push_back("none written (no --run-dir, --log-file, --checkpoint-dir or --save-model)");
+  out_ << "outputs    ";
+  for (std::size_t i = 0; i < where.size(); ++i) out_ << (i ? " | " : "") << where[i];
+  out_ << "\n";
+}
+
+}  // namespace launch

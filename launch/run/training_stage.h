@@ -1,0 +1,49 @@
+// Adapts this rank's model::GptStage to the pipeline runner's
+// parallel::Stage for training steps: micro-batch i uses activation slot
+// i % slots (1F1B retires micro-batches in order, so at most `slots` are
+// alive), reads its tokens where the stage needs them (the first stage's
+// inputs, the last stage's targets), accumulates the loss on the last stage,
+// and during the last micro-batch's backward reports finished layers to the
+// data-parallel strategy, whose reductions then overlap the rest of backward.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "launch/data/data_loader.h"
+#include "model/gpt_stage.h"
+#include "parallel/data_parallel.h"
+#include "parallel/pipeline_runner.h"
+
+namespace launch {
+
+class TrainingStage : public parallel::Stage {
+ public:
+  TrainingStage(model::GptStage& stage, DataLoader& data, const BatchLayout& layout, std::int64_t seq_len,
+                parallel::DataParallel& data_parallel);
+
+  // Before the step's schedule runs: which global batch, and d(objective)/d(loss of each token).
+  void begin_step(std::int64_t step, double grad_scale);
+  double loss_sum() const { return loss_sum_; }  // this rank's summed token losses (last stage), this step
+
+  void forward(int micro) override;
+  void backward(int micro) override;
+  engine::Tensor forward_input(int micro) override { return stage_.input(slot(micro)); }
+  engine::Tensor forward_output(int micro) override { return stage_.output(slot(micro)); }
+  engine::Tensor backward_input_grad(int micro) override { return stage_.output_grad(slot(micro)); }
+  engine::Tensor backward_output_grad(int) override { return stage_.input_grad(); }
+
+ private:
+  int slot(int micro) const { return micro % stage_.slots(); }
+
+  model::GptStage& stage_;
+  DataLoader& data_;
+  BatchLayout layout_;
+  std::vector<std::int32_t> inputs_, targets_;  // (B,T) host staging
+  std::int64_t step_ = 0;
+  double grad_scale_ = 0;
+  double loss_sum_ = 0;
+  bool last_micro_batch_ = false;  // backward of the step's last micro-batch is running
+};
+
+}  // namespace launch

@@ -1,0 +1,285 @@
+// The planner (launch/plan/planner.h) and the communication side of its cost
+// model (parallel/comm_cost.h): the enumeration lists every valid layout
+// once and nothing else, the alpha-beta formulas, and the predictions move
+// the way the mechanisms they model say they must.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+#include <tuple>
+
+#include "launch/plan/planner.h"
+#include "model/step_cost.h"
+#include "parallel/comm_cost.h"
+
+namespace {
+
+parallel::Cluster test_gpu_cluster() {
+  parallel::Cluster c;
+  c.name = "test";
+  c.device = engine::DeviceType::kCuda;
+  c.devices_per_node = 8;
+  c.peak_flops = 1000e12;
+  c.memory_bytes = 80e9;
+  c.gemm_efficiency = 0.7;
+  c.memory_bandwidth = 3e12;
+  c.op_overhead_seconds = 5e-6;
+  c.intra_node = {10e-6, 300e9};
+  c.inter_node = {20e-6, 40e9};
+  return c;
+}
+
+launch::PlanRequest gpt2_request(int devices) {
+  launch::PlanRequest r;
+  r.model = model::gpt_preset("gpt2-350m");
+  r.seq_len = 1024;
+  r.global_batch = 64;
+  r.devices = devices;
+  r.cluster = test_gpu_cluster();
+  return r;
+}
+
+}  // namespace
+
+TEST(CommCost, RingFormulas) {
+  const parallel::Link link{1e-5, 1e9};
+  EXPECT_DOUBLE_EQ(parallel::all_reduce_seconds(4e9, 4, link), 2 * 3 * 1e-5 + 2 * 0.75 * 4.0);
+  EXPECT_DOUBLE_EQ(parallel::reduce_scatter_seconds(4e9, 4, link), 3 * 1e-5 + 0.75 * 4.0);
+  EXPECT_DOUBLE_EQ(parallel::all_gather_seconds(4e9, 4, link), 3 * 1e-5 + 0.75 * 4.0);
+  EXPECT_DOUBLE_EQ(parallel::send_seconds(1e9, link), 1e-5 + 1.0);
+  EXPECT_EQ(parallel::all_reduce_seconds(4e9, 1, link), 0.0);  // a group of one communicates with nobody
+}
+
+TEST(CommCost, AxisLinkFollowsTheRankOrder) {
+  const parallel::Cluster c = test_gpu_cluster();  // 8 devices per node
+  using parallel::Axis;
+  const auto bandwidth = [&](Axis axis, int tp, int pp, int dp) {
+    return parallel::axis_link(c, axis, tp, pp, dp).bandwidth_bytes_per_second;
+  };
+  const auto latency = [&](Axis axis, int tp, int pp, int dp) {
+    return parallel::axis_link(c, axis, tp, pp, dp).latency_seconds;
+  };
+  const double intra = c.intra_node.bandwidth_bytes_per_second, inter = c.inter_node.bandwidth_bytes_per_second;
+  EXPECT_EQ(bandwidth(Axis::kTp, 8, 4, 4), intra);  // tp fastest: inside a node
+  EXPECT_EQ(latency(Axis::kTp, 8, 4, 4), c.intra_node.latency_seconds);
+  EXPECT_EQ(bandwidth(Axis::kDp, 2, 1, 4), intra);  // dp spans tp x dp = 8 ranks: one node
+  EXPECT_EQ(bandwidth(Axis::kDp, 2, 1, 3), intra);  // 6 ranks, all on one node
+  EXPECT_EQ(bandwidth(Axis::kPp, 2, 2, 2), intra);
+  // Groups with one member per node cross between nodes through one NIC each.
+  EXPECT_EQ(bandwidth(Axis::kDp, 8, 1, 4), inter);
+  EXPECT_EQ(latency(Axis::kDp, 8, 1, 4), c.inter_node.latency_seconds);
+  // Pipeline stages exchange point-to-point messages: one NIC each, however many share a node.
+  EXPECT_EQ(bandwidth(Axis::kPp, 2, 4, 2), inter);  // stages 4 ranks apart: stage 2 starts the next node
+  EXPECT_EQ(bandwidth(Axis::kPp, 8, 2, 1), inter);
+  // Groups with m members on every node cross through m NICs, up to the node's bus bandwidth.
+  EXPECT_EQ(bandwidth(Axis::kDp, 4, 1, 4), std::min(intra, 2 * inter));
+  EXPECT_EQ(bandwidth(Axis::kDp, 1, 1, 32), std::min(intra, 8 * inter));
+  EXPECT_EQ(bandwidth(Axis::kTp, 16, 1, 1), std::min(intra, 8 * inter));  // wider than a node
+  // An uneven split is as fast as its sparsest node: dp groups of 6 ranks on 8-rank
+  // nodes; the second pipeline stage's groups hold ranks 6-11 (2 on one node, 4 on the next).
+  EXPECT_EQ(bandwidth(Axis::kDp, 1, 2, 6), std::min(intra, 2 * inter));
+  EXPECT_EQ(bandwidth(Axis::kTp, 3, 3, 1), inter);  // {6, 7, 8}: one member on the second node
+}
+
+TEST(Planner, EnumeratesEveryValidLayoutOnce) {
+  launch::PlanRequest r = gpt2_request(8);
+  const auto layouts = launch::enumerate_layouts(r);
+  std::set<std::tuple<int, int, int, std::int64_t, int, int, int, bool>> seen;
+  for (const model::ParallelLayout& l : layouts) {
+    EXPECT_EQ(l.tp * l.pp * l.dp, 8);
+    EXPECT_EQ(r.model.n_head % l.tp, 0);
+    EXPECT_LE(l.pp, r.model.n_layer);
+    EXPECT_EQ(r.global_batch % (l.dp * l.micro_batch), 0);
+    EXPECT_EQ(l.micro_batches * l.micro_batch * l.dp, r.global_batch);
+    EXPECT_TRUE(l.dp > 1 || l.zero == 0);
+    EXPECT_TRUE(l.tp > 1 || !l.sequence_parallel);
+    EXPECT_TRUE(l.pp > 1 || l.schedule == parallel::ScheduleKind::kOneFOneB);
+    EXPECT_EQ(l.precision, model::Precision::kBf16);  // CUDA runs bf16
+    const bool fresh = seen
+                           .insert({l.tp, l.pp, l.dp, l.micro_batch, l.zero, static_cast<int>(l.recompute),
+                                    static_cast<int>(l.schedule), l.sequence_parallel})
+                           .second;
+    EXPECT_TRUE(fresh) << "listed twice";
+  }
+  // tp in {1,2,4,8} (16 heads), pp in {1,2,4,8}, tp*pp <= 8: count by hand.
+  // For each (tp, pp): dp = 8/(tp pp), micro-batches: divisors of 64/dp,
+  // zero: 4 if dp > 1, sp: 2 if tp > 1, recompute: 3, schedules: 2 if pp > 1.
+  std::size_t expected = 0;
+  for (int tp : {1, 2, 4, 8})
+    for (int pp : {1, 2, 4, 8}) {
+      if (tp * pp > 8) continue;
+      const int dp = 8 / (tp * pp);
+      int divisors = 0;
+      for (int d = 1; d <= 64 / dp; ++d) divisors += (64 / dp) % d == 0;
+      expected += static_cast<std::size_t>(divisors) * (dp > 1 ? 4 : 1) * (tp > 1 ? 2 : 1) * 3 * (pp > 1 ? 2 : 1);
+    }
+  EXPECT_EQ(layouts.size(), expected);
+
+  // Restrictions narrow it.
+  r.tp = {2};
+  r.zero = {1};
+  r.recompute = {model::Recompute::kFull};
+  for (const model::ParallelLayout& l : launch::enumerate_layouts(r)) {
+    EXPECT_EQ(l.tp, 2);
+    EXPECT_TRUE(l.zero == 1);
+    EXPECT_EQ(l.recompute, model::Recompute::kFull);
+  }
+}
+
+TEST(Planner, PredictionsMoveAsTheMechanismsSay) {
+  launch::PlanRequest r = gpt2_request(8);
+  auto layout = [&](int tp, int pp, int dp, int mb, int zero, model::Recompute rc) {
+    model::ParallelLayout l;
+    l.tp = tp;
+    l.pp = pp;
+    l.dp = dp;
+    l.micro_batch = mb;
+    l.micro_batches = r.global_batch / dp / mb;
+    l.zero = zero;
+    l.recompute = rc;
+    l.seq_len = r.seq_len;
+    l.precision = r.precision();
+    l.device = r.cluster.device;
+    return l;
+  };
+  using model::Recompute;
+  const auto base = launch::predict(r, layout(1, 1, 8, 4, 0, Recompute::kNone));
+  const auto selective = launch::predict(r, layout(1, 1, 8, 4, 0, Recompute::kSelective));
+  const auto full = launch::predict(r, layout(1, 1, 8, 4, 0, Recompute::kFull));
+  // Recomputation costs time and saves activations; MFU does not count it, HFU does.
+  EXPECT_LT(base.step_seconds, selective.step_seconds);
+  EXPECT_LT(selective.step_seconds, full.step_seconds);
+  EXPECT_GT(base.memory.activations, full.memory.activations);
+  EXPECT_NEAR(full.hfu / full.mfu, full.hardware_flops / full.model_flops, 1e-12);
+  EXPECT_GT(full.hardware_flops, base.hardware_flops);
+  EXPECT_DOUBLE_EQ(full.model_flops, base.model_flops);
+  // ZeRO shards state: each stage holds less; ZeRO-3 moves weights every micro-batch.
+  const auto z1 = launch::predict(r, layout(1, 1, 8, 4, 1, Recompute::kNone));
+  const auto z3 = launch::predict(r, layout(1, 1, 8, 4, 3, Recompute::kNone));
+  EXPECT_LT(z1.memory.optimizer, base.memory.optimizer);
+  EXPECT_LT(z3.memory.weights, z1.memory.weights);
+  EXPECT_LT(z3.memory_bytes_per_device, base.memory_bytes_per_device);
+  // A pipeline idles in its bubble, less with more micro-batches.
+  const auto pp_few = launch::predict(r, layout(1, 4, 2, 8, 0, Recompute::kNone));
+  const auto pp_many = launch::predict(r, layout(1, 4, 2, 1, 0, Recompute::kNone));
+  EXPECT_GT(pp_few.bubble_seconds, 0.0);
+  EXPECT_GT(pp_few.bubble_seconds / pp_few.step_seconds, pp_many.bubble_seconds / pp_many.step_seconds);
+  EXPECT_EQ(base.bubble_seconds, 0.0);
+  // The split adds up.
+  for (const auto& p : {base, full, z3, pp_few})
+    EXPECT_NEAR(p.compute_seconds + p.exposed_comm_seconds + p.bubble_seconds, p.step_seconds, 1e-9 * p.step_seconds);
+  // Tensor parallelism across nodes is slower than inside one.
+  launch::PlanRequest wide = gpt2_request(16);
+  wide.cluster.devices_per_node = 8;
+  const auto tp8 = launch::predict(wide, layout(8, 1, 2, 4, 0, Recompute::kNone));
+  wide.cluster.devices_per_node = 4;
+  const auto tp8_split = launch::predict(wide, layout(8, 1, 2, 4, 0, Recompute::kNone));
+  EXPECT_LT(tp8.step_seconds, tp8_split.step_seconds);
+}
+
+TEST(Planner, RanksWhatFitsFirstAndRefusesWhatDoesNot) {
+  launch::PlanRequest r = gpt2_request(8);
+  r.cluster.memory_bytes = 4e9;  // too small for some layouts of gpt2-350m
+  const auto ranked = launch::plan(r);
+  ASSERT_FALSE(ranked.empty());
+  bool seen_unfit = false, seen_fit = false;
+  for (std::size_t i = 0; i < ranked.size(); ++i) {
+    const auto& p = ranked[i];
+    EXPECT_EQ(p.fits, static_cast<double>(p.memory_bytes_per_device) <= r.cluster.memory_bytes);
+    if (!p.fits) seen_unfit = true;
+    if (p.fits) {
+      seen_fit = true;
+      EXPECT_FALSE(seen_unfit) << "a layout that fits is ranked after one that does not";
+    }
+    if (i > 0 && ranked[i - 1].fits == p.fits) EXPECT_LE(ranked[i - 1].step_seconds, p.step_seconds);
+  }
+  EXPECT_TRUE(seen_fit);
+  EXPECT_TRUE(seen_unfit);
+  const nlohmann::json j = launch::prediction_json(ranked.front());
+  for (const char* key : {"tp", "pp", "dp", "micro_batch", "zero", "recompute", "schedule", "step_seconds",
+                          "tflops_per_device", "mfu", "memory_bytes_per_device", "fits"})
+    EXPECT_TRUE(j.contains(key)) << key;
+}
+
+TEST(Planner, BadRequestsAreNamed) {
+  launch::PlanRequest r = gpt2_request(8);
+  r.seq_len = 4096;  // beyond gpt2-350m's 1024 positions
+  EXPECT_NE(r.check().find("sequence length 4096"), std::string::npos);
+  r = gpt2_request(0);
+  EXPECT_NE(r.check().find("--devices"), std::string::npos);
+  EXPECT_THROW(launch::plan(r), std::exception);
+  EXPECT_THROW(model::software_by_name("deepspeed-9", engine::DeviceType::kCuda), std::exception);
+}
+
+// Megatron-LM's interleaved 1F1B (Narayanan et al. 2021, section 2.2.2):
+// with v chunks per device the bubble is 1/v of plain 1F1B's and every chunk
+// boundary sends: per micro-batch a middle device sends 2v messages instead
+// of 2, an end device 2v - 1 instead of 1. Only software that has the
+// schedule takes it, and only where Megatron-LM would run it.
+TEST(Planner, InterleavedScheduleShrinksTheBubbleAndMultipliesTheSends) {
+  launch::PlanRequest r = gpt2_request(8);  // gpt2-350m: 24 layers
+  r.software = "megatron-lm-2021";
+  r.tp = {1};
+  r.pp = {4};
+  r.micro_batch = {2};
+  r.zero = {0};
+  r.recompute = {model::Recompute::kNone};
+  r.schedule = {parallel::ScheduleKind::kOneFOneB};
+  const std::vector<launch::Prediction> plain = launch::plan(r);
+  r.virtual_stages = 3;  // 24 layers = 4 stages x 3 chunks x 2 layers
+  const std::vector<launch::Prediction> interleaved = launch::plan(r);
+  ASSERT_EQ(plain.size(), 1u);
+  ASSERT_EQ(interleaved.size(), 1u);
+  const launch::Prediction& a = plain.front();
+  const launch::Prediction& b = interleaved.front();
+  EXPECT_EQ(a.virtual_stages, 1);
+  EXPECT_EQ(b.virtual_stages, 3);
+  EXPECT_EQ(launch::prediction_json(b).at("virtual_stages"), 3);
+  // m = 64 / dp 2 / mb 2 = 16 micro-batches over 4 stages. The bubble is the
+  // fill and drain, (sum_s t_s - max_s t_s) / v, of stage times that now hold
+  // more sends; it shrinks by nearly 3.
+  EXPECT_GT(a.bubble_seconds / b.bubble_seconds, 2.5);
+  EXPECT_LT(a.bubble_seconds / b.bubble_seconds, 3.0);
+  // More messages: the steady state, m max_s t_s, grows by 4 sends per
+  // micro-batch on every device (6 instead of 2 in the middle, 5 instead of 1
+  // at the ends) of a (2, 1024, 1024) bf16 activation.
+  const parallel::Link pp_link = parallel::axis_link(r.cluster, parallel::Axis::kPp, 1, 4, 2);
+  const double send = parallel::send_seconds(2.0 * 1024 * 1024 * 2, pp_link);
+  EXPECT_NEAR((b.step_seconds - b.bubble_seconds) - (a.step_seconds - a.bubble_seconds), 16 * 4 * send, 1e-9);
+  EXPECT_LT(b.step_seconds, a.step_seconds);
+  for (const auto& p : {a, b})
+    EXPECT_NEAR(p.compute_seconds + p.exposed_comm_seconds + p.bubble_seconds, p.step_seconds, 1e-9 * p.step_seconds);
+  // A stage of one micro-batch in flight has nothing to interleave: Megatron-LM
+  // needs the micro-batches to be a multiple of pp, and pp x v to divide the layers.
+  r.global_batch = 12;  // 12 / dp 2 / mb 2 = 3 micro-batches, not a multiple of 4
+  EXPECT_TRUE(launch::plan(r).empty());
+  r.global_batch = 64;
+  r.virtual_stages = 5;  // 24 layers do not split into 4 x 5 chunks
+  EXPECT_TRUE(launch::plan(r).empty());
+  r.virtual_stages = 3;
+  r.pp = {2};  // Megatron-LM interleaves only more than two stages
+  EXPECT_TRUE(launch::plan(r).empty());
+  r.schedule = {parallel::ScheduleKind::kAllForwardAllBackward};
+  r.pp = {4};
+  EXPECT_TRUE(launch::plan(r).empty());
+  // predict() refuses a layout the enumeration would have left out.
+  model::ParallelLayout two_stages = a.layout;
+  two_stages.pp = 2;
+  two_stages.dp = 4;
+  two_stages.micro_batches = 8;
+  EXPECT_THROW(launch::predict(r, two_stages), std::exception);
+  r.schedule = {parallel::ScheduleKind::kOneFOneB};
+  // A one-stage layout is unchanged by the flag.
+  r.pp = {1};
+  r.virtual_stages = 3;
+  const std::vector<launch::Prediction> one_stage = launch::plan(r);
+  ASSERT_FALSE(one_stage.empty());
+  EXPECT_EQ(one_stage.front().virtual_stages, 1);
+  // The engine has no interleaved schedule: a clear refusal naming it.
+  r.software = "engine";
+  EXPECT_NE(r.check().find("no interleaved pipeline schedule"), std::string::npos);
+  EXPECT_THROW(launch::plan(r), std::exception);
+  EXPECT_THROW(launch::predict(r, a.layout), std::exception);
+  r.software = "deepspeed-9";  // an unknown software is a problem check() names, not an exception
+  EXPECT_NE(r.check().find("deepspeed-9"), std::string::npos);
+}

@@ -1,0 +1,234 @@
+// The `train` program on bad input: each case must print a clear error that
+// names the problem, exit non-zero, and leave an existing checkpoint intact.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "tests/launch/training_fixture.h"
+
+using namespace test_support;
+
+namespace {
+
+struct Outcome {
+  int exit_code;
+  std::string output;
+};
+
+Outcome run_train(const TempDir& dir, const std::string& args) {
+  const std::string log = dir / "train.log";
+  // The timeout turns a hang (a bad input that is not refused) into a failure.
+  const std::string command = "timeout 120 " + std::string(TRAIN_BIN) + " " + args + " > " + log + " 2>&1";
+  const int status = std::system(command.c_str());
+  std::ifstream in(log);
+  std::stringstream text;
+  text << in.rdbuf();
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text.str()};
+}
+
+std::string base_args(const TempDir& dir) {
+  return "--model gpt-micro --micro-batch 2 --seq-len 16 --steps 2 --device cpu --peak-tflops 1 --checkpoint-dir " +
+         (dir / "ckpt") + " --train-data " + (dir / "train_*.bin");
+}
+
+// Every file under the checkpoint directory with its bytes.
+std::map<std::string, std::string> snapshot(const std::string& root) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(root)) {
+    if (!e.is_regular_file()) continue;
+    std::ifstream in(e.path(), std::ios::binary);
+    std::stringstream bytes;
+    bytes << in.rdbuf();
+    files[e.path().string()] = bytes.str();
+  }
+  return files;
+}
+
+void write_raw(const std::string& path, const std::vector<std::int32_t>& header, const std::vector<std::uint16_t>& tokens,
+               std::size_t drop_bytes = 0) {
+  std::string bytes(reinterpret_cast<const char*>(header.data()), header.size() * 4);
+  bytes.resize(1024, '\0');
+  bytes.append(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2);
+  bytes.resize(bytes.size() - drop_bytes);
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+class TrainCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    write_corpus(dir_);
+    const Outcome ok = run_train(dir_, base_args(dir_));
+    ASSERT_EQ(ok.exit_code, 0) << ok.output;
+    before_ = snapshot(dir_ / "ckpt");
+    ASSERT_FALSE(before_.empty());
+  }
+  // Runs a bad configuration and checks the three promises.
+  void expect_refused(const std::string& args, const std::string& message) {
+    const Outcome bad = run_train(dir_, args);
+    EXPECT_NE(bad.exit_code, 0) << bad.output;
+    EXPECT_NE(bad.output.find("error"), std::string::npos) << bad.output;
+    EXPECT_NE(bad.output.find(message), std::string::npos) << "expected '" << message << "' in:\n" << bad.output;
+    EXPECT_EQ(snapshot(dir_ / "ckpt"), before_) << "an existing checkpoint changed";
+  }
+  TempDir dir_{"train_cli"};
+  std::map<std::string, std::string> before_;
+};
+
+}  // namespace
+
+TEST_F(TrainCli, ShardWithWrongMagic) {
+  write_raw(dir_ / "bad.bin", {12345, 1, 100}, std::vector<std::uint16_t>(100, 65));
+  expect_refused(base_args(dir_) + " --train-data " + (dir_ / "bad.bin"), "bad magic number 12345");
+}
+
+TEST_F(TrainCli, TruncatedShard) {
+  write_raw(dir_ / "short.bin", {20240520, 1, 100}, std::vector<std::uint16_t>(100, 65), 10);
+  expect_refused(base_args(dir_) + " --train-data " + (dir_ / "short.bin"), "truncated");
+}
+
+TEST_F(TrainCli, TokenOutsideTheVocabulary) {
+  std::vector<std::uint16_t> tokens(100, 65);
+  tokens[7] = 300;  // the byte-level model has 256 tokens
+  write_raw(dir_ / "oov.bin", {20240520, 1, 100}, tokens);
+  // Another folder: a new run into ckpt/ would be refused for mixing with the first.
+  expect_refused(base_args(dir_) + " --train-data " + (dir_ / "oov.bin") + " --checkpoint-dir " + (dir_ / "other"),
+                 "outside the vocabulary");
+}
+
+TEST_F(TrainCli, HeadsThatDoNotDivideTheWidth) {
+  expect_refused(base_args(dir_) + " --n-head 3", "n_head (3) must divide n_embd (32)");
+}
+
+TEST_F(TrainCli, CheckpointOfAnotherShape) {
+  expect_refused(base_args(dir_) + " --n-layer 3 --steps 4 --resume latest", "different run");
+}
+
+TEST_F(TrainCli, InitFromAModelOfAnotherShape) {
+  expect_refused(base_args(dir_) + " --n-embd 64 --init-from " + (dir_ / "ckpt/step_00000002/model.bin"),
+                 "another shape");
+}
+
+TEST_F(TrainCli, InitFromAHuggingFaceFolderOfAnotherShape) {
+  const Outcome saved = run_train(dir_, base_args(dir_) + " --checkpoint-dir " + (dir_ / "hf_run") + " --save-hf " +
+                                            (dir_ / "hf") + " --save-hf-dtype bf16");
+  ASSERT_EQ(saved.exit_code, 0) << saved.output;
+  expect_refused(base_args(dir_) + " --n-embd 64 --init-from " + (dir_ / "hf"),
+                 "tensor 'transformer.wte.weight' is [256, 32], this run's model");
+  const Outcome fp16 = run_train(dir_, base_args(dir_) + " --save-hf " + (dir_ / "hf2") + " --save-hf-dtype fp16");
+  EXPECT_NE(fp16.exit_code, 0);
+  EXPECT_NE(fp16.output.find("--save-hf-dtype: fp16 not in {fp32,bf16}"), std::string::npos) << fp16.output;
+}
+
+TEST_F(TrainCli, ZeroConfigurationsThatCannotWork) {
+  expect_refused(base_args(dir_) + " --zero 4", "expected a ZeRO stage 0, 1, 2 or 3");
+  expect_refused(base_args(dir_) + " --zero 2 --optimizer onebit-adam --freeze-step 2",
+                 "onebit-adam composes with --zero 0 or 1");
+}
+
+TEST_F(TrainCli, UnwritableCheckpointAndLogFoldersBeforeAnyStep) {
+  std::ofstream(dir_ / "a_file") << "not a folder";
+  const std::string args = "--model gpt-micro --micro-batch 2 --seq-len 16 --steps 2 --device cpu --peak-tflops 1 "
+                           "--train-data " + (dir_ / "train_*.bin");
+  expect_refused(args + " --checkpoint-dir " + (dir_ / "a_file/ckpt"), "--checkpoint-dir");
+  expect_refused(base_args(dir_) + " --log-file " + (dir_ / "a_file/metrics.jsonl"), "--log-file");
+  const Outcome bad = run_train(dir_, args + " --checkpoint-dir " + (dir_ / "a_file/ckpt"));
+  EXPECT_EQ(bad.output.find("step 1/"), std::string::npos) << "no step may run before the check:\n" << bad.output;
+}
+
+TEST_F(TrainCli, NonFiniteFlagValues) {
+  expect_refused(base_args(dir_) + " --lr nan", "--lr nan is not a finite number");
+  expect_refused(base_args(dir_) + " --grad-clip inf", "--grad-clip inf is not a finite number");
+}
+
+TEST_F(TrainCli, NoShardMatches) {
+  expect_refused(base_args(dir_) + " --train-data " + (dir_ / "missing_*.bin"), "no file matches");
+}
+
+TEST_F(TrainCli, JsonConfigAndFlagOverride) {
+  // A config file feeds the same flags; the command line wins over it.
+  std::ofstream(dir_ / "run.json") << R"({"model": "gpt-micro", "batch": {"micro-batch": 2, "seq-len": 16}, "steps": 1,
+                                        "device": "cpu", "peak-tflops": 1})";
+  const Outcome ok = run_train(dir_, "--config " + (dir_ / "run.json") + " --steps 3 --train-data " + (dir_ / "train_*.bin"));
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_NE(ok.output.find("step 3/3"), std::string::npos) << ok.output;
+  std::ofstream(dir_ / "bad.json") << R"({"modle": "gpt-micro"})";
+  const Outcome bad = run_train(dir_, "--config " + (dir_ / "bad.json") + " --train-data " + (dir_ / "train_*.bin"));
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("modle"), std::string::npos) << bad.output;
+  // A flag set twice (groups are flattened) is refused before anything runs,
+  // on one line that names the file and the key.
+  std::ofstream(dir_ / "twice.json") << R"({"steps": 1, "batch": {"steps": 2}})";
+  const Outcome twice = run_train(dir_, "--config " + (dir_ / "twice.json") + " --train-data " + (dir_ / "train_*.bin"));
+  EXPECT_NE(twice.exit_code, 0);
+  EXPECT_EQ(twice.output.substr(0, twice.output.find('\n')),
+            "config file '" + (dir_ / "twice.json") + "': key 'steps' is given twice ('steps' and 'batch.steps' set "
+            "the same flag)") << twice.output;
+}
+
+// llm.c's gpt2_tokenizer.bin decodes the sample, which starts a document at
+// its end-of-text id; it cannot encode, so another prompt is refused.
+TEST_F(TrainCli, LlmcTokenizerDecodesTheSampleAndRefusesAPrompt) {
+  // A version 2 file of 300 tokens: the 256 bytes, 43 two-byte tokens and an end-of-text.
+  std::vector<std::uint32_t> header(256, 0);
+  header[0] = 20240328, header[1] = 2, header[2] = 300, header[3] = 299;
+  std::string bytes(reinterpret_cast<const char*>(header.data()), header.size() * 4);
+  for (int b = 0; b < 256; ++b) bytes += std::string{'\x01', static_cast<char>(b)};
+  for (int i = 0; i < 43; ++i) bytes += std::string{'\x02', static_cast<char>('a' + i % 26), 'z'};
+  bytes += std::string("\x05<eot>");
+  std::ofstream(dir_ / "gpt2_tokenizer.bin", std::ios::binary) << bytes;
+  const std::string args = "--model gpt-micro --micro-batch 2 --seq-len 16 --steps 2 --device cpu --peak-tflops 1 "
+                           "--train-data " + (dir_ / "train_*.bin") + " --tokenizer " + (dir_ / "gpt2_tokenizer.bin");
+  const Outcome ok = run_train(dir_, args + " --sample-tokens 8");
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_NE(ok.output.find("V=300"), std::string::npos) << "the tokenizer sets the vocabulary:\n" << ok.output;
+  EXPECT_NE(ok.output.find("sample     ----"), std::string::npos) << ok.output;
+  const Outcome prompt = run_train(dir_, args + " --sample-tokens 8 --sample-prompt Hello");
+  EXPECT_NE(prompt.exit_code, 0) << prompt.output;
+  EXPECT_NE(prompt.output.find("--sample-prompt needs a tokenizer that encodes"), std::string::npos) << prompt.output;
+}
+
+// A layout that cannot work is refused by every rank alike: one message,
+// every rank non-zero, nobody left waiting. Tried on several rank counts.
+TEST(TrainCliMpi, BadGridExitsNonZeroWithOneMessageOnEveryRankCount) {
+  TempDir dir("train_cli_grid");
+  write_corpus(dir);
+  struct Case {
+    int ranks;
+    std::string flags, message;
+  };
+  const Case cases[] = {
+      {1, "--tp 2", "does not divide world_size 1"},
+      {2, "--tp 2 --n-head 3 --n-embd 48", "n_head 3 is not divisible by tp 2"},
+      {4, "--pp 4", "2 layers cannot fill 4 pipeline stages"},
+      {4, "--tp 2 --dp 3", "tp * dp * pp = 6 but world_size is 4"},
+      {3, "--dp 3 --batch-tokens 32", "micro-batches must divide the batch"},
+  };
+  for (const Case& c : cases) {
+    const std::string log = dir / "grid.log";
+    const std::string command =
+        "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 timeout 60 " +
+        std::string(MPIEXEC) + " --oversubscribe -np " + std::to_string(c.ranks) + " " + TRAIN_BIN +
+        " --model gpt-micro --micro-batch 2 --seq-len 16 --steps 2 --device cpu --peak-tflops 1 --train-data " +
+        (dir / "train_*.bin") + " " + c.flags + " > " + log + " 2>&1";
+    const auto t0 = std::chrono::steady_clock::now();
+    const int status = std::system(command.c_str());
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::ifstream in(log);
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string out = text.str();
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 124)
+        << c.flags << " on " << c.ranks << " ranks:\n" << out;
+    std::size_t count = 0;
+    for (std::size_t at = out.find(c.message); at != std::string::npos; at = out.find(c.message, at + 1)) ++count;
+    EXPECT_EQ(count, 1u) << c.flags << " on " << c.ranks << " ranks: expected '" << c.message << "' once in:\n" << out;
+    EXPECT_LT(seconds, 30.0) << c.flags << " on " << c.ranks << " ranks took " << seconds << " s";
+  }
+}
