@@ -17,6 +17,7 @@
 #include "launch/checkpoint/checkpoint_files.h"
 #include "launch/checkpoint/tensor_slices.h"
 #include "launch/files/checksum.h"
+#include "launch/files/untrusted_json.h"
 
 namespace launch {
 
@@ -44,10 +45,14 @@ std::string read_text(const fs::path& path, const std::string& step_dir) {
 }
 
 nlohmann::json parse(const std::string& text, const fs::path& path, const std::string& step_dir) {
+  const std::string what = "checkpoint '" + step_dir + "': '" + path.filename().string() + "'";
   try {
+    check_json_text(text, what, kMaxConfigJsonBytes);  // untrusted: size and nesting bounded first
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    damaged("checkpoint '", step_dir, "': '", path.filename().string(), "' is not valid JSON (", e.what(), ")");
+    damaged(what, " is not valid JSON (", e.what(), ")");
+  } catch (const std::runtime_error& e) {
+    damaged(e.what());
   }
 }
 

@@ -10,6 +10,7 @@
 
 #include "engine/check.h"
 #include "launch/data/byte_level.h"
+#include "launch/files/untrusted_json.h"
 
 namespace launch {
 
@@ -76,6 +77,8 @@ BpeTokenizer BpeTokenizer::from_json(std::string_view json_text, const std::stri
   t.source = source;
   const std::string where = "tokenizer '" + source + "': ";
   json root;
+  // Untrusted text: size and nesting bounded before parsing (launch/files/untrusted_json.h).
+  check_json_text(json_text, "tokenizer '" + source + "'", kMaxLargeJsonBytes);
   try {
     root = json::parse(json_text);
   } catch (const json::exception& error) {

@@ -10,6 +10,7 @@
 
 #include "engine/check.h"
 #include "launch/files/atomic_file.h"
+#include "launch/files/untrusted_json.h"
 #include "launch/formats/llmc_model.h"
 #include "launch/formats/safetensors_shards.h"
 #include "model/gpt_params.h"
@@ -79,9 +80,11 @@ std::string file_prefix(const SafetensorsShards& file) {
 nlohmann::json sibling_config(const std::string& safetensors_path) {
   const std::filesystem::path config = std::filesystem::path(safetensors_path).parent_path() / "config.json";
   if (!std::filesystem::exists(config)) return nullptr;
-  std::ifstream in(config);
+  std::string what = "'";  // appended, not `"'" + ...`: GCC 12 warns falsely (-Wrestrict) on that form
+  what += config.string();
+  what += "' beside the model";
   try {
-    return nlohmann::json::parse(in);
+    return nlohmann::json::parse(read_json_file(config.string(), what, kMaxConfigJsonBytes));
   } catch (const nlohmann::json::exception& e) {
     ENGINE_CHECK(false, "'", config.string(), "' beside the model is not valid JSON (", e.what(), ")");
   }

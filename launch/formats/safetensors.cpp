@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/check.h"
+#include "launch/files/untrusted_json.h"
 
 namespace launch {
 
@@ -150,6 +151,7 @@ SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
 
   nlohmann::json header;
   try {
+    check_json_text(text, "safetensors file '" + path_ + "': its header", kMaxHeaderBytes);  // nesting bounded
     header = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     ENGINE_CHECK(false, "safetensors file '", path_, "': the header is not valid JSON (", e.what(), ")");

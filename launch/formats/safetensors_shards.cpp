@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/check.h"
+#include "launch/files/untrusted_json.h"
 
 namespace launch {
 
@@ -13,11 +14,10 @@ namespace {
 
 // weight_map of the index at `path`, as (tensor, shard file name).
 std::map<std::string, std::string> read_weight_map(const std::string& path) {
-  std::ifstream in(path);
-  ENGINE_CHECK(in.good(), "cannot open safetensors index '", path, "'");
   nlohmann::json index;
   try {
-    index = nlohmann::json::parse(in);
+    // Untrusted: size and nesting bounded before parsing (launch/files/untrusted_json.h).
+    index = nlohmann::json::parse(read_json_file(path, "safetensors index '" + path + "'", kMaxConfigJsonBytes));
   } catch (const nlohmann::json::exception& e) {
     ENGINE_CHECK(false, "safetensors index '", path, "' is not valid JSON (", e.what(), ")");
   }

@@ -9,6 +9,7 @@
 
 #include "engine/check.h"
 #include "launch/files/atomic_file.h"
+#include "launch/files/untrusted_json.h"
 #include "launch/hardware/cpu_peak.h"
 #include "launch/hardware/cpu_peak_internal.h"
 
@@ -51,7 +52,12 @@ nlohmann::json read_cache(const std::string& path, std::string& problem) {
   if (!in) return nlohmann::json(nlohmann::json::value_t::discarded);
   std::stringstream text;
   text << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  // A damaged cache is replaced, not fatal: too large or too deeply nested
+  // (launch/files/untrusted_json.h) counts as damaged like invalid JSON.
+  const std::string body = text.str();
+  const bool bounded = body.size() <= kMaxConfigJsonBytes && json_nesting_depth(body) <= kMaxJsonDepth;
+  nlohmann::json j = bounded ? nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false)
+                             : nlohmann::json(nlohmann::json::value_t::discarded);
   if (j.is_discarded()) {
     problem = "'" + path + "' is not valid JSON";
   } else if (!j.is_object() || j.value("format", "") != kCacheFormat || !j.contains("peaks") ||

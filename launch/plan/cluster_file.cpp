@@ -11,6 +11,7 @@
 
 #include "engine/check.h"
 #include "launch/files/atomic_file.h"
+#include "launch/files/untrusted_json.h"
 
 namespace launch {
 namespace {
@@ -102,7 +103,7 @@ std::string listed(const std::vector<std::string>& keys) {
 
 // A value as the file has it, short enough for a one-line message.
 std::string shown(const Json& value) {
-  std::string text = value.dump();
+  std::string text = value.dump(-1, ' ', false, Json::error_handler_t::replace);  // untrusted bytes
   return text.size() <= 40 ? text : text.substr(0, 37) + "...";
 }
 
@@ -142,8 +143,9 @@ Json parse_strictly(const std::string& text, const std::string& where) {
   };
   Json root;
   try {
+    check_json_text(text, where, kMaxConfigJsonBytes);  // untrusted: size and nesting bounded first
     root = Json::parse(text, watch);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, and out_of_range for a number like 1e400
     ENGINE_FAIL(where, " is not valid JSON: ", e.what());
   }
   ENGINE_CHECK(duplicate.empty(), where, ": key '", duplicate, "' is given twice");

@@ -1,5 +1,6 @@
 #include "launch/run/json_config.h"
 
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -7,6 +8,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "launch/files/untrusted_json.h"
 
 namespace launch {
 namespace {
@@ -65,7 +68,9 @@ std::string expectation(Kind kind, bool several) {
 // A value as the file has it, short enough for a one-line message.
 std::string shown(const Json& value) {
   constexpr std::size_t kMax = 60;
-  std::string text = value.dump();  // one line: dump() escapes newlines in strings
+  // One line: dump() escapes newlines in strings; bytes that are not UTF-8
+  // are replaced rather than thrown about (the file is untrusted).
+  std::string text = value.dump(-1, ' ', false, Json::error_handler_t::replace);
   if (text.size() <= kMax) return text;
   std::size_t cut = kMax - 3;
   while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // not inside a UTF-8 character
@@ -113,11 +118,18 @@ Json parse_refusing_duplicates(std::istream& input, const std::string& where) {
     }
     return true;  // keep everything: the callback only watches
   };
+  // Untrusted text: bounded in size and nesting before the parser sees it
+  // (launch/files/untrusted_json.h); any parse failure, a number too large
+  // for a double included, is one line naming the file.
+  const std::string text(std::istreambuf_iterator<char>(input), {});
   Json root;
   try {
-    root = Json::parse(input, note);
-  } catch (const Json::parse_error& e) {
+    check_json_text(text, where, kMaxConfigJsonBytes);
+    root = Json::parse(text, note);
+  } catch (const Json::exception& e) {
     throw CLI::ConfigError(where + " is not valid JSON: " + e.what());
+  } catch (const std::runtime_error& e) {
+    throw CLI::ConfigError(e.what());
   }
   if (!duplicate.empty()) throw CLI::ConfigError(where + ": " + duplicate);
   return root;

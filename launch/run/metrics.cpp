@@ -10,6 +10,7 @@
 #include "engine/buffer.h"
 #include "engine/check.h"
 #include "launch/files/atomic_file.h"
+#include "launch/files/untrusted_json.h"
 
 namespace launch {
 
@@ -94,6 +95,7 @@ void MetricsLog::restart_at(std::int64_t step, const nlohmann::json& event) {
   {
     std::ifstream in(path_);
     for (std::string line; std::getline(in, line);) {
+      if (json_nesting_depth(line) > kMaxJsonDepth) continue;  // not a record of ours (launch/files/untrusted_json.h)
       const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
       if (!record.is_object()) continue;  // a line cut short by a crash
       lines.push_back(line);
@@ -103,8 +105,8 @@ void MetricsLog::restart_at(std::int64_t step, const nlohmann::json& event) {
   std::string kept;
   for (std::size_t i = 0; i < lines.size(); ++i) {
     if (i >= ours) {
-      const nlohmann::json record = nlohmann::json::parse(lines[i]);
-      if (record.contains("step") && record["step"].is_number() && record["step"].get<std::int64_t>() > step) continue;
+      const nlohmann::json record = nlohmann::json::parse(lines[i], nullptr, /*allow_exceptions=*/false);
+      if (record.is_object() && record.contains("step") && record["step"].is_number() && record["step"].get<std::int64_t>() > step) continue;
     }
     kept += lines[i] + '\n';
   }

@@ -13,6 +13,7 @@
 
 #include "engine/check.h"
 #include "launch/data/bpe_tokenizer.h"
+#include "tests/support/hostile_json.h"
 
 namespace {
 
@@ -138,6 +139,19 @@ TEST(BpeTokenizer, BadFilesGiveOneLineErrors) {
   } catch (const engine::Error& error) {
     EXPECT_NE(std::string(error.what()).find("no_such_file.json"), std::string::npos);
   }
+}
+
+// Hostile tokenizer.json files (tests/support/hostile_json.h) are each loaded
+// or refused in one line, and none crashes or runs long.
+TEST(BpeTokenizer, HostileFilesAreLoadedOrRefusedInOneLine) {
+  std::ifstream in(kDir + "/tiny_bpe.json");
+  const std::string valid((std::istreambuf_iterator<char>(in)), {});
+  ASSERT_FALSE(valid.empty());
+  const auto variants = engine_test::hostile_json_variants(valid);
+  const std::size_t refused = engine_test::expect_accepted_or_one_line(variants, [](const std::string& text) {
+    BpeTokenizer::from_json(text, "hostile.json").encode("hello world, 123!");
+  });
+  EXPECT_GT(refused, variants.size() / 2);
 }
 
 TEST(BpeTokenizer, IncompleteByteVocabularyIsAnErrorAtEncode) {

@@ -11,6 +11,7 @@
 #include "engine/check.h"
 #include "launch/plan/cluster_file.h"
 #include "tests/launch/training_fixture.h"
+#include "tests/support/hostile_json.h"
 
 using launch::read_cluster_file;
 using launch::read_cluster_file_and_sources;
@@ -329,4 +330,17 @@ TEST(ClusterFile, ExampleClustersReadWithASourceForEveryKey) {
           << entry.path() << " gives no source for storage_write_gb_per_s";
   }
   EXPECT_GE(files, 1);
+}
+
+// Hostile cluster files (tests/support/hostile_json.h) are each read or
+// refused in one line; none crashes (a 100000-deep file overflowed the stack).
+TEST(ClusterFile, HostileFilesAreReadOrRefusedInOneLine) {
+  TempDir dir("cluster_file");
+  const std::string path = dir / "cluster.json";
+  const auto variants = engine_test::hostile_json_variants(kSelene);
+  const std::size_t refused = engine_test::expect_accepted_or_one_line(variants, [&](const std::string& text) {
+    write_text(path, text);
+    read_cluster_file_and_sources(path);
+  });
+  EXPECT_GT(refused, variants.size() / 2);
 }

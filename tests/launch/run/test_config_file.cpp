@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "launch/run/train_config.h"
+#include "tests/support/hostile_json.h"
 
 namespace launch {
 namespace {
@@ -235,6 +236,30 @@ TEST_F(ConfigFile, WrittenConfigReadsBack) {
   EXPECT_EQ(parse_file(with_defaults), "") << with_defaults;
   EXPECT_EQ(config_.micro_batch, 3);
   EXPECT_DOUBLE_EQ(config_.beta2, 0.95);
+}
+
+// Hostile files (tests/support/hostile_json.h: nesting 100000 deep, 1e400,
+// integers past int64, wrong types, truncations, flipped bytes) are each read
+// or refused in one line, none crashes: before the bounds a 100000-deep file
+// overflowed the stack and 1e400 aborted on an uncaught exception.
+TEST_F(ConfigFile, HostileFilesAreReadOrRefusedInOneLine) {
+  const std::string valid = R"({
+  "model": "gpt-demo",
+  "batch": {"micro-batch": 16, "seq-len": 128, "batch-tokens": 2048, "steps": 1500},
+  "optimizer": {"lr": 2e-3, "warmup-steps": 50, "lr-schedule": "cosine", "weight-decay": 0.1},
+  "data": {"val-interval": 250, "val-tokens": 32768},
+  "sample-prompt": "\n",
+  "seed": 1337
+})";
+  ASSERT_EQ(parse_file(valid), "");
+  const auto variants = engine_test::hostile_json_variants(valid);
+  const std::size_t refused = engine_test::expect_accepted_or_one_line(variants, [&](const std::string& text) {
+    const std::string message = parse_file(text);
+    if (!message.empty()) throw std::runtime_error(message);
+  });
+  EXPECT_GT(refused, variants.size() / 2);
+  EXPECT_NE(parse_file(engine_test::nested(100000, '{')).find("nested more than 128 levels"), std::string::npos);
+  EXPECT_NE(parse_file(R"({"lr": 1e400})").find("number overflow"), std::string::npos);
 }
 
 }  // namespace
