@@ -25,6 +25,7 @@
 #include "launch/plan/checkpoint_interval.h"
 #include "launch/plan/cluster_file.h"
 #include "launch/plan/planner.h"
+#include "launch/resilience/command_line.h"
 #include "launch/resilience/exit_codes.h"
 
 namespace {
@@ -216,9 +217,9 @@ int run(int argc, char** argv) {
   app.add_option("--peak-tflops", o.peak_tflops, "Peak TFLOP/s per device --calibrate records (default: the engine's GPU table or the measured CPU peak)");
   app.add_option("--calibrate-seconds", o.calibrate_seconds, "Budget of each --calibrate measurement")->capture_default_str();
   try {
-    app.parse(argc, argv);
+    launch::parse_command_line(app, argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : launch::kExitUsage;
+    return launch::report_command_line_error(app, e);
   }
 
   if (o.calibrate) {
@@ -262,7 +263,7 @@ int main(int argc, char** argv) {
   try {
     code = run(argc, argv);
   } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    std::cerr << "error: " << launch::without_source_location(e.what()) << "\n";  // bad input: no source location
     code = launch::kExitBadInput;
   }
   MPI_Finalize();

@@ -47,6 +47,7 @@
 #include "launch/data/prepare_options.h"
 #include "launch/data/prepare_run.h"
 #include "launch/data/token_shard.h"
+#include "launch/resilience/command_line.h"
 
 int main(int argc, char** argv) {
   launch::prepare::Options options;
@@ -88,15 +89,16 @@ int main(int argc, char** argv) {
   app.add_flag("--overwrite", options.overwrite, "Replace shards of the same name left by an earlier run");
 
   try {
-    app.parse(argc, argv);
+    launch::parse_command_line(app, argc, argv);
   } catch (const CLI::ParseError& error) {
     // --help exits 0; every real parse error exits 1 like other failures.
-    return app.exit(error) == 0 ? 0 : 1;
+    return launch::report_command_line_error(app, error) == 0 ? 0 : 1;
   }
   try {
     return launch::prepare::run(options);
   } catch (const std::exception& error) {
-    std::cerr << "prepare: error: " << error.what() << "\n";
+    // Errors here are in the input (files, flags): no source location.
+    std::cerr << "prepare: error: " << launch::without_source_location(error.what()) << "\n";
     return 1;
   }
 }

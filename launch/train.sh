@@ -28,7 +28,8 @@ if [[ ${1:-} =~ ^[0-9]+$ ]]; then
 fi
 
 engine_install_dependencies
-engine_build train prepare
+# Every program the README names: train and prepare for the demo, plan for the planning examples.
+engine_build train prepare plan
 
 BPE_TOKENS=${BPE_TOKENS:-1024}
 tokenizer=()

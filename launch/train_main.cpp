@@ -21,6 +21,7 @@
 
 #include "engine/check.h"
 #include "engine/device.h"
+#include "launch/resilience/command_line.h"
 #include "launch/resilience/exit_codes.h"
 #include "launch/resilience/failure_agreement.h"
 #include "launch/resilience/job_error.h"
@@ -37,7 +38,8 @@ namespace {
 bool all_ranks_passed(const std::string& error, int rank) {
   int first_failed = error.empty() ? 1 << 30 : rank;
   MPI_Allreduce(MPI_IN_PLACE, &first_failed, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (first_failed == rank) launch::write_stderr_line("error: " + launch::one_line(error));
+  // Errors of the flags and the inputs they name: no source location.
+  if (first_failed == rank) launch::write_stderr_line("error: " + launch::one_line(launch::without_source_location(error)));
   return first_failed == 1 << 30;
 }
 
@@ -55,14 +57,12 @@ int train(int argc, char** argv) {
   launch::TrainConfig config;
   launch::add_train_options(app, config);
   try {
-    app.parse(argc, argv);
+    launch::parse_command_line(app, argc, argv);
   } catch (const CLI::ParseError& e) {
     // Every rank parses the same arguments; rank 0 speaks for all. --help
     // (and --version) exit 0; any other parse error is a usage error, which
     // launch/supervise does not retry (CLI11's own codes are 100 and up).
-    std::ostringstream silent;
-    const int code = rank == 0 ? app.exit(e) : app.exit(e, silent, silent);
-    return code == 0 ? 0 : launch::kExitUsage;
+    return launch::report_command_line_error(app, e, /*speak=*/rank == 0);
   }
 
   // Flags first (a usage error), then the inputs they name (bad input):

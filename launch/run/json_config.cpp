@@ -1,5 +1,6 @@
 #include "launch/run/json_config.h"
 
+#include <algorithm>
 #include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -144,6 +145,44 @@ const CLI::Option* option_for(const CLI::App& app, const std::string& key) {
   return option;
 }
 
+// `micro_batch` for `micro-batch`: the spelling `plan --json` and the sweep's
+// layout files use (Python and JSON keys cannot easily hold dashes).
+std::string dashed(std::string key) {
+  std::replace(key.begin(), key.end(), '_', '-');
+  return key;
+}
+
+// Levenshtein distance, for "did you mean".
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// The configurable flag nearest to `key`, when it is near enough to be a typo
+// (at most a third of the key's letters apart), else "".
+std::string nearest_flag(const CLI::App& app, const std::string& key) {
+  std::string best;
+  std::size_t best_distance = std::max<std::size_t>(2, key.size() / 3) + 1;
+  for (const CLI::Option* option : app.get_options()) {
+    if (!option->get_configurable()) continue;
+    for (const std::string& name : option->get_lnames()) {
+      const std::size_t d = edit_distance(key, name);
+      if (d < best_distance) best_distance = d, best = name;
+    }
+  }
+  return best;
+}
+
 // Turns the parsed file into CLI11 items, one per flag, checking each key
 // against the app's options on the way.
 class Flattener {
@@ -159,7 +198,8 @@ class Flattener {
         add(value, joined(group, key), key);
         continue;
       }
-      const CLI::Option* option = option_for(app_, key);
+      const std::string name = option_for(app_, key) == nullptr ? dashed(key) : key;
+      const CLI::Option* option = option_for(app_, name);
       if (option == nullptr) {
         // With extras allowed CLI11 keeps or drops the key itself.
         if (app_.get_allow_config_extras() == CLI::config_extras_mode::error) {
@@ -167,11 +207,15 @@ class Flattener {
           // {"lr": {"value": 1}} reads as a group "lr": most likely a value
           // for --lr was meant, so say what that takes. Not refused as a
           // wrong type, as a group may share a flag's name ("optimizer").
-          const CLI::Option* flag = option_for(app_, group_key);
+          const CLI::Option* flag = option_for(app_, dashed(group_key));
           if (!group.empty() && flag != nullptr && flag->get_configurable())
             what += "; '" + group_key + "' itself is a flag, which takes " + expected_for(*flag) + ", not an object";
-          refuse(what);
+          else if (const std::string near = nearest_flag(app_, name); !near.empty())
+            what += " (did you mean '" + near + "'?)";
+          unknown_.push_back(what);
         }
+        items_.push_back(item(name, value));
+        continue;
       } else if (!option->get_configurable()) {
         // --help, --config: CLI11 refuses these too (unless told to ignore
         // them), but without the file's name.
@@ -192,11 +236,20 @@ class Flattener {
         }
         if (!ok) refuse_type(key, *option, value);
       }
-      items_.push_back(item(key, value));
+      items_.push_back(item(name, value));
     }
   }
 
-  std::vector<CLI::ConfigItem> items() && { return std::move(items_); }
+  // Every key that is no flag, named in one line, each with the nearest
+  // flag: a file is fixed in one go, not one key per attempt.
+  std::vector<CLI::ConfigItem> items() && {
+    if (!unknown_.empty()) {
+      std::string what;
+      for (std::size_t i = 0; i < unknown_.size(); ++i) what += (i ? "; " : "") + unknown_[i];
+      refuse(what);
+    }
+    return std::move(items_);
+  }
 
  private:
   static CLI::ConfigItem item(const std::string& key, const Json& value) {
@@ -226,6 +279,7 @@ class Flattener {
   std::string where_;
   std::map<const CLI::Option*, std::string> seen_;  // flag -> where the file set it
   std::vector<CLI::ConfigItem> items_;
+  std::vector<std::string> unknown_;  // keys that are no flag, as they will be named
 };
 
 }  // namespace

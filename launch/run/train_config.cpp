@@ -37,6 +37,19 @@ std::vector<std::pair<const char*, double*>> floating_options(TrainConfig& c) {
 
 }  // namespace
 
+// A boolean flag in every spelling users type: `--name` (as Megatron-LM
+// does), `--name=true|false`, `--name true|false` (joined by
+// launch/resilience/command_line.h) and `--no-name`; true or false in a
+// config file. Its default is shown in --help and written by config_to_str.
+namespace {
+CLI::Option* add_switch(CLI::App& app, const std::string& name, bool& value, const std::string& help) {
+  return app.add_flag(name + ",!--no-" + name.substr(2), value, help + " (a switch: " + name + ", --no-" +
+                                                                    name.substr(2) + ", or " + name + " true|false)")
+      ->default_function([&value] { return std::string(value ? "true" : "false"); })
+      ->capture_default_str();
+}
+}  // namespace
+
 void add_train_options(CLI::App& app, TrainConfig& c) {
   // A flag given twice (or in the config file and on the command line) takes the last value.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -103,7 +116,7 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
                  "or llm.c's gpt2_tokenizer.bin (decodes only: no --sample-prompt): sets the vocabulary to the "
                  "tokenizer's unless --vocab-size is given, and decodes the sample (default: bytes)")
       ->group(kData);
-  app.add_option("--shuffle", c.shuffle, "Shuffle sequences each epoch (true/false)")->group(kData)->capture_default_str();
+  add_switch(app, "--shuffle", c.shuffle, "Shuffle sequences each epoch")->group(kData);
   app.add_option("--val-interval", c.val_interval, "Validate every N steps (0 = at the end only)")->group(kData)->capture_default_str();
   app.add_option("--val-tokens", c.val_tokens,
                  "Tokens each validation scores: the first val-tokens / seq-len sequences of --val-data (all of it "
@@ -121,10 +134,10 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--keep-checkpoints", c.keep_checkpoints,
                  "Keep the newest K checkpoints, deleting older ones once a newer one is complete (0 = keep all)")
       ->group(kCkpt)->capture_default_str();
-  app.add_option("--async-checkpoint", c.async_checkpoint,
-                 "Periodic saves only copy the state to host memory in the step loop and write it on a background "
-                 "thread (true/false)")
-      ->group(kCkpt)->capture_default_str();
+  add_switch(app, "--async-checkpoint", c.async_checkpoint,
+             "Periodic saves only copy the state to host memory in the step loop and write it on a background "
+             "thread")
+      ->group(kCkpt);
   app.add_option("--save-model", c.save_model,
                  "Write the final model here in llm.c's GPT-2 format (any layout: rank 0 gathers the slices)")
       ->group(kCkpt);
@@ -147,10 +160,10 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
       ->group(kPar)->capture_default_str()->check(CLI::IsMember({"auto", "mpi", "nccl"}));
   app.add_option("--pipeline-schedule", c.pipeline_schedule, "1f1b or afab (all-forward-all-backward)")
       ->group(kPar)->capture_default_str()->check(CLI::IsMember({"1f1b", "afab"}));
-  app.add_option("--overlap-grad-reduce", c.overlap_grad_reduce,
-                 "Start data-parallel gradient reductions during the last micro-batch's backward (true/false; "
-                 "ZeRO-2/3 always reduce each layer's gradient as soon as its backward is done)")
-      ->group(kPar)->capture_default_str();
+  add_switch(app, "--overlap-grad-reduce", c.overlap_grad_reduce,
+             "Start data-parallel gradient reductions during the last micro-batch's backward (ZeRO-2/3 always "
+             "reduce each layer's gradient as soon as its backward is done)")
+      ->group(kPar);
   app.add_option("--bucket-mb", c.bucket_mb,
                  "Data-parallel reduction bucket size in MiB (ZeRO-2/3 reduce by layer instead)")->group(kPar)->capture_default_str();
 
@@ -166,11 +179,10 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
                  "layer's reduce-scattered into the owner's shard during backward; 3 also parameters, each layer's "
                  "gathered just before its forward and backward (the next one prefetched) and freed after")
       ->group(kMemory)->capture_default_str();
-  app.add_flag("--sequence-parallel", c.sequence_parallel,
-               "With --tp > 1: layer norms and residual adds work on 1/tp of the tokens, the all-reduces become "
-               "all-gather + reduce-scatter (Korthikanti et al. 2023)")
-      ->group(kMemory)
-      ->default_function([&c] { return std::string(c.sequence_parallel ? "true" : "false"); });
+  add_switch(app, "--sequence-parallel", c.sequence_parallel,
+             "With --tp > 1: layer norms and residual adds work on 1/tp of the tokens, the all-reduces become "
+             "all-gather + reduce-scatter (Korthikanti et al. 2023)")
+      ->group(kMemory);
 
   const char* kRun = "Run";
   app.add_option("--seed", c.seed, "Seed for initialisation, shuffling and sampling")->group(kRun)->capture_default_str();
@@ -184,11 +196,11 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
                  "--checkpoint-dir name other places)")
       ->group(kRun);
   app.add_option("--log-file", c.log_file, "Write one JSON object per step (JSONL) to this file")->group(kRun);
-  app.add_flag("--overwrite", c.overwrite,
+  add_switch(app, "--overwrite", c.overwrite,
                "Start afresh even where another run's checkpoints or metrics are found: they are deleted (without "
                "it, or --resume, such a start is refused)")
       ->group(kRun);
-  app.add_flag("--eval-only", c.eval_only,
+  add_switch(app, "--eval-only", c.eval_only,
                "Score the model (--init-from FILE, or --resume DIR|latest) on --val-data over --val-tokens and "
                "exit; writes nothing (but --log-file, if given)")
       ->group(kRun);

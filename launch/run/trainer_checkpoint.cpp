@@ -272,7 +272,7 @@ RunSummary Trainer::stop_early(std::int64_t steps_done, const StepGate& gate, co
   // Nothing is lost: the progress since the last checkpoint is saved. With
   // no step taken since start-up there is none, and `latest` (perhaps
   // another run's) stays as it was.
-  std::string saved = "no --checkpoint-dir, nothing saved";
+  std::string saved = "nothing saved: rerun with --run-dir or --checkpoint-dir to keep progress";
   bool save_failed = false;
   try {
     finish_save_in_flight();  // perhaps the very checkpoint of steps_done
@@ -303,8 +303,11 @@ RunSummary Trainer::stop_early(std::int64_t steps_done, const StepGate& gate, co
     throw JobError(kExitFailed, std::string("stop requested (") + signal_name(gate.stop_signal) + ") after step " +
                                     std::to_string(steps_done) + ", but " + saved);
   if (is_logger()) {
+    // --resume auto is advice only where a checkpoint holds this run's
+    // progress; with none it would start from scratch.
+    const bool resumable = !config_.checkpoint_dir.empty() && last_saved_step_ >= 0;
     out_ << "stopped    on request (" << signal_name(gate.stop_signal) << ") after step " << steps_done << " of "
-         << config_.steps << "; " << saved << "; continue with --resume auto" << std::endl;
+         << config_.steps << "; " << saved << (resumable ? "; continue with --resume auto" : "") << std::endl;
     metrics_.record_event({{"event", "stopped"}, {"step", steps_done}, {"signal", signal_name(gate.stop_signal)}});
   }
   summary.exit_code = kExitStopped;

@@ -339,7 +339,9 @@ TEST(PeakFlops, TrainerCapsMfuAndHfuAtTheMeasuredPeak) {
     const double mfu = std::stod((*it)[1]), hfu = std::stod((*it)[2]);
     EXPECT_LE(mfu, 100.0) << log;
     EXPECT_LE(hfu, 100.0) << log;
-    EXPECT_LT(mfu, hfu) << "selective recomputation adds FLOPs to HFU only";
+    // Printed with one decimal, both may round to the same figure on a busy
+    // machine (0.4% and 0.4%): the strict comparison is the JSONL's below.
+    EXPECT_LE(mfu, hfu) << log;
   }
   EXPECT_EQ(lines, 4) << log;
   EXPECT_TRUE(CpuPeakCache(path).find(CpuPeakCache::key(launch::this_cpu(), threads_here()))->raised);
@@ -347,7 +349,7 @@ TEST(PeakFlops, TrainerCapsMfuAndHfuAtTheMeasuredPeak) {
   for (std::string line; std::getline(jsonl, line);) {
     const nlohmann::json j = nlohmann::json::parse(line);
     if (!j.contains("mfu")) continue;
-    EXPECT_LE(j["mfu"].get<double>(), j["hfu"].get<double>());
+    EXPECT_LT(j["mfu"].get<double>(), j["hfu"].get<double>()) << "selective recomputation adds FLOPs to HFU only";
     EXPECT_LE(j["hfu"].get<double>(), 1.0);
   }
 }

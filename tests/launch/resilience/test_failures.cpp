@@ -196,6 +196,21 @@ TEST_F(Failures, SigtermCheckpointsStopsAndResumesBitIdentically) {
   EXPECT_EQ(logged_steps(dir_ / "term.jsonl"), expected);
 }
 
+// A stop with nothing saved says so and how to keep progress next time;
+// it does not advise --resume auto, which would start from scratch.
+TEST_F(Failures, SigtermWithNothingSavedDoesNotAdviseResume) {
+  std::string no_checkpoints = args(1500, "nock");
+  no_checkpoints.replace(no_checkpoints.find(" --checkpoint-dir "),
+                         std::string(" --checkpoint-dir ").size() + (dir_ / "ck_nock").size(), "");
+  Child job(train_command(0, no_checkpoints), out("nock"), err("nock"));
+  ASSERT_TRUE(wait_until([&] { return last_logged_step(dir_ / "nock.jsonl") >= 5; }, 120)) << job.err();
+  job.signal(SIGTERM);
+  ASSERT_EQ(job.wait(60), launch::kExitStopped) << job.err();
+  EXPECT_EQ(count_lines_with(job.out(), "nothing saved: rerun with --run-dir or --checkpoint-dir to keep progress"), 1)
+      << job.out();
+  EXPECT_EQ(job.out().find("--resume auto"), std::string::npos) << job.out();
+}
+
 TEST_F(Failures, Sigusr1ToMpirunStopsEveryRankWithACheckpoint) {
   // mpirun forwards SIGUSR1 to every rank (it turns SIGTERM into SIGKILL).
   Child job(train_command(2, args(1000000, "usr1")), out("usr1"), err("usr1"), kMpiEnv);

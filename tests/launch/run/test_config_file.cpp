@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "launch/resilience/command_line.h"
 #include "launch/run/train_config.h"
 #include "tests/support/hostile_json.h"
 
@@ -39,7 +40,7 @@ class ConfigFile : public ::testing::Test {
     std::vector<const char*> argv = {"train"};
     for (const std::string& a : args) argv.push_back(a.c_str());
     try {
-      app_->parse(static_cast<int>(argv.size()), argv.data());
+      parse_command_line(*app_, static_cast<int>(argv.size()), argv.data());  // as `train` parses
     } catch (const CLI::ParseError& e) {
       // A usage error: CLI11 prints it and `train` exits with its code.
       EXPECT_NE(e.get_exit_code(), 0) << e.what();
@@ -73,7 +74,7 @@ TEST_F(ConfigFile, OptionTypesAreTheNamesTheCheckReads) {
   EXPECT_EQ(type("--tp"), "INT");
   EXPECT_EQ(type("--seed"), "UINT");
   EXPECT_EQ(type("--lr"), "FLOAT");
-  EXPECT_EQ(type("--shuffle"), "BOOLEAN");
+  EXPECT_EQ(app_->get_option("--shuffle")->get_expected_min(), 0) << "a switch, like every boolean";
   EXPECT_EQ(type("--train-data"), "TEXT");
   EXPECT_EQ(type("--lr-schedule").rfind("TEXT:", 0), 0u) << type("--lr-schedule");  // with IsMember's list
   EXPECT_EQ(app_->get_option("--sequence-parallel")->get_expected_min(), 0) << "a flag";
@@ -177,8 +178,9 @@ TEST_F(ConfigFile, ValueOfTheWrongType) {
 }
 
 TEST_F(ConfigFile, UnknownKeysFlagsNotForFilesRootThatIsNoObjectAndInvalidJson) {
-  EXPECT_EQ(parse_file(R"({"modle": "gpt-micro"})"), about("key 'modle' is not a known flag"));
-  EXPECT_EQ(parse_file(R"({"batch": {"micro-bach": 2}})"), about("key 'micro-bach' in 'batch' is not a known flag"));
+  EXPECT_EQ(parse_file(R"({"modle": "gpt-micro"})"), about("key 'modle' is not a known flag (did you mean 'model'?)"));
+  EXPECT_EQ(parse_file(R"({"batch": {"micro-bach": 2}})"),
+            about("key 'micro-bach' in 'batch' is not a known flag (did you mean 'micro-batch'?)"));
   EXPECT_EQ(parse_file(R"({"config": "other.json"})"), about("key 'config' cannot be set in a config file"));
   EXPECT_EQ(parse_file("[1, 2]"),
             "config file '" + path() + "' must hold a JSON object of flag names to values, got [1,2]");
@@ -236,6 +238,21 @@ TEST_F(ConfigFile, WrittenConfigReadsBack) {
   EXPECT_EQ(parse_file(with_defaults), "") << with_defaults;
   EXPECT_EQ(config_.micro_batch, 3);
   EXPECT_DOUBLE_EQ(config_.beta2, 0.95);
+}
+
+// Every key that is no flag is named at once, each with the nearest flag;
+// `plan --json`'s and the sweep's underscore spellings set the dashed flags.
+TEST_F(ConfigFile, EveryUnknownKeyNamedWithTheNearestFlagAndUnderscoresAccepted) {
+  EXPECT_EQ(parse_file(R"({"lrr": 1e-3, "steps": 5, "stepz": 3, "xyzzy-plugh": 1})"),
+            about("key 'lrr' is not a known flag (did you mean 'lr'?); key 'stepz' is not a known flag (did you mean "
+                  "'steps'?); key 'xyzzy-plugh' is not a known flag"));
+  ASSERT_EQ(parse_file(R"({"micro_batch": 2, "batch_tokens": 512, "seq_len": 64, "warmup_steps": 7})"), "");
+  EXPECT_EQ(config_.micro_batch, 2);
+  EXPECT_EQ(config_.batch_tokens, 512);
+  EXPECT_EQ(config_.seq_len, 64);
+  EXPECT_EQ(config_.warmup_steps, 7);
+  EXPECT_EQ(parse_file(R"({"micro_batch": 2, "micro-batch": 3})"),
+            about("key 'micro-batch' is given twice ('micro_batch' and 'micro-batch' set the same flag)"));
 }
 
 // Hostile files (tests/support/hostile_json.h: nesting 100000 deep, 1e400,

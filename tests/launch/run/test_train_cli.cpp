@@ -11,6 +11,7 @@
 #include <map>
 #include <sstream>
 
+#include "launch/resilience/exit_codes.h"
 #include "tests/launch/training_fixture.h"
 
 using namespace test_support;
@@ -168,8 +169,31 @@ TEST_F(TrainCli, JsonConfigAndFlagOverride) {
   const Outcome twice = run_train(dir_, "--config " + (dir_ / "twice.json") + " --train-data " + (dir_ / "train_*.bin"));
   EXPECT_NE(twice.exit_code, 0);
   EXPECT_EQ(twice.output.substr(0, twice.output.find('\n')),
-            "config file '" + (dir_ / "twice.json") + "': key 'steps' is given twice ('steps' and 'batch.steps' set "
-            "the same flag)") << twice.output;
+            "error: config file '" + (dir_ / "twice.json") + "': key 'steps' is given twice ('steps' and 'batch.steps' "
+            "set the same flag) (run with --help for the flags)") << twice.output;
+}
+
+// Every boolean in every spelling (a bare switch, --flag true|false,
+// --flag=false, --no-flag); a refused command line is one line with the
+// error: prefix, unknown arguments in the order given; a bad input carries no
+// source location.
+TEST_F(TrainCli, SwitchesInEverySpellingAndOneLineUsageErrors) {
+  const std::string run = "--model gpt-micro --micro-batch 2 --seq-len 16 --steps 1 --device cpu --peak-tflops 1 "
+                          "--sample-tokens 0 --train-data " + (dir_ / "train_*.bin");
+  for (const std::string& spelling : {"--overlap-grad-reduce --seed 3", "--overlap-grad-reduce true --steps 1",
+                                      "--overlap-grad-reduce=false", "--no-overlap-grad-reduce", "--shuffle false",
+                                      "--no-shuffle --async-checkpoint off"}) {
+    const Outcome ok = run_train(dir_, run + " " + spelling);
+    EXPECT_EQ(ok.exit_code, 0) << spelling << "\n" << ok.output;
+  }
+  const Outcome extras = run_train(dir_, run + " --bogus 1 --also");
+  EXPECT_EQ(extras.exit_code, launch::kExitUsage) << extras.output;
+  EXPECT_EQ(extras.output.substr(0, extras.output.find('\n')),
+            "error: unexpected arguments: --bogus 1 --also (run with --help for the flags)") << extras.output;
+  const Outcome preset = run_train(dir_, run + " --model no-such-model");
+  EXPECT_EQ(preset.exit_code, launch::kExitUsage) << preset.output;
+  EXPECT_NE(preset.output.find("error: unknown model preset 'no-such-model'"), std::string::npos) << preset.output;
+  EXPECT_EQ(preset.output.find(".cpp:"), std::string::npos) << "no source location: " << preset.output;
 }
 
 // llm.c's gpt2_tokenizer.bin decodes the sample, which starts a document at
