@@ -19,6 +19,7 @@ using namespace test_support;
 
 namespace {
 
+constexpr int kExitUsage = 64;
 constexpr int kExitBadInput = 65;
 
 // gpt-micro on the corpus, quick steps.
@@ -78,6 +79,20 @@ TEST_F(HostileRuns, ShardShrinkingDuringTheRunStopsWithACheckpoint) {
   bool saved = false;
   for (const auto& e : std::filesystem::directory_iterator(dir_ / "ck")) saved |= e.path().filename().string().rfind("step_", 0) == 0;
   EXPECT_TRUE(saved) << "no checkpoint was written";
+}
+
+// A micro-batch of a billion sequences overflows the activation sizes
+// (undefined behaviour under UBSan, a wrapped size otherwise): refused at
+// start-up in one line naming the value.
+TEST_F(HostileRuns, OverflowingMicroBatchIsRefused) {
+  // GPT-2 124M's attention scores alone: 1e9 x 12 heads x 1024 x 1024 x 8 bytes.
+  const std::string args = "--model gpt2-124m --micro-batch 1000000000 --seq-len 1024 --device cpu --peak-tflops 1 "
+                           "--steps 1 --train-data " + (dir_ / "train_*.bin");
+  EXPECT_EQ(run(args, "overflow", 60), kExitUsage);
+  const std::string text = read_text(out("overflow")) + read_text(err("overflow"));
+  EXPECT_NE(text.find("--micro-batch 1000000000 "), std::string::npos) << text;
+  EXPECT_NE(text.find("overflows"), std::string::npos) << text;
+  EXPECT_EQ(count_lines(text), 1) << text;
 }
 
 }  // namespace
