@@ -240,6 +240,14 @@ int run(int argc, char** argv) {
     return 0;
   }
   ENGINE_CHECK(o.devices > 0, "--devices is required (the job's device count)");
+  // NaN fails every comparison, so `failure_rate > 0` alone would quietly
+  // plan no checkpoints; a rate above one failure per device-second is a typo.
+  ENGINE_CHECK(std::isfinite(o.failure_rate) && o.failure_rate >= 0 && o.failure_rate <= 86400,
+               "--failure-rate ", o.failure_rate, " must be a finite number of failures per device-day in [0, 86400]");
+  ENGINE_CHECK(std::isfinite(o.restart_seconds) && o.restart_seconds >= 0 && o.restart_seconds <= 1e7,
+               "--restart-seconds ", o.restart_seconds, " must be a finite number of seconds in [0, 1e7]");
+  ENGINE_CHECK(std::isfinite(o.save_seconds) && o.save_seconds >= 0 && o.save_seconds <= 1e7, "--save-seconds ",
+               o.save_seconds, " must be a finite number of seconds in [0, 1e7]");
   ENGINE_CHECK(!o.cluster.empty(), "--cluster FILE is required (examples/scaling/clusters/, or write one with plan --calibrate)");
   const launch::PlanRequest request = make_request(o);
   const std::vector<launch::Prediction> ranked = launch::plan(request);

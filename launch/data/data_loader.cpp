@@ -1,5 +1,7 @@
 #include "launch/data/data_loader.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -45,6 +47,21 @@ void fnv1a(std::uint64_t& hash, const void* data, std::size_t bytes) {
   }
 }
 
+// Each open shard holds a descriptor (see TokenShard), and a dataset of a
+// thousand shards would pass the usual soft limit of 1024: raise the soft
+// limit towards the hard one when the shards need it. If even that is too
+// low, the shard that cannot be opened says so.
+void allow_open_files(std::size_t shards) {
+  constexpr rlim_t kSpare = 256;  // MPI, NCCL, logs, checkpoints
+  struct rlimit limit {};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  const rlim_t wanted = static_cast<rlim_t>(shards) + kSpare;
+  if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < wanted) {
+    limit.rlim_cur = limit.rlim_max == RLIM_INFINITY ? wanted : std::min(wanted, limit.rlim_max);
+    ::setrlimit(RLIMIT_NOFILE, &limit);
+  }
+}
+
 }  // namespace
 
 DataLoader::DataLoader(const std::string& pattern, int seq_len, int vocab_size, bool shuffle, std::uint64_t seed)
@@ -54,6 +71,7 @@ DataLoader::DataLoader(const std::string& pattern, int seq_len, int vocab_size, 
                ", expected 1..65536 (shards store uint16 token ids)");
 
   files_ = expand_shard_pattern(pattern);
+  allow_open_files(files_.size());
   shards_.reserve(files_.size());
   first_sequence_of_shard_.reserve(files_.size() + 1);
   for (const std::string& file : files_) {
@@ -113,14 +131,22 @@ void DataLoader::verify_shard(std::size_t s) const {
   std::lock_guard<std::mutex> lock(verified_mutex_);
   if (verified_.empty()) verified_.assign(shards_.size(), 0);
   if (verified_[s]) return;
-  const std::span<const std::uint16_t> tokens = shards_[s].tokens();
-  // One pass for the maximum (vectorises), a second only to locate a bad one.
-  std::uint16_t largest = 0;
-  for (const std::uint16_t id : tokens) largest = std::max(largest, id);
-  if (largest >= vocab_size_) {
-    const auto bad = std::find_if(tokens.begin(), tokens.end(), [&](std::uint16_t id) { return id >= vocab_size_; });
-    ENGINE_FAIL("token shard ", shards_[s].path(), ": token ", bad - tokens.begin(), " is ", *bad,
-                ", outside the vocabulary of size ", vocab_size_);
+  // In chunks: a shard can be many GB, and the buffer is reused.
+  const TokenShard& shard = shards_[s];
+  constexpr std::int64_t kChunk = 1 << 20;
+  std::vector<std::uint16_t> tokens(static_cast<std::size_t>(std::min(kChunk, shard.num_tokens())));
+  for (std::int64_t first = 0; first < shard.num_tokens(); first += kChunk) {
+    const std::int64_t count = std::min(kChunk, shard.num_tokens() - first);
+    shard.read_tokens(first, count, tokens.data());
+    const auto end = tokens.begin() + count;
+    // One pass for the maximum (vectorises), a second only to locate a bad one.
+    std::uint16_t largest = 0;
+    for (auto it = tokens.begin(); it != end; ++it) largest = std::max(largest, *it);
+    if (largest >= vocab_size_) {
+      const auto bad = std::find_if(tokens.begin(), end, [&](std::uint16_t id) { return id >= vocab_size_; });
+      ENGINE_FAIL("token shard ", shard.path(), ": token ", first + (bad - tokens.begin()), " is ", *bad,
+                  ", outside the vocabulary of size ", vocab_size_);
+    }
   }
   verified_[s] = 1;
   if (std::all_of(verified_.begin(), verified_.end(), [](char v) { return v != 0; })) all_verified_.store(true);
@@ -137,11 +163,12 @@ void DataLoader::verify_all() const {
   for (std::size_t s = 0; s < shards_.size(); ++s) verify_shard(s);
 }
 
-void DataLoader::copy_sequence(std::int64_t g, std::int32_t* inputs, std::int32_t* targets) const {
+void DataLoader::copy_sequence(std::int64_t g, std::uint16_t* tokens, std::int32_t* inputs,
+                               std::int32_t* targets) const {
   const std::size_t s = shard_of(g);
   const TokenShard& shard = shards_[s];
   const std::int64_t first_token = (g - first_sequence_of_shard_[s]) * seq_len_;
-  const std::uint16_t* tokens = shard.tokens().data() + first_token;
+  shard.read_tokens(first_token, seq_len_ + 1, tokens);
 
   // T + 1 tokens give T (input, target) pairs.
   for (int t = 0; t <= seq_len_; ++t) {
@@ -161,9 +188,10 @@ void DataLoader::read_sequences(std::int64_t first_sequence, std::int64_t count,
                "data loader: null inputs or targets buffer for ", count, " sequences");
   ENGINE_CHECK(first_sequence <= std::numeric_limits<std::int64_t>::max() - count, "data loader: stream positions ",
                first_sequence, " + ", count, " overflow int64");
+  std::vector<std::uint16_t> tokens(static_cast<std::size_t>(seq_len_) + 1);  // per call: thread-safe
   for (std::int64_t k = 0; k < count; ++k) {
     const std::int64_t g = sequence_at(first_sequence + k);
-    copy_sequence(g, inputs + k * seq_len_, targets + k * seq_len_);
+    copy_sequence(g, tokens.data(), inputs + k * seq_len_, targets + k * seq_len_);
   }
 }
 

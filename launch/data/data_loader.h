@@ -75,8 +75,9 @@ class DataLoader {
   std::size_t shard_of(std::int64_t g) const;
   // Scans shard s for out-of-vocabulary tokens unless already done.
   void verify_shard(std::size_t s) const;
-  // Copies global sequence g into one (T) row of inputs and targets.
-  void copy_sequence(std::int64_t g, std::int32_t* inputs, std::int32_t* targets) const;
+  // Copies global sequence g into one (T) row of inputs and targets, reading
+  // its T + 1 tokens through `tokens` (room for T + 1).
+  void copy_sequence(std::int64_t g, std::uint16_t* tokens, std::int32_t* inputs, std::int32_t* targets) const;
 
   std::vector<std::string> files_;
   std::vector<TokenShard> shards_;

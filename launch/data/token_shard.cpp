@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <glob.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -18,9 +17,9 @@
 
 namespace launch {
 
-// The format is little-endian on disk and we read it in place from the
-// mapping; a big-endian host would need byte swaps that nobody would test.
-static_assert(std::endian::native == std::endian::little, "token shards are read in place as little-endian");
+// The format is little-endian on disk and we read its bytes straight into
+// integers; a big-endian host would need byte swaps that nobody would test.
+static_assert(std::endian::native == std::endian::little, "token shards are read as little-endian");
 
 namespace {
 
@@ -36,6 +35,8 @@ class FdGuard {
   FdGuard(const FdGuard&) = delete;
   FdGuard& operator=(const FdGuard&) = delete;
   int get() const { return fd_; }
+  // Gives up ownership: the caller closes it.
+  int release() { return std::exchange(fd_, -1); }
   // Closes now and reports failure (close can report a delayed write error).
   bool close_now() {
     const int fd = std::exchange(fd_, -1);
@@ -45,6 +46,27 @@ class FdGuard {
  private:
   int fd_;
 };
+
+// pread until `bytes` are in: a short read means the file ended early, that
+// is, it has shrunk since it was opened and validated.
+void read_exactly(int fd, void* out, std::size_t bytes, std::int64_t offset, const std::string& path) {
+  char* at = static_cast<char*>(out);
+  const std::int64_t end = offset + static_cast<std::int64_t>(bytes);
+  while (bytes > 0) {
+    const ssize_t got = ::pread(fd, at, bytes, static_cast<off_t>(offset));
+    if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    ENGINE_CHECK(got >= 0, "token shard ", path, ": read failed at byte ", offset, ": ", errno_text());
+    if (got == 0) {
+      struct stat info {};
+      const std::int64_t now = ::fstat(fd, &info) == 0 ? static_cast<std::int64_t>(info.st_size) : -1;
+      ENGINE_FAIL("token shard ", path, ": shrank while in use: it is now ", now, " bytes, but bytes up to ", end,
+                  " were there when it was opened (was it overwritten during the run?)");
+    }
+    at += got;
+    offset += got;
+    bytes -= static_cast<std::size_t>(got);
+  }
+}
 
 void write_all(int fd, const void* data, std::size_t bytes, const std::string& path) {
   const char* at = static_cast<const char*>(data);
@@ -60,76 +82,75 @@ void write_all(int fd, const void* data, std::size_t bytes, const std::string& p
 }  // namespace
 
 TokenShard::TokenShard(const std::string& path) : path_(path) {
-  FdGuard fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  ENGINE_CHECK(fd.get() >= 0, "token shard ", path, ": cannot open for reading: ", errno_text());
-
+  // stat before open: opening a FIFO for reading blocks until a writer comes,
+  // which for a mistyped shard path is forever.
   struct stat info {};
+  ENGINE_CHECK(::stat(path.c_str(), &info) == 0, "token shard ", path, ": cannot open for reading: ", errno_text());
+  ENGINE_CHECK(S_ISREG(info.st_mode), "token shard ", path, ": not a regular file");
+  // O_NONBLOCK: should the path be swapped for a FIFO between the stat and
+  // the open, the open returns at once and the fstat below refuses it. It
+  // changes nothing for a regular file.
+  FdGuard fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  ENGINE_CHECK(fd.get() >= 0, "token shard ", path, ": cannot open for reading: ", errno_text(),
+               errno == EMFILE ? " (raise the open-file limit, ulimit -n: each shard holds one descriptor)" : "");
   ENGINE_CHECK(::fstat(fd.get(), &info) == 0, "token shard ", path, ": cannot stat: ", errno_text());
   ENGINE_CHECK(S_ISREG(info.st_mode), "token shard ", path, ": not a regular file");
   const std::int64_t file_bytes = info.st_size;
   ENGINE_CHECK(file_bytes >= kShardHeaderBytes, "token shard ", path, ": file is ", file_bytes,
                " bytes, smaller than the ", kShardHeaderBytes, "-byte header (truncated or not a shard)");
 
-  mapping_bytes_ = static_cast<std::size_t>(file_bytes);
-  mapping_ = ::mmap(nullptr, mapping_bytes_, PROT_READ, MAP_PRIVATE, fd.get(), 0);
-  if (mapping_ == MAP_FAILED) {
-    mapping_ = nullptr;
-    ENGINE_FAIL("token shard ", path, ": mmap of ", file_bytes, " bytes failed: ", errno_text());
-  }
-  // The mapping stays valid after the descriptor is closed (by FdGuard).
-
-  // From here on a failed check must unmap: the destructor does not run for
-  // an object whose constructor throws.
-  try {
-    const auto* header = static_cast<const std::int32_t*>(mapping_);
-    ENGINE_CHECK(header[0] == kShardMagic, "token shard ", path, ": bad magic number ", header[0], ", expected ",
-                 kShardMagic, " (not an llm.c token shard)");
-    ENGINE_CHECK(header[1] == kShardVersion, "token shard ", path, ": unsupported version ", header[1],
-                 ", expected ", kShardVersion);
-    const std::int64_t count = header[2];
-    ENGINE_CHECK(count >= kShardMinTokens, "token shard ", path, ": header says ", count,
-                 " tokens, expected at least ", kShardMinTokens);
-    const std::int64_t expected_bytes = kShardHeaderBytes + 2 * count;
-    ENGINE_CHECK(file_bytes >= expected_bytes, "token shard ", path, ": truncated: header says ", count,
-                 " tokens, so the file should be ", expected_bytes, " bytes, but it is ", file_bytes, " bytes");
-    ENGINE_CHECK(file_bytes == expected_bytes, "token shard ", path, ": ", file_bytes - expected_bytes,
-                 " trailing bytes: header says ", count, " tokens, so the file should be ", expected_bytes,
-                 " bytes, but it is ", file_bytes, " bytes");
-    num_tokens_ = count;
-    tokens_ = reinterpret_cast<const std::uint16_t*>(static_cast<const char*>(mapping_) + kShardHeaderBytes);
-  } catch (...) {
-    release();
-    throw;
-  }
+  std::int32_t header[kShardHeaderInts] = {};
+  read_exactly(fd.get(), header, sizeof header, 0, path);
+  ENGINE_CHECK(header[0] == kShardMagic, "token shard ", path, ": bad magic number ", header[0], ", expected ",
+               kShardMagic, " (not an llm.c token shard)");
+  ENGINE_CHECK(header[1] == kShardVersion, "token shard ", path, ": unsupported version ", header[1], ", expected ",
+               kShardVersion);
+  const std::int64_t count = header[2];
+  ENGINE_CHECK(count >= kShardMinTokens, "token shard ", path, ": header says ", count, " tokens, expected at least ",
+               kShardMinTokens);
+  const std::int64_t expected_bytes = kShardHeaderBytes + 2 * count;
+  ENGINE_CHECK(file_bytes >= expected_bytes, "token shard ", path, ": truncated: header says ", count,
+               " tokens, so the file should be ", expected_bytes, " bytes, but it is ", file_bytes, " bytes");
+  ENGINE_CHECK(file_bytes == expected_bytes, "token shard ", path, ": ", file_bytes - expected_bytes,
+               " trailing bytes: header says ", count, " tokens, so the file should be ", expected_bytes,
+               " bytes, but it is ", file_bytes, " bytes");
+  num_tokens_ = count;
+  fd_ = fd.release();
 }
 
 TokenShard::~TokenShard() { release(); }
 
 TokenShard::TokenShard(TokenShard&& other) noexcept
     : path_(std::move(other.path_)),
-      mapping_(std::exchange(other.mapping_, nullptr)),
-      mapping_bytes_(std::exchange(other.mapping_bytes_, 0)),
-      tokens_(std::exchange(other.tokens_, nullptr)),
+      fd_(std::exchange(other.fd_, -1)),
       num_tokens_(std::exchange(other.num_tokens_, 0)) {}
 
 TokenShard& TokenShard::operator=(TokenShard&& other) noexcept {
   if (this != &other) {
     release();
     path_ = std::move(other.path_);
-    mapping_ = std::exchange(other.mapping_, nullptr);
-    mapping_bytes_ = std::exchange(other.mapping_bytes_, 0);
-    tokens_ = std::exchange(other.tokens_, nullptr);
+    fd_ = std::exchange(other.fd_, -1);
     num_tokens_ = std::exchange(other.num_tokens_, 0);
   }
   return *this;
 }
 
 void TokenShard::release() noexcept {
-  if (mapping_ != nullptr) ::munmap(mapping_, mapping_bytes_);
-  mapping_ = nullptr;
-  mapping_bytes_ = 0;
-  tokens_ = nullptr;
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
   num_tokens_ = 0;
+}
+
+void TokenShard::read_tokens(std::int64_t first, std::int64_t count, std::uint16_t* out) const {
+  ENGINE_CHECK(first >= 0 && count >= 0 && first <= num_tokens_ - count, "token shard ", path_, ": tokens [",
+               first, ", ", first + count, ") are outside its ", num_tokens_, " tokens");
+  read_exactly(fd_, out, static_cast<std::size_t>(count) * 2, kShardHeaderBytes + 2 * first, path_);
+}
+
+std::vector<std::uint16_t> TokenShard::read_all() const {
+  std::vector<std::uint16_t> tokens(static_cast<std::size_t>(num_tokens_));
+  read_tokens(0, num_tokens_, tokens.data());
+  return tokens;
 }
 
 std::vector<std::string> expand_shard_pattern(const std::string& pattern) {

@@ -9,9 +9,13 @@
 //     the rest  = 0 (reserved)
 //   body:   N x uint16 token ids
 //
-// A shard is memory-mapped read-only: opening is O(1) whatever its size, the
-// page cache is shared between the ranks of one node, and the kernel pages in
-// only the sequences a run actually touches.
+// A shard is read with pread from a descriptor held open, not memory-mapped:
+// a mapped file that shrinks under the run (`cp` over it truncates it in
+// place) kills the process with SIGBUS on the next touch, while a short read
+// is an error naming the shard, which the trainer turns into a stop with a
+// checkpoint. Opening is still O(1) whatever the size, reads go through the
+// page cache shared by the ranks of one node, and only the sequences a run
+// touches are read.
 #pragma once
 
 #include <cstdint>
@@ -29,10 +33,11 @@ inline constexpr std::int64_t kShardHeaderBytes = kShardHeaderInts * 4;  // 1024
 // at least two tokens to be of any use; the reader and the writer both insist.
 inline constexpr std::int64_t kShardMinTokens = 2;
 
-// One open, validated, memory-mapped shard. Move-only: it owns the mapping.
+// One open, validated shard. Move-only: it owns the file descriptor.
 class TokenShard {
  public:
-  // Opens and validates `path`: readable regular file, at least a header,
+  // Opens and validates `path`: readable regular file (checked before
+  // opening, so a FIFO is refused instead of blocking the open), at least a header,
   // magic, version, at least kShardMinTokens tokens, and a size of exactly
   // header + 2 * N bytes (a truncated file and trailing bytes are both
   // refused). Throws engine::Error naming the file and the wrong value.
@@ -46,17 +51,20 @@ class TokenShard {
 
   const std::string& path() const { return path_; }
   std::int64_t num_tokens() const { return num_tokens_; }
-  // The N token ids, straight from the mapping (not range-checked against any
-  // vocabulary: the loader does that as it reads, see DataLoader).
-  std::span<const std::uint16_t> tokens() const { return {tokens_, static_cast<std::size_t>(num_tokens_)}; }
+  // Copies tokens [first, first + count) into `out` (not range-checked
+  // against any vocabulary: the loader does that as it reads, see
+  // DataLoader). Safe to call from several threads. Throws engine::Error
+  // naming the file if the range is outside [0, N) or the file has shrunk
+  // since it was opened.
+  void read_tokens(std::int64_t first, std::int64_t count, std::uint16_t* out) const;
+  // All N token ids.
+  std::vector<std::uint16_t> read_all() const;
 
  private:
   void release() noexcept;
 
   std::string path_;
-  void* mapping_ = nullptr;  // the whole file, PROT_READ
-  std::size_t mapping_bytes_ = 0;
-  const std::uint16_t* tokens_ = nullptr;  // mapping_ + kShardHeaderBytes
+  int fd_ = -1;
   std::int64_t num_tokens_ = 0;
 };
 

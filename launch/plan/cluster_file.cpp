@@ -174,11 +174,19 @@ double number(const Json& value, const std::string& key, const Unit& unit, const
   return value.get<double>();
 }
 
+// The largest figure a file may give, in its own unit: far beyond any real
+// device or link (1e7 TFLOP/s, GiB, GB/s or us), yet small enough that the
+// planner's products with device counts and seconds stay finite, so a typo
+// such as 1e300 is refused instead of planned with and printed as inf.
+constexpr double kLargestFigure = 1e7;
+
 // "must be a positive number of GB/s, got -3"
 void check_positive(double si, const std::string& key, const Unit& unit, bool zero_ok, const std::string& where) {
   const bool ok = std::isfinite(si) && (si > 0 || (zero_ok && si == 0));
   ENGINE_CHECK(ok, where, ": key '", key, "' must be a ", zero_ok ? "non-negative" : "positive", " number",
                *unit.name ? " of " : "", unit.name, zero_ok ? " (0 = unknown)" : "", ", got ", shown(unit.from_si(si)));
+  ENGINE_CHECK(unit.from_si(si) <= kLargestFigure, where, ": key '", key, "' must be at most ", kLargestFigure,
+               *unit.name ? " " : "", unit.name, ", got ", shown(unit.from_si(si)));
 }
 
 // The shortest decimal (in the file's unit) that a reader turns back into

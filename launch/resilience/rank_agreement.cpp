@@ -24,7 +24,9 @@ std::string broadcast_string(parallel::Communicator& world, const std::string& t
   std::int32_t size = static_cast<std::int32_t>(text.size());
   world.broadcast(host_i32(&size, 1), root);
   std::vector<std::int32_t> words(static_cast<std::size_t>(words_for(size)), 0);
-  if (world.rank() == root) std::memcpy(words.data(), text.data(), text.size());
+  // An empty text has no words: memcpy from or to a null pointer is undefined
+  // even for zero bytes.
+  if (world.rank() == root && !text.empty()) std::memcpy(words.data(), text.data(), text.size());
   if (!words.empty()) world.broadcast(host_i32(words.data(), static_cast<std::int64_t>(words.size())), root);
   return std::string(reinterpret_cast<const char*>(words.data()), static_cast<std::size_t>(size));
 }
@@ -47,7 +49,7 @@ std::vector<std::string> all_gather_strings(parallel::Communicator& world, const
   std::vector<std::string> out(static_cast<std::size_t>(n));
   if (width == 0) return out;
   std::vector<std::int32_t> padded(static_cast<std::size_t>(width), 0), all(static_cast<std::size_t>(width * n), 0);
-  std::memcpy(padded.data(), text.data(), text.size());
+  if (!text.empty()) std::memcpy(padded.data(), text.data(), text.size());
   world.all_gather(host_i32(padded.data(), width), host_i32(all.data(), width * n));
   for (int r = 0; r < n; ++r)
     out[static_cast<std::size_t>(r)].assign(reinterpret_cast<const char*>(all.data() + r * width),

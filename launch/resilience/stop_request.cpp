@@ -18,14 +18,17 @@ std::atomic<int> requested{0};
 static_assert(std::atomic<int>::is_always_lock_free);
 
 void on_signal(int signal) {
-  if (requested.load() != 0) {
+  // One atomic read-modify-write: with a load then a store, two signals
+  // landing together (on two threads) could both see "no request yet", and
+  // the second would be taken as a first. The first signal's number stays.
+  int none = 0;
+  if (!requested.compare_exchange_strong(none, signal)) {
     // The second request: the person (or the scheduler) will not wait for
     // the step to end. Only async-signal-safe calls here.
     static const char message[] = "error: second stop signal: aborting at once\n";
     [[maybe_unused]] const ssize_t n = write(STDERR_FILENO, message, sizeof message - 1);
     _exit(128 + signal);
   }
-  requested.store(signal);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "launch/run/train_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -17,6 +18,25 @@
 namespace launch {
 
 namespace {
+
+// The largest activation of one micro-batch, in bytes: B x T x the widest of
+// the MLP, the padded vocabulary (logits) and the heads' T x T attention
+// scores, x 8 bytes (fp64). Past 2^48 bytes (256 TiB, more than any machine
+// holds) it is refused here, in one line, so that every size the engine
+// derives from it (x layers, x slots, x ranks) stays far inside int64 instead
+// of overflowing (undefined behaviour) before the memory plan could refuse it.
+void check_sizes_fit(const TrainConfig& c) {
+  constexpr std::int64_t kMaxActivationBytes = std::int64_t{1} << 48;
+  const model::GptConfig& m = c.model;
+  const std::int64_t widest = std::max({m.mlp_width(), m.padded_vocab(), m.n_head * c.seq_len, m.n_embd});
+  std::int64_t bytes = 0;
+  const bool overflow = __builtin_mul_overflow(c.micro_batch, c.seq_len, &bytes) ||
+                        __builtin_mul_overflow(bytes, widest, &bytes) ||
+                        __builtin_mul_overflow(bytes, std::int64_t{8}, &bytes);
+  ENGINE_CHECK(!overflow && bytes <= kMaxActivationBytes, "--micro-batch ", c.micro_batch, " x --seq-len ", c.seq_len,
+               " x ", widest, " (the model's widest activation) x 8 bytes overflows the sizes the engine can hold "
+               "(at most 2^48 bytes): the micro-batch is far too large");
+}
 
 // The floating-point flags and the fields they set: checked for finiteness,
 // and written exactly by resolved_config_json (CLI11 would print them with
@@ -273,6 +293,7 @@ void TrainConfig::resolve(int cuda_devices, int world) {
   ENGINE_CHECK(seq_len >= 1 && seq_len <= model.max_seq_len, "--seq-len ", seq_len, " must be in [1, ",
                model.max_seq_len, "] (the model's max_seq_len)");
   ENGINE_CHECK(micro_batch >= 1, "--micro-batch must be >= 1, got ", micro_batch);
+  check_sizes_fit(*this);
 
   // The layout: every problem in one message, the same on every rank.
   {

@@ -213,9 +213,14 @@ Trainer::StepGate Trainer::agree_between_steps(bool my_data_is_bad) {
 std::string Trainer::check_step_data(std::int64_t step) {
   // Each shard is scanned whole the first time one of its sequences is
   // needed, so a bad one stops the run before any of its tokens is used.
+  // Then the step's tokens are read here, before the ranks agree to take
+  // the step: a shard that shrank since (overwritten under the run) stops
+  // the run with a checkpoint like any bad shard, instead of failing one
+  // rank in the middle of the step.
   try {
     for (int micro = 0; micro < batch_.micro_batches(); ++micro)
       train_data_->verify_sequences(batch_.first_sequence(step, micro), batch_.micro_batch);
+    pipeline_->load_step(step);
   } catch (const std::exception& e) {
     return e.what();
   }

@@ -22,7 +22,14 @@ class TrainingStage : public parallel::Stage {
   TrainingStage(model::GptStage& stage, DataLoader& data, const BatchLayout& layout, std::int64_t seq_len,
                 parallel::DataParallel& data_parallel);
 
-  // Before the step's schedule runs: which global batch, and d(objective)/d(loss of each token).
+  // Between steps, before the ranks agree to take the step: reads every
+  // micro-batch's tokens of `step` (where this stage needs them) into host
+  // buffers, so a shard that cannot be read (it shrank under the run) throws
+  // here, where the trainer turns it into a stop with a checkpoint, and not
+  // in the middle of the schedule.
+  void load_step(std::int64_t step);
+  // Before the step's schedule runs: which global batch (load_step's), and
+  // d(objective)/d(loss of each token).
   void begin_step(std::int64_t step, double grad_scale);
   double loss_sum() const { return loss_sum_; }  // this rank's summed token losses (last stage), this step
 
@@ -39,7 +46,9 @@ class TrainingStage : public parallel::Stage {
   model::GptStage& stage_;
   DataLoader& data_;
   BatchLayout layout_;
-  std::vector<std::int32_t> inputs_, targets_;  // (B,T) host staging
+  std::int64_t seq_len_;
+  std::vector<std::int32_t> inputs_, targets_;  // (micro-batches, B, T) host staging of one step
+  std::int64_t loaded_step_ = -1;
   std::int64_t step_ = 0;
   double grad_scale_ = 0;
   double loss_sum_ = 0;

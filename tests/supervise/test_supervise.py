@@ -45,6 +45,8 @@ if "on_stop" in a:  # "exit_75": a clean stop; "ignore": keep running
         got.append(1)
         with open(plan["marker"], "a") as f:
             f.write("stop\n")
+        if len(got) == 2 and a["on_stop"] == "abort_second":
+            os._exit(138)  # what the trainer does on a second stop signal: 128 + SIGUSR1
     signal.signal(getattr(signal, a.get("trap", "SIGUSR1")), on_stop)
     if a.get("grandchild"):  # in the child's process group, like an mpirun rank
         gc = subprocess.Popen([sys.executable, "-c", plan["grandchild_code"], plan["grandchild_marker"],
@@ -301,12 +303,44 @@ class SuperviseTest(unittest.TestCase):
         job.proc.send_signal(signal.SIGINT)
         self.assertTrue(wait_until(lambda: stops() == 2), job.stderr)
         job.proc.send_signal(signal.SIGTERM)
-        self.assertEqual(job.finish(), 137, job.stderr)
+        self.assertEqual(job.finish(), 143, job.stderr)  # stopped on request, not cleanly
         self.assertEqual(self.trace(), ["0"])  # never restarted after a stop request
         self.assertIn("got SIGINT (stop request 2): sent SIGUSR1 to the job", job.stderr)
         self.assertIn("got SIGTERM (stop request 3): sent SIGKILL to the job's process group", job.stderr)
         self.assertIn("ended after a stop request: killed by SIGKILL", job.stderr)
         self.assertEqual(self.load_report()["outcome"], "stopped")
+
+    def test_sigusr1_is_a_stop_request(self):
+        """Slurm's --signal=USR1 warning reaches supervise itself: it must stop the job
+        (and not die of it, leaving the job orphaned)."""
+        job = self.start([], [{"on_stop": "exit_75", "grandchild": True}])
+        self.assertTrue(wait_until(lambda: os.path.exists(self.path("ready"))), job.stderr)
+        with open(self.path("grandchild_pid")) as f:
+            grandchild = int(f.read())
+        job.proc.send_signal(signal.SIGUSR1)
+        self.assertEqual(job.finish(), 75, job.stderr)
+        self.assertIn("got SIGUSR1 (stop request 1): sent SIGUSR1 to the job", job.stderr)
+        with open(self.path("marker")) as f:
+            self.assertEqual(f.read(), "stop\n")
+        self.assertTrue(wait_until(lambda: not alive(grandchild), 5))
+
+    def test_three_quick_stop_signals_end_the_same_way(self):
+        """Three SIGTERMs 0.3 s apart: whether the job aborts on the second request
+        (exit 138, as the trainer does) or is killed by the third, supervise exits 143."""
+        for behaviour in ("abort_second", "ignore"):
+            with self.subTest(behaviour=behaviour):
+                for name in ("ready", "marker", "trace"):
+                    if os.path.exists(self.path(name)):
+                        os.unlink(self.path(name))
+                job = self.start([], [{"on_stop": behaviour}])
+                self.assertTrue(wait_until(lambda: os.path.exists(self.path("ready"))), job.stderr)
+                for i in range(3):
+                    if job.proc.poll() is None:
+                        job.proc.send_signal(signal.SIGTERM)
+                    time.sleep(0.3)
+                self.assertEqual(job.finish(), 143, job.stderr)
+                self.assertEqual(self.load_report()["outcome"], "stopped")
+                self.assertEqual(self.trace(), ["0"])
 
     def test_stop_during_backoff_exits_75_at_once(self):
         job = self.start(["--backoff", "30"], [{"exit": 1}, {"exit": 0}])

