@@ -188,7 +188,10 @@ section "7. the scaling sweep on this GPU: 12 one-rank layouts of gpt2-124m (mic
 cluster=$w/cal_gpt2-124m.json
 [ -f "$cluster" ] || cluster=$ROOT/examples/scaling/clusters/h100_single.json
 echo "cluster file: $cluster"
-timeout "$(cap 240)" bash "$ROOT/examples/scaling/sweep.sh" --layouts "$ROOT/examples/scaling/layouts_gpu_np1.txt" \
+# The GPU machine may lack matplotlib: then the tables only (sweep.sh refuses to start without it otherwise).
+plots=()
+python3 "$ROOT/examples/plot_python.py" >/dev/null 2>&1 || plots=(--no-plots)
+timeout "$(cap 240)" bash "$ROOT/examples/scaling/sweep.sh" "${plots[@]}" --layouts "$ROOT/examples/scaling/layouts_gpu_np1.txt" \
   --np 1 --out "$w/sweep" --build "$BUILD" --model gpt2-124m --seq-len 1024 --batch-tokens 16384 --steps 10 \
   --data "$w/data/fortunes_train_*.bin" --cluster "$cluster" -- --device cuda --precision bf16 \
   --checkpoint-interval 0 --sample-tokens 0 >"$w/sweep.out" 2>&1 ||

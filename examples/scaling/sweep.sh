@@ -7,7 +7,7 @@
 #   examples/scaling/sweep.sh --layouts FILE --np N --out DIR [--build BUILD_DIR]
 #       [--model PRESET] [--steps S] [--seq-len T] [--batch-tokens TOKENS]
 #       [--data GLOB] [--plan PLAN_JSON | --cluster CLUSTER_JSON] [--skip K] [--repeat R]
-#       [-- extra train flags...]
+#       [--no-plots] [-- extra train flags...]
 #
 # - The launcher is `mpirun` unless MPIRUN says otherwise (MPIRUN="srun
 #   --mpi=pmix"); it is called as `$MPIRUN -n N train ...`. With Open MPI's
@@ -33,6 +33,12 @@
 #   --cluster FILE (a cluster file: examples/scaling/clusters/, or `mpirun -n N
 #   plan --calibrate --out FILE`) runs the planner first, for the sweep's model,
 #   batch and ranks, into DIR/plan.json.
+# - Every tool is checked before anything is written (a sweep that cannot
+#   finish should not leave a half-made DIR): train, prepare without --data,
+#   plan with --cluster, the launcher, and a Python with matplotlib for the
+#   report's plots, found as examples/plot_python.py finds it ($PYTHON or
+#   python3, else /usr/bin/python3). What is missing is named in one line.
+#   --no-plots: the report's tables only, for a machine without matplotlib.
 set -euo pipefail
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ENGINE_ROOT=$(cd "$SCRIPT_DIR/../.." && pwd)
@@ -47,7 +53,7 @@ die() {
 }
 
 layouts="" np="" out="" build="" model="gpt-demo" steps=20 seq_len=128 batch_tokens=4096 data="" plan="" skip=3
-cluster="" repeat=1
+cluster="" repeat=1 plots=1
 extra=()
 while [ $# -gt 0 ]; do
   case $1 in
@@ -64,6 +70,7 @@ while [ $# -gt 0 ]; do
     --cluster) cluster=${2:?--cluster needs a cluster file}; shift 2 ;;
     --skip) skip=${2:?--skip needs a count}; shift 2 ;;
     --repeat) repeat=${2:?--repeat needs a count}; shift 2 ;;
+    --no-plots) plots=0; shift ;;
     -h|--help) usage 0 ;;
     --) shift; extra=("$@"); break ;;
     *) echo "sweep.sh: unknown argument '$1'" >&2; usage ;;
@@ -134,24 +141,55 @@ while IFS= read -r line || [ -n "$line" ]; do
 done <"$layouts"
 [ ${#names[@]} -gt 0 ] || die "$layouts: no layouts in it"
 
-# ---- binaries and data --------------------------------------------------------------
+# ---- the tools, all checked before anything is written --------------------------------
 if [ -n "$build" ]; then
+  [ -d "$build" ] || die "--build '$build': no such folder"
   ENGINE_BUILD_DIR=$(cd "$build" && pwd)
-  [ -x "$ENGINE_BUILD_DIR/launch/train" ] || die "--build '$build': no launch/train in it"
 else
   source "$ENGINE_ROOT/launch/setup_env.sh"
   engine_install_dependencies
   engine_build train prepare
 fi
 train=$ENGINE_BUILD_DIR/launch/train
+read -r -a launcher <<<"${MPIRUN:-mpirun}"
+missing=()
+[ -x "$train" ] || missing+=("launch/train in $ENGINE_BUILD_DIR")
+make_data=0  # no --data, and no corpus tokenised by an earlier sweep into DIR/data
+if [ -z "$data" ] && ! ls "$out"/data/sweep_train_*.bin >/dev/null 2>&1; then
+  make_data=1
+  [ -x "$ENGINE_BUILD_DIR/launch/prepare" ] ||
+    missing+=("launch/prepare in $ENGINE_BUILD_DIR (to tokenise a corpus: no --data given)")
+  [ -d /usr/share/games/fortunes ] || missing+=("the fortunes corpus (no --data given: apt-get install fortunes)")
+fi
+[ -z "$cluster" ] || [ -x "$ENGINE_BUILD_DIR/launch/plan" ] ||
+  missing+=("launch/plan in $ENGINE_BUILD_DIR (for --cluster)")
+if [ ${#launcher[@]} -eq 0 ] || ! command -v "${launcher[0]}" >/dev/null; then
+  if [ -n "${MPIRUN:-}" ]; then missing+=("the launcher '${launcher[0]:-}' that MPIRUN names")
+  else missing+=("mpirun (apt-get install openmpi-bin, or name a launcher in MPIRUN)"); fi
+fi
+# The report's Python: with --no-plots any python3; else one with matplotlib,
+# which setup_env.sh installs for the system's Python while a pyenv or
+# virtualenv python3 first on PATH may lack it (examples/plot_python.py).
+python=${PYTHON:-python3}
+command -v "$python" >/dev/null || python=/usr/bin/python3
+if ! command -v "$python" >/dev/null; then
+  missing+=("python3 (for report.py)")
+elif (( plots )); then
+  install="apt-get install python3-matplotlib or pip install matplotlib; or --no-plots"
+  python=$("$python" "$ENGINE_ROOT/examples/plot_python.py" 2>/dev/null) ||
+    missing+=("matplotlib for the report's plots ($install)")
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+  joined=$(printf '; %s' "${missing[@]}")
+  die "missing, so nothing was run or written: ${joined:2}"
+fi
 
+# ---- data -----------------------------------------------------------------------------
 mkdir -p "$out/runs" "$out/logs"
 out=$(cd "$out" && pwd)
 if [ -z "$data" ]; then
   data="$out/data/sweep_train_*.bin"
-  if ! ls $data >/dev/null 2>&1; then
-    [ -x "$ENGINE_BUILD_DIR/launch/prepare" ] || die "no --data given and no launch/prepare in '$ENGINE_BUILD_DIR' to make it"
-    [ -d /usr/share/games/fortunes ] || die "no --data given and no fortunes corpus (apt-get install fortunes)"
+  if (( make_data )); then
     mkdir -p "$out/data"
     find -L /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' | sort | head -8 |
       xargs cat >"$out/data/text.txt"
@@ -161,7 +199,6 @@ fi
 
 # ---- the plan, when the sweep makes it -----------------------------------------------
 if [ -n "$cluster" ]; then
-  [ -x "$ENGINE_BUILD_DIR/launch/plan" ] || die "--cluster: no launch/plan in '$ENGINE_BUILD_DIR'"
   # The model's shape and the MFU convention the runs get from the extra flags
   # must be the planner's too.
   plan_flags=()
@@ -179,7 +216,6 @@ if [ -n "$cluster" ]; then
 fi
 
 # ---- the launcher -------------------------------------------------------------------
-read -r -a launcher <<<"${MPIRUN:-mpirun}"
 case $(basename "${launcher[0]}") in
   mpirun|mpiexec|orterun)
     if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
@@ -226,10 +262,8 @@ done
 total=$(awk -v a="$sweep_start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.0f", b - a }')
 echo "sweep: $(( ${#names[@]} * repeat )) runs in $total s, $failed failed"
 
-# The plots need matplotlib, which setup_env.sh installs for the system's
-# Python: a pyenv or virtualenv python3 first on PATH may not have it.
-python=${PYTHON:-python3}
-if ! "$python" -c 'import matplotlib' 2>/dev/null && [ -x /usr/bin/python3 ]; then python=/usr/bin/python3; fi
+# $python: checked above, before the runs.
 report=("$python" "$SCRIPT_DIR/report.py" "$out" --skip "$skip")
 [ -z "$plan" ] || report+=(--plan "$plan")
+(( plots )) || report+=(--no-plots)
 "${report[@]}"

@@ -3,12 +3,17 @@
 Every figure checked here is computed by hand from the records the test
 writes: medians after the warm-up steps, the split of the step into compute,
 exposed communication and bubble, the largest rank's memory, Spearman's rho
-(with and without ties), the planner's pick and the memory checks.
+(with and without ties), the planner's pick and the memory checks. The
+plots are checked on their own artists: the tallest stacked bar below the
+top with the legend clear of every bar, and plan_vs_measured.png's labels
+apart however close their points. The report's modules stay under 400
+lines; without matplotlib it writes its tables and says what to install.
 
     ENGINE_SCALING_DIR=examples/scaling python3 -m unittest -v test_report
 """
 import csv
 import importlib.util
+import itertools
 import json
 import math
 import os
@@ -16,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+from unittest import mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCALING = os.environ.get("ENGINE_SCALING_DIR") or os.path.join(HERE, "..", "..", "examples", "scaling")
@@ -277,6 +283,81 @@ class ReportTest(unittest.TestCase):
                                 plan_entry(2, 1, 1, 8, 0.30, 999, sp=True)], "plan2.json")
         out = self.run_report("--plan", plan)
         self.assertIn("Planner's pick tp2_sp measured 400.0 ms; best measured dp2_z0 250.0 ms: NOT within 10%", out)
+
+    def figures(self, rows, plan_summary):
+        """report_plots.write_plots' figures, kept open for inspection: {axes title: axes}."""
+        import matplotlib.pyplot as plt
+
+        import report_plots  # beside report.py, on the path loading it set
+        kept = []
+        with mock.patch("matplotlib.pyplot.close", side_effect=kept.append):
+            report_plots.write_plots(self.dir, rows, plan_summary)
+        kept = [f for f in kept if hasattr(f, "canvas")]  # figures only, not what matplotlib closes by name
+        self.addCleanup(lambda: [plt.close(f) for f in kept])
+        for fig in kept:
+            fig.canvas.draw()
+        return {ax.get_title(): ax for fig in kept for ax in fig.axes}
+
+    def test_stacked_bars_leave_room_for_the_legend(self):
+        # The recorded CPU sweep's shape: one layout without staging memory and another with, the tallest bar
+        # of the one without (an empty top segment pinned the axis to the bar's top, the legend on it).
+        rows = [{"layout": "l%d" % i, "status": "ok", "step_s": 0.4 + 0.01 * i, "mfu": 0.5, "compute_s": 0.4,
+                 "exposed_comm_s": 0.01 * i, "bubble_s": 0.0,
+                 "memory": {"planned": {"weights": 2**22, "grads": 2**22, "optimizer": 2**23,
+                                        "activations": (100 - 9 * i) * 2**20, "staging": 2**22 if i % 2 else 0},
+                            "allocated": {"total": 123 * 2**20}}} for i in range(8)]
+        axes = self.figures(rows, None)
+        for title in ("Planned memory per rank", "Step time: compute, exposed communication, pipeline bubble"):
+            ax = axes[title]
+            bars = [p for p in ax.patches if p.get_height() > 0]
+            top = max(p.get_y() + p.get_height() for p in bars)
+            self.assertGreaterEqual(ax.get_ylim()[1], 1.2 * top, title)
+            legend = ax.get_legend().get_window_extent()
+            for bar in bars:
+                self.assertFalse(legend.overlaps(bar.get_window_extent()), title)
+
+    def test_plan_labels_apart(self):
+        # Eleven layouts, eight of them within a few ms of each other, as ZeRO stages and schedules are.
+        near = [(420.8, 399.5), (422.3, 399.5), (424.0, 400.5), (424.6, 401.3), (424.2, 400.7), (482.4, 460.3),
+                (484.3, 460.3), (526.0, 491.0)]
+        far = [(634.2, 603.6), (635.0, 603.6), (445.0, 449.4)]
+        rows = [{"layout": "layout_%02d_%s" % (i, "x" * (i % 4)), "status": "ok", "step_s": m / 1e3,
+                 "predicted_step_s": p / 1e3, "mfu": 0.5, "memory": {}} for i, (m, p) in enumerate(near + far)]
+        ax = self.figures(rows, {"spearman_rho": 0.98})["Planner vs measurement (Spearman rho 0.98)"]
+        labels = [t for t in ax.texts if t.get_text().startswith("layout_")]
+        self.assertEqual(sorted(t.get_text() for t in labels), sorted(r["layout"] for r in rows))
+        boxes = {t.get_text(): t.get_window_extent() for t in labels}
+        frame = ax.get_window_extent()
+        for (a, box_a), (b, box_b) in itertools.combinations(boxes.items(), 2):
+            self.assertFalse(box_a.overlaps(box_b), "%s over %s" % (a, b))
+        for name, box in boxes.items():
+            self.assertTrue(frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1,
+                            name)
+            self.assertFalse(box.overlaps(ax.get_legend().get_window_extent()), name)
+
+    def test_no_plots_and_no_matplotlib(self):
+        self.run_report("--no-plots")
+        self.assertTrue(os.path.exists(os.path.join(self.dir, "results.md")))
+        self.assertFalse([f for f in os.listdir(self.dir) if f.endswith(".png")])
+        # A matplotlib that fails to import, here and for /usr/bin/python3: the tables, and one line on what to install.
+        fake = os.path.join(self.tmp.name, "fake")
+        os.makedirs(os.path.join(fake, "matplotlib"))
+        with open(os.path.join(fake, "matplotlib", "__init__.py"), "w") as f:
+            f.write("raise ImportError('No module named matplotlib (this test)')\n")
+        done = subprocess.run([sys.executable, REPORT, self.dir], capture_output=True, text=True, timeout=60,
+                              env=dict(os.environ, PYTHONPATH=fake))
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual(len(done.stderr.strip().splitlines()), 1, done.stderr)
+        self.assertIn("report: needs matplotlib", done.stderr)
+        self.assertIn("pip install matplotlib", done.stderr)
+        self.assertIn("fastest: dp2_z0", done.stdout)
+        self.assertFalse([f for f in os.listdir(self.dir) if f.endswith(".png")])
+
+    def test_modules_stay_under_400_lines(self):
+        # The project keeps a source file under about 400 lines: report.py is split by responsibility.
+        for name in ("report.py", "sweep_results.py", "report_plots.py"):
+            with open(os.path.join(SCALING, name)) as f:
+                self.assertLess(len(f.readlines()), 400, name)
 
     def test_plan_json_in_the_folder_is_used(self):
         with open(os.path.join(self.dir, "plan.json"), "w") as f:

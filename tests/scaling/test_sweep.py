@@ -4,6 +4,9 @@ than there are and fails), twice over (--repeat 2), through a launcher given
 by MPIRUN, on a small synthetic corpus, with the planner's predictions for this machine (a quick
 `plan --calibrate`); then the report over them, whose memory check holds
 exactly: the planner and the trainer size memory with the same functions.
+And, without MPI or a build: a sweep missing a tool (no launch/plan for
+--cluster, no launch/prepare without --data, no launcher, no matplotlib)
+names every missing one in one line and writes nothing.
 
     ENGINE_BUILD_DIR=build ENGINE_SCALING_DIR=examples/scaling python3 -m unittest -v test_sweep
 """
@@ -29,6 +32,50 @@ too_big  tp=4                                     # 4 ranks asked of 2: fails
 
 
 class SweepTest(unittest.TestCase):
+    def test_missing_tools_named_in_one_line_before_anything_is_written(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            build = os.path.join(tmp, "build")  # train only: no plan, no prepare
+            os.makedirs(os.path.join(build, "launch"))
+            stub = os.path.join(build, "launch", "train")
+            with open(stub, "w") as f:
+                f.write("#!/bin/sh\nexit 0\n")
+            os.chmod(stub, 0o755)
+            layouts = os.path.join(tmp, "layouts.txt")
+            with open(layouts, "w") as f:
+                f.write(LAYOUTS)
+            cluster = os.path.join(tmp, "cluster.json")
+            with open(cluster, "w") as f:
+                f.write("{}")
+            shards = os.path.join(tmp, "shards_*.bin")
+            out = os.path.join(tmp, "sweep")
+            sweep = [os.path.join(SCALING, "sweep.sh"), "--layouts", layouts, "--np", "2", "--out", out,
+                     "--build", build, "--cluster", cluster]
+            env = dict(os.environ, MPIRUN=stub)
+            env.pop("PYTHONPATH", None)
+
+            done = subprocess.run(sweep + ["--data", shards], env=env, capture_output=True, text=True, timeout=60)
+            self.assertEqual(done.returncode, 64, done.stdout + done.stderr)
+            self.assertEqual(done.stderr.strip().splitlines(), [
+                "sweep.sh: missing, so nothing was run or written: launch/plan in %s (for --cluster)" % build])
+            self.assertFalse(os.path.exists(out))
+
+            # A matplotlib that fails to import, for every Python, a launcher that is not there, and no --data
+            # (launch/prepare needed): all named at once.
+            fake = os.path.join(tmp, "fake")
+            os.makedirs(os.path.join(fake, "matplotlib"))
+            with open(os.path.join(fake, "matplotlib", "__init__.py"), "w") as f:
+                f.write("raise ImportError('No module named matplotlib (this test)')\n")
+            env.update(PYTHONPATH=fake, MPIRUN=os.path.join(tmp, "no_such_launcher") + " --flag")
+            done = subprocess.run(sweep, env=env, capture_output=True, text=True, timeout=60)
+            self.assertEqual(done.returncode, 64, done.stdout + done.stderr)
+            lines = done.stderr.strip().splitlines()
+            self.assertEqual(len(lines), 1, done.stderr)
+            for what in ("launch/prepare in " + build, "launch/plan in " + build, "no_such_launcher' that MPIRUN names",
+                         "matplotlib for the report's plots (apt-get install python3-matplotlib or pip install "
+                         "matplotlib; or --no-plots)"):
+                self.assertIn(what, lines[0])
+            self.assertFalse(os.path.exists(out))
+
     def test_sweep_on_two_ranks(self):
         with tempfile.TemporaryDirectory() as tmp:
             # Token shards from a small synthetic text: these runs measure time, not learning.
