@@ -112,6 +112,19 @@ engine_build() {
   cmake --build "$ENGINE_BUILD_DIR" -j "$jobs" "${targets[@]}"
 }
 
+# engine_build_sanitized [TARGET ...]: the AddressSanitizer + UndefinedBehaviorSanitizer
+# build (CUDA off, -O1 -g1; CMakeLists.txt's ENGINE_SANITIZE) in $ENGINE_SANITIZE_BUILD_DIR,
+# which tests/run.sh runs the cpu-labelled tests in after the main build's suite.
+ENGINE_SANITIZE_BUILD_DIR=${ENGINE_SANITIZE_BUILD_DIR:-$ENGINE_ROOT/build-asan}
+engine_build_sanitized() {
+  local jobs=${ENGINE_BUILD_JOBS:-$(nproc)}
+  local targets=()
+  for t in "$@"; do targets+=(--target "$t"); done
+  cmake -S "$ENGINE_ROOT" -B "$ENGINE_SANITIZE_BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DENGINE_ENABLE_CUDA=OFF -DENGINE_SANITIZE=ON >/dev/null
+  cmake --build "$ENGINE_SANITIZE_BUILD_DIR" -j "$jobs" "${targets[@]}"
+}
+
 # engine_bench_begin: what every CPU benchmark script under examples/
 # benchmarks does first: installs and builds `train` and `prepare`, makes a
 # scratch directory $ENGINE_BENCH_WORK (removed on exit) holding token
