@@ -2,6 +2,8 @@
 // check (launch/checkpoint/checkpoint.h has the format). A failed check is a
 // DamagedCheckpoint that names the file and the tensor; the trainer then
 // falls back to an older checkpoint.
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -15,33 +17,36 @@
 #include "engine/check.h"
 #include "launch/checkpoint/checkpoint.h"
 #include "launch/checkpoint/checkpoint_files.h"
+#include "launch/checkpoint/checkpoint_records.h"
 #include "launch/checkpoint/tensor_slices.h"
 #include "launch/files/checksum.h"
 #include "launch/files/untrusted_json.h"
+#include "launch/formats/untrusted_files.h"
+#include "launch/formats/untrusted_values.h"
 
 namespace launch {
 
 namespace fs = std::filesystem;
 using namespace checkpoint_files;
+using namespace checkpoint_records;
 using model::ParamInfo;
 
 namespace {
 
-template <typename... Args>
-[[noreturn]] void damaged(const Args&... args) {
-  std::ostringstream message;
-  (message << ... << args);
-  throw DamagedCheckpoint(message.str());
-}
-
-// The whole text of a file; damaged() when it cannot be read.
-std::string read_text(const fs::path& path, const std::string& step_dir) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in.good()) damaged("checkpoint '", step_dir, "': cannot read '", path.filename().string(), "' (",
-                          std::strerror(errno), ")");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+// The whole text of file `name` of the checkpoint; damaged() when it leads
+// out of the folder, is not a regular file (a FIFO would block) or cannot
+// be read.
+std::string read_text(const std::string& name, const std::string& step_dir) {
+  const std::string outside = outside_folder_problem(step_dir, name);
+  if (!outside.empty()) damaged("checkpoint '", step_dir, "': '", name, "' ", outside);
+  std::string why;
+  const ReadFile f = open_regular_file(fs::path(step_dir) / name, why);
+  if (!f) damaged("checkpoint '", step_dir, "': '", name, "' ", why);
+  std::string text;
+  char buffer[65536];
+  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, f.get())) > 0;) text.append(buffer, n);
+  if (std::ferror(f.get())) damaged("checkpoint '", step_dir, "': cannot read '", name, "' (", std::strerror(errno), ")");
+  return text;
 }
 
 nlohmann::json parse(const std::string& text, const fs::path& path, const std::string& step_dir) {
@@ -56,13 +61,13 @@ nlohmann::json parse(const std::string& text, const fs::path& path, const std::s
   }
 }
 
-// state.json, with its own checksum verified.
-nlohmann::json read_state(const std::string& step_dir) {
+// state.json, with its own checksum verified, and its fields.
+StateRecord read_state(const std::string& step_dir) {
   const fs::path path = fs::path(step_dir) / kStateFile;
   if (!fs::exists(path))
     damaged("checkpoint '", step_dir, "' has no ", kStateFile, " (incomplete, damaged or not a checkpoint)");
-  const nlohmann::json state = parse(read_text(path, step_dir), path, step_dir);
-  if (!state.is_object() || state.value("format", "") != kStateFormat)
+  const nlohmann::json state = parse(read_text(kStateFile, step_dir), path, step_dir);
+  if (!state.is_object() || !state.contains("format") || state.at("format") != kStateFormat)
     damaged("checkpoint '", step_dir, "': '", kStateFile, "' is not a ", kStateFormat, " file");
   // Version 1 had no checksums at all: not damaged, just not trusted.
   ENGINE_CHECK(state.contains("checksum") || !state.contains("version") || state.at("version") != 1, "checkpoint '",
@@ -75,28 +80,20 @@ nlohmann::json read_state(const std::string& step_dir) {
     damaged("checkpoint '", step_dir, "': '", kStateFile, "' fails its checksum (stored '", stored, "', computed '",
             computed, "'): it was changed after it was written");
   const nlohmann::json version = state.value("version", nlohmann::json());
-  ENGINE_CHECK(version == kStateVersion, "checkpoint '", step_dir, "' has format version ", version.dump(),
+  ENGINE_CHECK(version == kStateVersion, "checkpoint '", step_dir, "' has format version ", json_excerpt(version),
                "; this engine reads version ", kStateVersion, " only");
-  return state;
-}
-
-// One file's entry in state.json: its size and checksum.
-const nlohmann::json& file_entry(const nlohmann::json& state, const std::string& name, const std::string& step_dir) {
-  const nlohmann::json& files = state.at("files");
-  if (!files.contains(name)) damaged("checkpoint '", step_dir, "': '", name, "' is not among the files ", kStateFile,
-                                     " lists");
-  return files.at(name);
+  return parse_state(state, step_dir);
 }
 
 // An index file (rank_NNNNN.json, rank_NNNNN_<tag>.json), checked whole.
-nlohmann::json read_index(const nlohmann::json& state, const std::string& name, const std::string& step_dir) {
+nlohmann::json read_index(const StateRecord& state, const std::string& name, const std::string& step_dir) {
+  const FileEntry& entry = state.file(name, "checkpoint '" + step_dir + "'");
   const fs::path path = fs::path(step_dir) / name;
   if (!fs::exists(path)) damaged("checkpoint '", step_dir, "' lists '", name, "', which is missing");
-  const std::string text = read_text(path, step_dir);
-  const nlohmann::json& entry = file_entry(state, name, step_dir);
-  if (text.size() != entry.at("bytes").get<std::size_t>() || checksum_of(text) != entry.at("xxh3").get<std::string>())
+  const std::string text = read_text(name, step_dir);
+  if (text.size() != entry.bytes || checksum_of(text) != entry.xxh3)
     damaged("checkpoint '", step_dir, "': '", name, "' fails its checksum or size (", text.size(), " bytes, ",
-            entry.at("bytes").get<std::size_t>(), " written)");
+            entry.bytes, " written)");
   return parse(text, path, step_dir);
 }
 
@@ -104,7 +101,7 @@ nlohmann::json read_index(const nlohmann::json& state, const std::string& name, 
 // written size before it is trusted (a truncated file says so, by name).
 class DataFiles {
  public:
-  DataFiles(const nlohmann::json& state, std::string step_dir) : state_(state), step_dir_(std::move(step_dir)) {}
+  DataFiles(const StateRecord& state, std::string step_dir) : state_(state), step_dir_(std::move(step_dir)) {}
 
   // Reads `count` floats at `byte_offset` of `file` and checks them against
   // `xxh3`; `what` names the tensor in errors.
@@ -122,36 +119,29 @@ class DataFiles {
   }
 
  private:
-  struct Closer {
-    void operator()(std::FILE* f) const { std::fclose(f); }
-  };
-
   std::FILE* open(const std::string& file) {
     auto it = open_.find(file);
     if (it != open_.end()) return it->second.get();
-    const fs::path path = fs::path(step_dir_) / file;
-    const std::size_t written = file_entry(state_, file, step_dir_).at("bytes").get<std::size_t>();
-    std::error_code ec;
-    const std::uintmax_t size = fs::file_size(path, ec);
-    if (ec) damaged("checkpoint '", step_dir_, "': data file '", file, "' is missing or unreadable (", ec.message(), ")");
+    const std::uint64_t written = state_.file(file, "checkpoint '" + step_dir_ + "'").bytes;
+    // A regular file only (a FIFO would block), opened once; its size is
+    // that of what was opened.
+    std::string why;
+    ReadFile f = open_regular_file(fs::path(step_dir_) / file, why);
+    if (!f) damaged("checkpoint '", step_dir_, "': data file '", file, "' ",
+                    why == "does not exist" ? "is missing or unreadable (it does not exist)" : why);
+    struct stat st {};
+    if (::fstat(::fileno(f.get()), &st) != 0)
+      damaged("checkpoint '", step_dir_, "': data file '", file, "' is unreadable (", std::strerror(errno), ")");
+    const auto size = static_cast<std::uint64_t>(st.st_size);
     if (size != written)
       damaged("checkpoint '", step_dir_, "': data file '", file, "' is ", size < written ? "truncated" : "too long",
               ": ", size, " bytes, ", written, " written");
-    std::unique_ptr<std::FILE, Closer> f(std::fopen(path.string().c_str(), "rb"));
-    if (!f) damaged("checkpoint '", step_dir_, "': cannot open '", file, "': ", std::strerror(errno));
     return open_.emplace(file, std::move(f)).first->second.get();
   }
 
-  const nlohmann::json& state_;
+  const StateRecord& state_;
   std::string step_dir_;
-  std::map<std::string, std::unique_ptr<std::FILE, Closer>> open_;
-};
-
-struct StoredSlice {
-  SliceRecord slice;
-  std::string file;
-  std::int64_t byte_offset;
-  std::string xxh3;
+  std::map<std::string, ReadFile> open_;
 };
 
 }  // namespace
@@ -174,7 +164,12 @@ std::vector<std::string> resume_candidates(const std::string& resume, const std:
   std::vector<std::string> out;
   const fs::path latest = fs::path(checkpoint_dir) / kLatestFile;
   std::int64_t latest_step = -1;
-  if (fs::exists(latest)) {
+  if (const std::string not_regular = fs::exists(latest) ? regular_file_problem(latest) : ""; !not_regular.empty()) {
+    // A FIFO would block the read below.
+    std::ostringstream note;
+    note << "'" << latest.string() << "' " << not_regular << "; looking for the newest step_* directory instead";
+    notes.push_back(note.str());
+  } else if (fs::exists(latest)) {
     std::ifstream in(latest);
     std::string name;
     std::getline(in, name);
@@ -184,7 +179,7 @@ std::vector<std::string> resume_candidates(const std::string& resume, const std:
       out.push_back((fs::path(checkpoint_dir) / name).string());
     } else {
       std::ostringstream note;  // (a stream: GCC 12 warns falsely on chains of string +)
-      note << "'" << latest.string() << "' names '" << name.substr(0, 80)
+      note << "'" << latest.string() << "' names '" << printable_text(name.substr(0, 80))
            << "', which is not a checkpoint directory; looking for the newest step_* directory instead";
       notes.push_back(note.str());
     }
@@ -211,41 +206,42 @@ std::vector<std::string> resume_candidates(const std::string& resume, const std:
 
 TrainingState load_checkpoint(const std::string& step_dir, const nlohmann::json& expected_run,
                               const model::ParamRegistry& registry, const HostState& host) {
-  const nlohmann::json state = read_state(step_dir);
+  const StateRecord state = read_state(step_dir);
 
   // The run's identity must match, or "resume" would silently train something else.
-  const nlohmann::json& found_run = state.at("run");
+  const nlohmann::json& found_run = state.run;
   std::string differences;
   for (const auto& [key, value] : expected_run.items()) {
     const nlohmann::json found = found_run.contains(key) ? found_run.at(key) : nlohmann::json();
-    if (found != value) differences += "\n  " + key + ": checkpoint has " + found.dump() + ", this run has " + value.dump();
+    // One line, each difference after "; ": the message names what a
+    // hostile file holds, and goes to logs that take one line per error.
+    if (found != value)
+      differences += std::string(differences.empty() ? " " : "; ") + key + ": checkpoint has " +
+                     found.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+                     ", this run has " + value.dump();
   }
   ENGINE_CHECK(differences.empty(), "checkpoint '", step_dir, "' was written by a different run:", differences);
 
-  // Every shard's records, by (name, kind), from every rank that wrote one.
-  std::map<std::pair<std::string, std::string>, std::vector<StoredSlice>> records;
-  for (const nlohmann::json& shard : state.at("shards")) {
-    const nlohmann::json index = read_index(state, shard.get<std::string>(), step_dir);
-    for (const nlohmann::json& t : index.at("tensors")) {
-      StoredSlice s{slice_from_json(t), t.at("file").get<std::string>(), t.at("byte_offset").get<std::int64_t>(),
-                    t.at("xxh3").get<std::string>()};
-      records[{s.slice.name, s.slice.kind}].push_back(std::move(s));
-    }
-  }
+  // Every shard's records, by (name, kind), from every rank that wrote one;
+  // every record validated before any byte is read (checkpoint_records.h).
+  std::map<std::pair<std::string, std::string>, std::vector<TensorRecord>> records;
+  for (const std::string& shard : state.shards)
+    for (TensorRecord& t : parse_shard_index(read_index(state, shard, step_dir), shard, state, step_dir))
+      records[{t.slice.name, t.slice.kind}].push_back(std::move(t));
   DataFiles files(state, step_dir);
   const std::pair<const char*, float*> kinds[] = {{"param", host.master}, {"adam_m", host.adam_m}, {"adam_v", host.adam_v}};
   for (const auto& [kind, buffer] : kinds) {
     for (const ParamInfo& p : registry.entries()) {
       const auto found = records.find({p.name, kind});
       if (found == records.end()) damaged("checkpoint '", step_dir, "' has no ", kind, " for '", p.name, "'");
-      const std::vector<StoredSlice>& stored = found->second;
+      const std::vector<TensorRecord>& stored = found->second;
       std::vector<SliceRecord> pieces;
-      for (const StoredSlice& s : stored) pieces.push_back(s.slice);
+      for (const TensorRecord& s : stored) pieces.push_back(s.slice);
       const std::string what = std::string(kind) + " of '" + p.name + "'";
       try {
         cut_slice(p, kind, pieces,
                   [&](std::size_t i, float* out) {
-                    const StoredSlice& s = stored[i];
+                    const TensorRecord& s = stored[i];
                     files.read(s.file, s.byte_offset, s.slice.shape.numel(), s.xxh3,
                                what + " (slice " + split_to_json(s.slice.split).dump() + ")", out);
                   },
@@ -258,35 +254,34 @@ TrainingState load_checkpoint(const std::string& step_dir, const nlohmann::json&
     }
   }
   TrainingState out;
-  out.step = state.at("step").get<std::int64_t>();
-  out.optimizer_steps = state.value("optimizer_steps", std::int64_t{-1});
-  out.sampler_rng = state.value("sampler_rng", "");
+  out.step = state.step;
+  out.optimizer_steps = state.optimizer_steps;
+  out.sampler_rng = state.sampler_rng;
   out.run = found_run;
-  out.layout = state.value("layout", nlohmann::json());
-  out.optimizer = state.value("optimizer", nlohmann::json());
+  out.layout = state.layout;
+  out.optimizer = state.optimizer;
   return out;
 }
 
 std::optional<RankExtra> load_rank_extra(const std::string& step_dir, const std::string& tag, int rank) {
-  const nlohmann::json state = read_state(step_dir);
+  const StateRecord state = read_state(step_dir);
   const std::string wanted = extra_name(rank, tag, "json");
-  bool listed = false;
-  if (state.contains("rank_extras") && state.at("rank_extras").contains(tag))
-    for (const nlohmann::json& f : state.at("rank_extras").at(tag)) listed = listed || f == wanted;
-  if (!listed) return std::nullopt;
-  const nlohmann::json index = read_index(state, wanted, step_dir);
-  if (index.at("rank").get<int>() != rank || index.at("tag") != tag)
+  const auto tagged = state.rank_extras.find(tag);
+  if (tagged == state.rank_extras.end() ||
+      std::find(tagged->second.begin(), tagged->second.end(), wanted) == tagged->second.end())
+    return std::nullopt;
+  // Validated whole (counts against the file's size) before anything is allocated.
+  const ExtraIndex index = parse_extra_index(read_index(state, wanted, step_dir), wanted, state, step_dir);
+  if (index.rank != rank || index.tag != tag)
     damaged("checkpoint '", step_dir, "': '", wanted, "' is not rank ", rank, "'s ", tag, " state");
   RankExtra out;
   out.tag = tag;
-  out.meta = index.at("meta");
+  out.meta = index.meta;
   DataFiles files(state, step_dir);
-  const std::string file = index.at("file").get<std::string>();
-  for (const nlohmann::json& a : index.at("arrays")) {
-    RankArray array{a.at("name").get<std::string>(), std::vector<float>(a.at("count").get<std::size_t>())};
-    files.read(file, a.at("byte_offset").get<std::int64_t>(), static_cast<std::int64_t>(array.values.size()),
-               a.at("xxh3").get<std::string>(), "rank " + std::to_string(rank) + "'s " + tag + " array '" + array.name + "'",
-               array.values.data());
+  for (const ArrayRecord& a : index.arrays) {
+    RankArray array{a.name, std::vector<float>(static_cast<std::size_t>(a.count))};
+    files.read(index.file, a.byte_offset, a.count, a.xxh3,
+               "rank " + std::to_string(rank) + "'s " + tag + " array '" + array.name + "'", array.values.data());
     out.arrays.push_back(std::move(array));
   }
   return out;

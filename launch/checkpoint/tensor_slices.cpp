@@ -55,6 +55,31 @@ SliceRecord slice_from_json(const nlohmann::json& j) {
           shape_from_json(j.at("shape")), split_from_json(j.at("split"))};
 }
 
+std::string split_problem(const engine::Shape& global, const engine::Shape& shape, const Split& s) {
+  const std::string cut = split_to_json(s).dump();
+  if (s.parts < 1 || s.count < 1) return "split " + cut + ": parts and count must be at least 1";
+  if (s.rank < 0 || s.rank >= s.count)
+    return "split " + cut + ": rank " + std::to_string(s.rank) + " is not below count " + std::to_string(s.count);
+  if (s.dim < -1 || s.dim >= global.ndim())
+    return "split " + cut + ": dim " + std::to_string(s.dim) + " is not a dimension of global shape " + global.str();
+  if (!s.is_split()) {
+    if (shape != global) return "an uncut slice (split " + cut + ") has shape " + shape.str() + ", not its global shape " + global.str();
+    return "";
+  }
+  if (global.ndim() > 2) return "split " + cut + ": only 1-D and 2-D tensors are cut, global shape " + global.str();
+  const std::int64_t extent = global[s.dim], pieces = static_cast<std::int64_t>(s.parts) * s.count;
+  if (extent % pieces != 0)
+    return "split " + cut + ": dim " + std::to_string(s.dim) + " of global shape " + global.str() +
+           " does not divide into parts * count = " + std::to_string(pieces) + " pieces";
+  const engine::Shape expected = global.ndim() == 1 ? engine::Shape{extent / s.count}
+                                 : s.dim == 0       ? engine::Shape{extent / s.count, global[1]}
+                                                    : engine::Shape{global[0], extent / s.count};
+  if (shape != expected)
+    return "split " + cut + " of global shape " + global.str() + " makes slices of shape " + expected.str() + ", not " +
+           shape.str();
+  return "";
+}
+
 namespace {
 
 bool same_cut(const Split& a, const Split& b) {
@@ -79,9 +104,10 @@ std::size_t cut_slice(const ParamInfo& target, const std::string& kind, const st
   for (const SliceRecord& r : pieces) {
     ENGINE_CHECK(r.global_shape == target.global_shape, kind, " '", target.name, "' has global shape ",
                  r.global_shape.str(), ", this run expects ", target.global_shape.str());
-    ENGINE_CHECK(r.shape.numel() * std::max(1, r.split.is_split() ? r.split.count : 1) == r.global_shape.numel(),
-                 kind, " '", target.name, "': a slice of shape ", r.shape.str(), " cut ", split_to_json(r.split).dump(),
-                 " does not fit global shape ", r.global_shape.str());
+    // Every piece checked before any is read: a rank past its count, zero
+    // parts or a dim out of range would place it out of bounds below.
+    const std::string problem = split_problem(r.global_shape, r.shape, r.split);
+    ENGINE_CHECK(problem.empty(), kind, " '", target.name, "': ", problem);
   }
   // The same cut: no re-slicing.
   for (std::size_t i = 0; i < pieces.size(); ++i)

@@ -34,6 +34,13 @@ nlohmann::json shape_to_json(const engine::Shape& shape);
 engine::Shape shape_from_json(const nlohmann::json& dims);
 nlohmann::json split_to_json(const model::Split& split);
 model::Split split_from_json(const nlohmann::json& split);
+// Why `shape` is not the slice that `split` cuts from `global_shape` ("" when
+// it is): parts or count below 1, a rank not below count, a dim that is not
+// one of global_shape's, an extent that does not divide into parts * count
+// pieces, a cut tensor of more than 2 dimensions, or another shape. What
+// for_each_run (model/param_registry.h) relies on, checked before a slice
+// from a file is placed.
+std::string split_problem(const engine::Shape& global_shape, const engine::Shape& shape, const model::Split& split);
 // The fields above, as a checkpoint's shard index records them.
 nlohmann::json slice_to_json(const SliceRecord& slice);
 SliceRecord slice_from_json(const nlohmann::json& record);
@@ -45,8 +52,10 @@ SliceRecord slice_from_json(const nlohmann::json& record);
 //     0..count-1), is read, the whole tensor put together, and target's
 //     slice cut from it.
 // read_piece(i, buffer) fills buffer with pieces[i]'s values. Throws, naming
-// the tensor, when the pieces disagree with target's global shape or do not
-// cover the tensor. Returns how many pieces were read.
+// the tensor, before any piece is read, when the pieces disagree with
+// target's global shape, a piece is not what its split cuts
+// (split_problem), or they do not cover the tensor. Returns how many pieces
+// were read.
 std::size_t cut_slice(const model::ParamInfo& target, const std::string& kind, const std::vector<SliceRecord>& pieces,
                       const std::function<void(std::size_t, float*)>& read_piece, float* out);
 

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <vector>
 
@@ -13,6 +14,8 @@
 #include "launch/files/untrusted_json.h"
 #include "launch/formats/llmc_model.h"
 #include "launch/formats/safetensors_shards.h"
+#include "launch/formats/untrusted_files.h"
+#include "launch/formats/untrusted_values.h"
 #include "model/gpt_params.h"
 
 namespace launch {
@@ -80,6 +83,8 @@ std::string file_prefix(const SafetensorsShards& file) {
 nlohmann::json sibling_config(const std::string& safetensors_path) {
   const std::filesystem::path config = std::filesystem::path(safetensors_path).parent_path() / "config.json";
   if (!std::filesystem::exists(config)) return nullptr;
+  const std::string not_regular = regular_file_problem(config);  // a FIFO would block the read
+  ENGINE_CHECK(not_regular.empty(), "'", config.string(), "' beside the model ", not_regular);
   std::string what = "'";  // appended, not `"'" + ...`: GCC 12 warns falsely (-Wrestrict) on that form
   what += config.string();
   what += "' beside the model";
@@ -111,7 +116,14 @@ void check_file(const SafetensorsShards& file, const GptConfig& expected, const 
                  format_shape(entry.shape), " is not part of ", run);
   }
   const nlohmann::json config = sibling_config(file.path());
-  if (config.is_object() && config.contains("n_head"))
+  if (!config.is_object()) return;
+  // GPT2Config's sizes: positive integers, or a float (12.0), a string, 2^63
+  // or -1 would be read as some other number.
+  for (const char* key : {"n_head", "n_layer", "n_embd", "n_positions", "n_ctx", "vocab_size"})
+    ENGINE_CHECK(!config.contains(key) || json_integer(config[key], 1, std::numeric_limits<std::int64_t>::max()),
+                 "model file '", file.path(), "': its config.json has ", key, " ", json_excerpt(config[key]),
+                 ", expected a positive integer");
+  if (config.contains("n_head"))
     ENGINE_CHECK(config["n_head"].get<std::int64_t>() == expected.n_head, "model file '", file.path(),
                  "' holds a model of another shape: its config.json has n_head ", config["n_head"].get<std::int64_t>(),
                  ", ", run, " has ", expected.n_head);
@@ -194,12 +206,16 @@ void write_hf_gpt2(const std::string& dir, const GptConfig& config, const ParamR
   json.commit();
 }
 
-void check_hf_gpt2(const std::string& path, const GptConfig& expected) {
+// (Function-try-blocks: a message may quote the folder's tensor names and
+// config.json's bytes, which must print on one line as valid UTF-8.)
+void check_hf_gpt2(const std::string& path, const GptConfig& expected) try {
   const SafetensorsShards file(hf_safetensors_file(path));
   check_file(file, expected, hf_tensors(expected, model::build_gpt_registry(expected)));
+} catch (const engine::Error& e) {
+  throw engine::Error(printable_text(e.what()));
 }
 
-void read_hf_gpt2(const std::string& path, const GptConfig& expected, const ParamRegistry& registry, float* master) {
+void read_hf_gpt2(const std::string& path, const GptConfig& expected, const ParamRegistry& registry, float* master) try {
   const SafetensorsShards file(hf_safetensors_file(path));
   const std::vector<HfTensor> tensors = hf_tensors(expected, registry);
   check_file(file, expected, tensors);
@@ -223,6 +239,8 @@ void read_hf_gpt2(const std::string& path, const GptConfig& expected, const Para
     for (std::int64_t r = 0; r < rows; ++r)  // (in, out) -> (out, in)
       for (std::int64_t c = 0; c < cols; ++c) dst[r * cols + c] = values[static_cast<std::size_t>(c * rows + r)];
   }
+} catch (const engine::Error& e) {
+  throw engine::Error(printable_text(e.what()));
 }
 
 void check_init_model(const std::string& path, const GptConfig& expected) {

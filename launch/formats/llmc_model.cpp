@@ -1,16 +1,14 @@
 #include "launch/formats/llmc_model.h"
 
 #include <array>
-#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
-#include <memory>
 #include <vector>
 
 #include "engine/check.h"
 #include "launch/files/atomic_file.h"
+#include "launch/formats/untrusted_files.h"
 #include "model/gpt_params.h"
 
 namespace launch {
@@ -38,14 +36,11 @@ std::vector<const ParamInfo*> llmc_order(const GptConfig& config, const ParamReg
   return order;
 }
 
-struct FileCloser {
-  void operator()(std::FILE* f) const { std::fclose(f); }
-};
-using File = std::unique_ptr<std::FILE, FileCloser>;
-
-File open_model(const std::string& path) {
-  File f(std::fopen(path.c_str(), "rb"));
-  ENGINE_CHECK(f != nullptr, "cannot open model file '", path, "': ", std::strerror(errno));
+// A regular file only: a FIFO would block the reader, a device read garbage.
+ReadFile open_model(const std::string& path) {
+  std::string why;
+  ReadFile f = open_regular_file(path, why);
+  ENGINE_CHECK(f != nullptr, "model file '", path, "' ", why);
   return f;
 }
 
@@ -57,7 +52,7 @@ void read_exact(std::FILE* f, void* out, std::size_t bytes, const std::string& p
 }  // namespace
 
 GptConfig read_llmc_config(const std::string& path) {
-  File f = open_model(path);
+  ReadFile f = open_model(path);
   std::array<std::int32_t, kHeaderInts> header{};
   read_exact(f.get(), header.data(), sizeof header, path);
   ENGINE_CHECK(header[0] == kLlmcModelMagic, "model file '", path, "' has magic ", header[0], ", expected ",
@@ -101,7 +96,7 @@ void read_llmc_model(const std::string& path, const GptConfig& expected, const P
   const GptConfig found = read_llmc_config(path);
   ENGINE_CHECK(found == expected, "model file '", path, "' holds a model of another shape: ", found.describe(),
                "; this run's model is ", expected.describe());
-  File f = open_model(path);
+  ReadFile f = open_model(path);
   ENGINE_CHECK(std::fseek(f.get(), kHeaderInts * sizeof(std::int32_t), SEEK_SET) == 0, "seek in '", path, "' failed");
   for (const ParamInfo* p : llmc_order(expected, registry)) {
     float* values = master + p->offset;

@@ -1,19 +1,19 @@
 #include "launch/formats/safetensors.h"
 
+#include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <memory>
 
 #include <nlohmann/json.hpp>
 
 #include "engine/check.h"
 #include "launch/files/untrusted_json.h"
+#include "launch/formats/untrusted_files.h"
+#include "launch/formats/untrusted_values.h"
 
 namespace launch {
 
@@ -25,14 +25,11 @@ namespace {
 // damaged length would otherwise ask for gigabytes).
 constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
 
-struct FileCloser {
-  void operator()(std::FILE* f) const { std::fclose(f); }
-};
-using File = std::unique_ptr<std::FILE, FileCloser>;
-
-File open_file(const std::string& path) {
-  File f(std::fopen(path.c_str(), "rb"));
-  ENGINE_CHECK(f != nullptr, "cannot open safetensors file '", path, "': ", std::strerror(errno));
+// A regular file only: a FIFO would block the reader, a device read garbage.
+ReadFile open_file(const std::string& path) {
+  std::string why;
+  ReadFile f = open_regular_file(path, why);
+  ENGINE_CHECK(f != nullptr, "safetensors file '", path, "' ", why);
   return f;
 }
 
@@ -131,13 +128,17 @@ WrittenFile write_safetensors(const std::string& path, const std::vector<Safeten
   return file.commit();
 }
 
-SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
+// (A function-try-block: every message below may quote the file's bytes or
+// names, which must print on one line as valid UTF-8.)
+SafetensorsFile::SafetensorsFile(std::string path) try : path_(std::move(path)) {
+  const std::string not_regular = regular_file_problem(path_);
+  ENGINE_CHECK(not_regular.empty(), "safetensors file '", path_, "' ", not_regular);
   std::error_code error;
   const std::uint64_t file_size = std::filesystem::file_size(path_, error);
   ENGINE_CHECK(!error, "cannot read safetensors file '", path_, "': ", error.message());
   ENGINE_CHECK(file_size >= 8, "safetensors file '", path_, "' is truncated: ", file_size,
                " bytes, less than the 8-byte header length");
-  File f = open_file(path_);
+  ReadFile f = open_file(path_);
   std::uint64_t length = 0;
   ENGINE_CHECK(std::fread(&length, 1, 8, f.get()) == 8, "safetensors file '", path_, "': cannot read the header length");
   ENGINE_CHECK(length <= file_size - 8, "safetensors file '", path_, "' is truncated or not a safetensors file: its header length ",
@@ -160,37 +161,72 @@ SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
   try {
     for (const auto& [name, value] : header.items()) {
       if (name == "__metadata__") {
+        ENGINE_CHECK(value.is_object(), "safetensors file '", path_, "': \"__metadata__\" is ", json_excerpt(value),
+                     ", expected an object of strings");
         for (const auto& [key, v] : value.items())
           metadata_[key] = v.is_string() ? v.get<std::string>() : v.dump();
         continue;
       }
-      SafetensorsEntry e;
-      e.name = name;
-      try {
-        e.dtype = parse_safetensors_dtype(value.at("dtype").get<std::string>());
-      } catch (const engine::Error& bad) {
-        ENGINE_CHECK(false, "safetensors file '", path_, "': tensor '", name, "': ", bad.what());
-      }
-      e.shape = value.at("shape").get<std::vector<std::int64_t>>();
-      const auto offsets = value.at("data_offsets").get<std::vector<std::uint64_t>>();
-      ENGINE_CHECK(offsets.size() == 2, "safetensors file '", path_, "': tensor '", name, "' has ", offsets.size(),
-                   " data_offsets, expected [begin, end]");
-      e.begin = offsets[0];
-      e.end = offsets[1];
-      for (std::int64_t d : e.shape)
-        ENGINE_CHECK(d >= 0, "safetensors file '", path_, "': tensor '", name, "' has a negative dimension in shape ",
-                     format_shape(e.shape));
-      ENGINE_CHECK(e.begin <= e.end && e.end <= data_bytes, "safetensors file '", path_, "' is truncated or damaged: tensor '",
-                   name, "' spans bytes [", e.begin, ", ", e.end, ") of a data section of ", data_bytes, " bytes");
-      const std::uint64_t expected = static_cast<std::uint64_t>(e.numel()) * safetensors_dtype_bytes(e.dtype);
-      ENGINE_CHECK(e.end - e.begin == expected, "safetensors file '", path_, "': tensor '", name, "' (",
-                   safetensors_dtype_name(e.dtype), " ", format_shape(e.shape), ") needs ", expected, " bytes, its offsets give ",
-                   e.end - e.begin);
-      entries_.emplace(name, std::move(e));
+      entries_.emplace(name, parse_entry(name, value, data_bytes));
     }
   } catch (const nlohmann::json::exception& e) {
     ENGINE_CHECK(false, "safetensors file '", path_, "': malformed header entry (", e.what(), ")");
   }
+  // No two tensors share bytes (an empty tensor shares none).
+  std::vector<const SafetensorsEntry*> by_begin;
+  for (const auto& [name, e] : entries_)
+    if (e.begin < e.end) by_begin.push_back(&e);
+  std::sort(by_begin.begin(), by_begin.end(), [](const auto* a, const auto* b) { return a->begin < b->begin; });
+  for (std::size_t i = 1; i < by_begin.size(); ++i)
+    ENGINE_CHECK(by_begin[i]->begin >= by_begin[i - 1]->end, "safetensors file '", path_, "' is damaged: tensors '",
+                 by_begin[i - 1]->name, "' and '", by_begin[i]->name, "' overlap (bytes [", by_begin[i]->begin, ", ",
+                 by_begin[i - 1]->end, ") of the data section)");
+} catch (const engine::Error& e) {
+  throw engine::Error(printable_text(e.what()));
+}
+
+SafetensorsEntry SafetensorsFile::parse_entry(const std::string& name, const nlohmann::json& value,
+                                              std::uint64_t data_bytes) const {
+  const std::string where = "safetensors file '" + path_ + "': tensor '" + name + "'";
+  ENGINE_CHECK(value.is_object(), where, " is ", json_excerpt(value), ", expected {\"dtype\", \"shape\", \"data_offsets\"}");
+  SafetensorsEntry e;
+  e.name = name;
+  try {
+    e.dtype = parse_safetensors_dtype(value.at("dtype").get<std::string>());
+  } catch (const engine::Error& bad) {
+    ENGINE_CHECK(false, where, ": ", bad.what());
+  }
+  // Every number checked for its type and range before any arithmetic: a
+  // float would be truncated, 2^64-1 read as -1, a product could overflow.
+  const nlohmann::json& shape = value.at("shape");
+  ENGINE_CHECK(shape.is_array(), where, " has shape ", json_excerpt(shape), ", expected an array of dimensions");
+  for (const nlohmann::json& d : shape) {
+    const std::optional<std::int64_t> dim = json_integer(d, 0, std::numeric_limits<std::int64_t>::max());
+    ENGINE_CHECK(dim.has_value(), where, " has shape ", json_excerpt(shape),
+                 ": each dimension must be a non-negative integer");
+    e.shape.push_back(*dim);
+  }
+  const std::optional<std::int64_t> numel = checked_product(e.shape);
+  ENGINE_CHECK(numel.has_value(), where, " has shape ", format_shape(e.shape),
+               ", whose element count overflows a 64-bit integer");
+  std::uint64_t expected = 0;
+  ENGINE_CHECK(!__builtin_mul_overflow(static_cast<std::uint64_t>(*numel), safetensors_dtype_bytes(e.dtype), &expected),
+               where, " has shape ", format_shape(e.shape), ", whose size in bytes overflows a 64-bit integer");
+  const nlohmann::json& offsets = value.at("data_offsets");
+  std::optional<std::int64_t> begin, end;
+  if (offsets.is_array() && offsets.size() == 2) {
+    begin = json_integer(offsets[0], 0, std::numeric_limits<std::int64_t>::max());
+    end = json_integer(offsets[1], 0, std::numeric_limits<std::int64_t>::max());
+  }
+  ENGINE_CHECK(begin && end, where, " has data_offsets ", json_excerpt(offsets),
+               ", expected [begin, end], two non-negative integers");
+  e.begin = static_cast<std::uint64_t>(*begin);
+  e.end = static_cast<std::uint64_t>(*end);
+  ENGINE_CHECK(e.begin <= e.end && e.end <= data_bytes, "safetensors file '", path_, "' is truncated or damaged: tensor '",
+               name, "' spans bytes [", e.begin, ", ", e.end, ") of a data section of ", data_bytes, " bytes");
+  ENGINE_CHECK(e.end - e.begin == expected, where, " (", safetensors_dtype_name(e.dtype), " ", format_shape(e.shape),
+               ") needs ", expected, " bytes, its offsets give ", e.end - e.begin);
+  return e;
 }
 
 const SafetensorsEntry& SafetensorsFile::entry(const std::string& name) const {
@@ -201,7 +237,7 @@ const SafetensorsEntry& SafetensorsFile::entry(const std::string& name) const {
 
 void SafetensorsFile::read_f32(const std::string& name, float* out) const {
   const SafetensorsEntry& e = entry(name);
-  File f = open_file(path_);
+  ReadFile f = open_file(path_);
   ENGINE_CHECK(std::fseek(f.get(), static_cast<long>(data_start_ + e.begin), SEEK_SET) == 0, "seek in '", path_, "' failed");
   const std::size_t n = static_cast<std::size_t>(e.numel());
   auto read = [&](void* dst, std::size_t bytes) {

@@ -7,9 +7,12 @@
 //   the rest  every tensor's raw little-endian bytes, row-major; offsets are
 //             relative to the end of the header.
 // Only what a GPT needs is read: F32, BF16 and F16, converted to f32. A file
-// is refused, naming the file and what is wrong, when its header length
-// exceeds the file, its JSON does not parse, a dtype is unknown, a tensor's
-// bytes do not match its shape, or its offsets fall outside the data.
+// is refused, on one line naming the file and what is wrong, when it is not
+// a regular file, its header length exceeds the file, its JSON does not
+// parse, a dtype is unknown, a shape or an offset is not a non-negative
+// integer, an element count or a size overflows 64 bits, a tensor's bytes do
+// not match its shape, its offsets fall outside the data, or two tensors
+// overlap. Every field is checked before any byte of a tensor is read.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +20,8 @@
 #include <map>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "launch/files/atomic_file.h"
 
@@ -68,6 +73,10 @@ class SafetensorsFile {
   void read_f32(const std::string& name, float* out) const;
 
  private:
+  // One tensor's header entry, every field checked (types, ranges, overflow,
+  // offsets against the data section's `data_bytes`).
+  SafetensorsEntry parse_entry(const std::string& name, const nlohmann::json& value, std::uint64_t data_bytes) const;
+
   std::string path_;
   std::uint64_t data_start_ = 0;
   std::map<std::string, SafetensorsEntry> entries_;

@@ -7,6 +7,8 @@
 
 #include "engine/check.h"
 #include "launch/files/untrusted_json.h"
+#include "launch/formats/untrusted_files.h"
+#include "launch/formats/untrusted_values.h"
 
 namespace launch {
 
@@ -14,6 +16,8 @@ namespace {
 
 // weight_map of the index at `path`, as (tensor, shard file name).
 std::map<std::string, std::string> read_weight_map(const std::string& path) {
+  const std::string not_regular = regular_file_problem(path);  // a FIFO would block the read
+  ENGINE_CHECK(not_regular.empty(), "safetensors index '", path, "' ", not_regular);
   nlohmann::json index;
   try {
     // Untrusted: size and nesting bounded before parsing (launch/files/untrusted_json.h).
@@ -35,7 +39,9 @@ std::map<std::string, std::string> read_weight_map(const std::string& path) {
 
 }  // namespace
 
-SafetensorsShards::SafetensorsShards(const std::string& path) : path_(path) {
+// (A function-try-block: the messages below quote the index's names and
+// bytes, which must print on one line as valid UTF-8.)
+SafetensorsShards::SafetensorsShards(const std::string& path) try : path_(path) {
   if (!path.ends_with(".json")) {
     files_.emplace_back(path);
     entries_ = files_.back().entries();
@@ -47,9 +53,15 @@ SafetensorsShards::SafetensorsShards(const std::string& path) : path_(path) {
   std::map<std::string, std::size_t> shard_index;  // file name -> files_ index
   for (const auto& [name, file] : weight_map) {
     if (shard_index.count(file)) continue;
+    // The index is as untrusted as the shards: a name leading out of the
+    // folder would read any file the user can.
+    const std::string outside = outside_folder_problem(folder, file);
+    ENGINE_CHECK(outside.empty(), "safetensors index '", path, "': weight_map maps tensor '", name, "' to '", file,
+                 "', which ", outside);
     const std::string shard = (folder / file).string();
-    ENGINE_CHECK(std::filesystem::is_regular_file(shard), "safetensors index '", path, "': weight_map maps tensor '",
-                 name, "' to '", file, "', which does not exist");
+    const std::string not_regular = regular_file_problem(shard);
+    ENGINE_CHECK(not_regular.empty(), "safetensors index '", path, "': weight_map maps tensor '", name, "' to '", file,
+                 "', which ", not_regular);
     shard_index[file] = files_.size();
     files_.emplace_back(shard);
   }
@@ -72,6 +84,8 @@ SafetensorsShards::SafetensorsShards(const std::string& path) : path_(path) {
   for (const auto& [name, file] : weight_map)
     ENGINE_CHECK(shard_of_.count(name), "safetensors index '", path, "': weight_map maps tensor '", name, "' to '", file,
                  "', which has no such tensor");
+} catch (const engine::Error& e) {
+  throw engine::Error(printable_text(e.what()));
 }
 
 const SafetensorsEntry& SafetensorsShards::entry(const std::string& name) const {

@@ -5,7 +5,10 @@
 //                                   "weight_map": {"NAME": "model-00001-of-00003.safetensors", ...}}
 // beside the shard files it names (paths relative to the index's folder).
 // An index is refused, on one line naming it, when it is not JSON or has no
-// weight_map, when weight_map names a file that is missing or a tensor its
+// weight_map, when weight_map names a file outside the index's folder (a
+// '..', an absolute path, a symbolic link leading out: the index is as
+// untrusted as the shards), a file that is missing or not a regular file,
+// or a tensor its
 // file does not hold, when a tensor is held by two files, or when a shard
 // holds a tensor weight_map does not list (an index and shards that disagree
 // are not trusted either way).
