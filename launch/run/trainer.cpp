@@ -60,16 +60,25 @@ parallel::GridComms make_comms(const TrainConfig& config, const parallel::Proces
 }
 
 // Rank 0, before anything of the run is opened: --overwrite deletes the
-// outputs of the run that was here; a run folder gets this run's resolved
-// configuration and the copy of the text log.
+// outputs of the run that was here; a run folder gets the copy of the text
+// log (appended to, so a refused start adds its lines to the run's log).
 std::unique_ptr<TextLogCopy> start_outputs(const TrainConfig& config, int rank, std::ostream& console) {
   if (rank != 0 || config.eval_only) return nullptr;
   if (config.overwrite) remove_previous_run(config);
   const RunPaths paths = run_paths(config);
   if (paths.config.empty()) return nullptr;
   std::filesystem::create_directories(config.run_dir);
-  write_file_atomically(paths.config, resolved_config_json(config));
   return std::make_unique<TextLogCopy>(console, paths.text_log);
+}
+
+// Rank 0, once every start-up check has passed (the resumed checkpoint's
+// identity included): a start refused for a mistyped flag must not replace
+// the run's saved configuration, which `--config DIR/config.json --resume
+// auto` continues the run from.
+void save_run_config(const TrainConfig& config, int rank) {
+  const RunPaths paths = run_paths(config);
+  if (rank != 0 || config.eval_only || paths.config.empty()) return;
+  write_file_atomically(paths.config, resolved_config_json(config));
 }
 
 }  // namespace
@@ -151,6 +160,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
 
   report_start();
   if (!config.resume.empty()) resume();
+  save_run_config(config, grid_.world_rank());
   faults_.start_failure_clock();
 }
 

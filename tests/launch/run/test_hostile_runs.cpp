@@ -95,4 +95,23 @@ TEST_F(HostileRuns, OverflowingMicroBatchIsRefused) {
   EXPECT_EQ(count_lines(text), 1) << text;
 }
 
+// A mistyped --model with --resume auto is refused (the checkpoint holds
+// another model); the refused start must not rewrite config.json, so the
+// run's saved configuration still describes it and the right command (or
+// --config DIR/config.json) continues it.
+TEST_F(HostileRuns, RefusedResumeLeavesConfigJsonAlone) {
+  const std::string folder = dir_ / "run";
+  ASSERT_EQ(run(base(2) + " --run-dir " + folder, "first"), 0) << read_text(err("first"));
+  const std::string saved = read_text(folder + "/config.json");
+  ASSERT_FALSE(saved.empty());
+  const std::string wrong = base(4) + " --n-layer 3 --run-dir " + folder + " --resume auto";
+  EXPECT_NE(run(wrong, "wrong"), 0) << read_text(out("wrong"));
+  EXPECT_NE(read_text(err("wrong")).find("different run"), std::string::npos) << read_text(err("wrong"));
+  EXPECT_EQ(read_text(folder + "/config.json"), saved) << "the refused start rewrote config.json";
+  // The saved configuration continues the run as it is.
+  const std::string right = "--config " + folder + "/config.json --steps 4 --resume auto";
+  EXPECT_EQ(run(right, "right"), 0) << read_text(err("right"));
+  EXPECT_NE(read_text(out("right")).find("resumed    from"), std::string::npos) << read_text(out("right"));
+}
+
 }  // namespace
