@@ -114,4 +114,29 @@ TEST_F(HostileRuns, RefusedResumeLeavesConfigJsonAlone) {
   EXPECT_NE(read_text(out("right")).find("resumed    from"), std::string::npos) << read_text(out("right"));
 }
 
+// --log-file naming the user's own file: --overwrite deletes only metrics
+// this engine can be shown to have written, and --resume (which rewrites
+// the file without the steps it will take again) leaves a foreign file
+// alone too. Each start is refused in one line naming the file, which is
+// kept byte for byte.
+TEST_F(HostileRuns, OverwriteKeepsALogFileThatIsNotMetrics) {
+  const std::string notes = dir_ / "notes.txt";
+  const std::string text = "my notes\n{\"not\": \"a record\"}\nline three without a newline";
+  std::ofstream(notes, std::ios::binary) << text;
+  for (const char* how : {"--overwrite", "--resume auto"}) {
+    const std::string tag = how[2] == 'o' ? "overwrite" : "resume";
+    const std::string args = base(2) + " --log-file " + notes + " --checkpoint-dir " + (dir_ / "ck") + " " + how;
+    EXPECT_EQ(run(args, tag), kExitBadInput) << how << ": " << read_text(out(tag));
+    const std::string said = read_text(out(tag)) + read_text(err(tag));
+    EXPECT_NE(said.find("--log-file '" + notes + "'"), std::string::npos) << said;
+    EXPECT_EQ(count_lines(said), 1) << said;
+    EXPECT_EQ(read_text(notes), text) << how << " changed the file";
+  }
+  // The engine's own metrics are still deleted by --overwrite.
+  const std::string metrics = dir_ / "m.jsonl";
+  ASSERT_EQ(run(base(2) + " --log-file " + metrics, "metrics"), 0) << read_text(err("metrics"));
+  ASSERT_EQ(run(base(1) + " --log-file " + metrics + " --overwrite", "again"), 0) << read_text(err("again"));
+  EXPECT_EQ(jsonl_lines(metrics), 1) << read_text(metrics);
+}
+
 }  // namespace
