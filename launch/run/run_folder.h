@@ -7,6 +7,7 @@
 //   train.log        a copy of the text log rank 0 prints
 //   summary.json     what the run did, written when it ends
 //   checkpoints/     step_NNNNNNNN/ and `latest` (unless --checkpoint-dir)
+//   run.lock         held by the job using the folder (launch/run/run_lock.h)
 //
 // A new run refuses to start where another run's checkpoints or metrics are
 // (a second run would append to the old JSONL and its `latest` could name a

@@ -4,6 +4,7 @@
 // refused start that must not rewrite the run's config.json, sizes that
 // overflow, a model that cannot fit in host memory.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -21,6 +22,7 @@ namespace {
 
 constexpr int kExitUsage = 64;
 constexpr int kExitBadInput = 65;
+constexpr int kExitStopped = 75;
 
 // gpt-micro on the corpus, quick steps.
 std::vector<std::string> train_argv(const std::string& args) {
@@ -137,6 +139,36 @@ TEST_F(HostileRuns, OverwriteKeepsALogFileThatIsNotMetrics) {
   ASSERT_EQ(run(base(2) + " --log-file " + metrics, "metrics"), 0) << read_text(err("metrics"));
   ASSERT_EQ(run(base(1) + " --log-file " + metrics + " --overwrite", "again"), 0) << read_text(err("again"));
   EXPECT_EQ(jsonl_lines(metrics), 1) << read_text(metrics);
+}
+
+// Two identical jobs on one run folder would both write its files: the
+// second is refused in one line naming the first's pid, before it writes
+// anything, and the first goes on undisturbed. A lock file no process holds
+// (its job ended, or was killed) does not block the next run.
+TEST_F(HostileRuns, SecondJobOnOneRunFolderIsRefused) {
+  const std::string folder = dir_ / "run";
+  const std::string args = base(1000000) + " --run-dir " + folder;
+  Child first(train_argv(args), out("first"), err("first"));
+  ASSERT_TRUE(wait_until([&] { return jsonl_lines(folder + "/metrics.jsonl") >= 2; }, 120)) << first.err();
+  const std::string config = read_text(folder + "/config.json");
+  EXPECT_EQ(run(args + " --resume auto", "second", 60), kExitBadInput);
+  const std::string said = read_text(out("second")) + read_text(err("second"));
+  EXPECT_NE(said.find("pid " + std::to_string(first.pid())), std::string::npos) << said;
+  EXPECT_NE(said.find(folder), std::string::npos) << said;
+  EXPECT_EQ(count_lines(said), 1) << said;
+  EXPECT_EQ(read_text(folder + "/config.json"), config);
+  // The first job still runs and ends as a stopped run ends, with its checkpoint.
+  EXPECT_EQ(first.wait(0), -1) << "the first job ended: " << first.err();
+  first.signal(SIGTERM);
+  EXPECT_EQ(first.wait(120), kExitStopped) << first.err();
+  EXPECT_NE(read_text(folder + "/metrics.jsonl").find("\"event\":\"stopped\""), std::string::npos);
+  // Its lock file stays behind, held by no one: the next run goes ahead.
+  EXPECT_EQ(run(base(2) + " --run-dir " + folder + " --overwrite", "after"), 0) << read_text(err("after"));
+  // A lock file written by hand (a copied folder, a pid long gone) neither.
+  const std::string copied = dir_ / "copied";
+  std::filesystem::create_directories(copied);
+  std::ofstream(copied + "/run.lock") << "host elsewhere pid 1\n";
+  EXPECT_EQ(run(base(2) + " --run-dir " + copied, "copied"), 0) << read_text(err("copied"));
 }
 
 }  // namespace
