@@ -106,6 +106,14 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
   host_world_ = std::make_unique<parallel::MpiCommunicator>(world, "world");
   comms_ = make_comms(config, grid_, world);
 
+  batch_ = BatchLayout{config.batch_tokens / config.seq_len, grid_.dp_size(), grid_.dp_rank(), config.micro_batch};
+  batch_.validate();
+  // A run that cannot fit on its GPU, or in its node's host memory, is
+  // refused before anything is allocated or laid out (a model of 100,000
+  // layers takes seconds to register), with the plan's bytes (every rank
+  // checks; all agree and fail together).
+  refuse_if_too_big(planned_memory_before_allocating());
+
   // This rank's slice of the model and how the data-parallel strategy sees it.
   range_ = model::pipeline_stage_range(mc, grid_.pp_rank(), grid_.pp_size());
   tp_ = model::TensorParallel{grid_.tp_rank(), grid_.tp_size(), config.sequence_parallel};
@@ -121,12 +129,6 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
   if (!config.val_data.empty())
     val_data_ = std::make_unique<DataLoader>(config.val_data, static_cast<int>(config.seq_len),
                                              static_cast<int>(mc.vocab_size), false, config.seed);
-  batch_ = BatchLayout{config.batch_tokens / config.seq_len, grid_.dp_size(), grid_.dp_rank(), config.micro_batch};
-  batch_.validate();
-
-  // A run that cannot fit on its GPU is refused before anything is allocated,
-  // with the plan's bytes (every rank checks its own; all fail together).
-  if (config.device_type == engine::DeviceType::kCuda) refuse_if_too_big(planned_memory_before_allocating());
 
   // Parameters, the strategy that keeps the replicas in step, the optimizer.
   store_ = std::make_unique<model::ParamStore>(registry_, config.device_type, config.precision_mode,

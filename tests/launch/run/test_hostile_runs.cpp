@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -169,6 +170,34 @@ TEST_F(HostileRuns, SecondJobOnOneRunFolderIsRefused) {
   std::filesystem::create_directories(copied);
   std::ofstream(copied + "/run.lock") << "host elsewhere pid 1\n";
   EXPECT_EQ(run(base(2) + " --run-dir " + copied, "copied"), 0) << read_text(err("copied"));
+}
+
+// A model that cannot fit in host memory is refused on the CPU as on a GPU:
+// before anything is allocated, within seconds, in one line with the plan's
+// bytes. (Under `ulimit -v` as a safety net: an engine without the check
+// must not take the test machine's memory.)
+TEST_F(HostileRuns, ModelTooBigForHostMemoryIsRefused) {
+  const std::string data = dir_ / "train_*.bin";
+  const std::pair<const char*, const char*> models[] = {
+      {"wide", "--n-embd 262144"},  // 12 x 2^36 parameters: about 13 TB with gradients and AdamW
+      {"deep", "--n-layer 20000 --n-embd 4096"},   // 4 x 10^12 parameters in 240,000 tensors
+  };
+  for (const auto& [tag, shape] : models) {
+    const std::string train = std::string(TRAIN_BIN) + " --model gpt-micro " + shape +
+                              " --micro-batch 1 --seq-len 16 --device cpu --peak-tflops 1 --steps 1 --train-data " + data;
+    const auto t0 = std::chrono::steady_clock::now();
+    Child job({"sh", "-c", "ulimit -v 16000000 && exec " + train}, out(tag), err(tag));
+    const int code = job.wait(60);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const std::string said = job.out() + job.err();
+    const std::string error = said.substr(std::min(said.size(), said.rfind("error: ")));
+    EXPECT_EQ(code, kExitBadInput) << tag << ": " << said;
+    EXPECT_LT(seconds, 20) << tag;
+    EXPECT_NE(error.find("needs "), std::string::npos) << error;
+    EXPECT_NE(error.find(" bytes)"), std::string::npos) << error;
+    EXPECT_NE(error.find("host memory"), std::string::npos) << error;
+    EXPECT_EQ(count_lines(error), 1) << error;
+  }
 }
 
 }  // namespace
