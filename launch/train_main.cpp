@@ -27,6 +27,7 @@
 #include "launch/resilience/job_error.h"
 #include "launch/resilience/stop_request.h"
 #include "launch/run/input_checks.h"
+#include "launch/run/run_lock.h"
 #include "launch/run/train_config.h"
 #include "launch/run/trainer.h"
 #include "parallel/watchdog.h"
@@ -69,9 +70,16 @@ int train(int argc, char** argv) {
   // neither is helped by a restart (launch/resilience/exit_codes.h).
   std::string error;
   int failure = launch::kExitUsage;
+  // Rank 0 holds the run folder for the whole job (launch/run/run_lock.h).
+  // Taken before the input checks, which write probe files there: a second
+  // job on the folder is refused before it writes anything, and every rank
+  // learns of it through the agreement below.
+  std::optional<launch::RunFolderLock> run_folder_lock;
   try {
     config.resolve(config.device == "cpu" ? 0 : engine::cuda_device_count(), world);
     failure = launch::kExitBadInput;
+    // --eval-only writes nothing in the folder: it may score a running job's checkpoints.
+    if (rank == 0 && !config.run_dir.empty() && !config.eval_only) run_folder_lock.emplace(config.run_dir);
     launch::check_inputs(config);
   } catch (const std::exception& e) {
     error = e.what();

@@ -39,14 +39,17 @@ const ParamInfo& ParamRegistry::add(const std::string& name, engine::Shape globa
   info.init_std = init_std;
   info.weight_decay = weight_decay;
   total_ += (info.numel() + align_ - 1) / align_ * align_;
+  if (!unit_open_) unit_index_.emplace(name, unit_names_.size() - 1);
+  entry_index_.emplace(name, entries_.size());
   entries_.push_back(info);
   return entries_.back();
 }
 
 void ParamRegistry::begin_unit(const std::string& name) {
-  for (const std::string& n : unit_names_) ENGINE_CHECK(n != name, "parameter unit '", name, "' begun twice");
+  ENGINE_CHECK(!unit_index_.count(name), "parameter unit '", name, "' begun twice");
   ENGINE_CHECK(!unit_open_ || (!entries_.empty() && entries_.back().unit + 1 == static_cast<int>(unit_names_.size())),
                "parameter unit '", unit_names_.empty() ? "" : unit_names_.back(), "' was begun but holds no entry");
+  unit_index_.emplace(name, unit_names_.size());
   unit_names_.push_back(name);
   unit_open_ = true;
 }
@@ -65,20 +68,18 @@ std::vector<ParamUnit> ParamRegistry::units() const {
 }
 
 int ParamRegistry::unit_index(const std::string& unit_name) const {
-  for (std::size_t i = 0; i < unit_names_.size(); ++i)
-    if (unit_names_[i] == unit_name) return static_cast<int>(i);
+  const auto found = unit_index_.find(unit_name);
+  if (found != unit_index_.end()) return static_cast<int>(found->second);
   ENGINE_FAIL("no parameter unit named '", unit_name, "' in the registry (", unit_names_.size(), " units)");
 }
 
 bool ParamRegistry::contains(const std::string& name) const {
-  for (const ParamInfo& p : entries_)
-    if (p.name == name) return true;
-  return false;
+  return entry_index_.count(name) != 0;
 }
 
 const ParamInfo& ParamRegistry::find(const std::string& name) const {
-  for (const ParamInfo& p : entries_)
-    if (p.name == name) return p;
+  const auto found = entry_index_.find(name);
+  if (found != entry_index_.end()) return entries_[found->second];
   ENGINE_FAIL("no parameter named '", name, "' in the registry (", entries_.size(), " entries)");
 }
 

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/tensor.h"
@@ -113,6 +114,10 @@ class ParamRegistry {
  private:
   std::vector<ParamInfo> entries_;
   std::vector<std::string> unit_names_;
+  // Names to indices: a model of 100,000 layers registers a million entries,
+  // and a search of the list for each would take minutes before the memory
+  // plan could refuse it.
+  std::unordered_map<std::string, std::size_t> entry_index_, unit_index_;
   bool unit_open_ = false;  // begin_unit() called and no entry added to a unit of its own since
   std::int64_t total_ = 0;
   std::int64_t align_ = kAlignElements;

@@ -67,6 +67,8 @@ void check_inputs(const TrainConfig& config) {
     }
   }
   // Last: a bad input is named as such even where another run's outputs are.
+  // A --log-file of the user's own is named as such before the rule on runs.
+  refuse_foreign_log_file(config);
   refuse_to_mix_runs(config);
   // Under launch/supervise every restart repeats the command: --overwrite
   // would delete the progress of the attempt that just failed.

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <regex>
 #include <sstream>
 
 #include "engine/check.h"
 #include "launch/checkpoint/checkpoint_files.h"
 #include "launch/files/atomic_file.h"
+#include "launch/files/untrusted_json.h"
 
 namespace launch {
 
@@ -37,7 +39,46 @@ bool non_empty_file(const std::string& path) {
   return !path.empty() && fs::is_regular_file(path, error) && fs::file_size(path, error) > 0;
 }
 
+// A line this engine's MetricsLog writes: a JSON object with an "event"
+// name, or a "step" number with its "loss" or "val_loss".
+bool is_metrics_record(const std::string& line) {
+  if (line.empty() || line.front() != '{' || json_nesting_depth(line) > kMaxJsonDepth) return false;
+  const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!record.is_object()) return false;
+  if (record.contains("event")) return record["event"].is_string();
+  return record.contains("step") && record["step"].is_number_integer() &&
+         (record.contains("loss") || record.contains("val_loss"));
+}
+
+// "" when `path` holds only this engine's metrics records (a last line
+// without its newline, cut short by a crash, may be any start of one);
+// else what is not: "line 3 is not a metrics record".
+std::string foreign_metrics_content(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "it cannot be read";
+  std::int64_t number = 0, records = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++number;
+    const bool complete = !in.eof();  // getline stopped at a newline
+    if (is_metrics_record(line)) {
+      ++records;
+    } else if (complete || line.empty() || line.front() != '{') {
+      return "line " + std::to_string(number) + " is not a metrics record";
+    }
+  }
+  return records > 0 ? "" : "it holds no metrics record";
+}
+
 }  // namespace
+
+void refuse_foreign_log_file(const TrainConfig& config) {
+  // --eval-only only appends: nothing of the file can be lost.
+  if (config.eval_only || !non_empty_file(config.log_file)) return;
+  const std::string foreign = foreign_metrics_content(config.log_file);
+  ENGINE_CHECK(foreign.empty(), "--log-file '", config.log_file, "' is not this engine's metrics (", foreign,
+               "): it would be ", config.overwrite ? "deleted by --overwrite" : "rewritten or appended to",
+               "; name a new file for the metrics");
+}
 
 RunPaths run_paths(const TrainConfig& config) {
   if (config.run_dir.empty()) return {};
@@ -78,6 +119,9 @@ void remove_previous_run(const TrainConfig& config) {
     fs::remove_all(entry, error);
     ENGINE_CHECK(!error, "--overwrite: cannot delete '", entry.string(), "': ", error.message());
   }
+  // Checked again here, just before deleting (the start-up check may be a
+  // while ago): never delete a file the engine cannot show it wrote.
+  refuse_foreign_log_file(config);
   const RunPaths paths = run_paths(config);
   for (const std::string& file : {config.log_file, paths.text_log, paths.summary, paths.config}) {
     // Files only: never a device such as --log-file /dev/stdout.

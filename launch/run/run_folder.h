@@ -7,6 +7,7 @@
 //   train.log        a copy of the text log rank 0 prints
 //   summary.json     what the run did, written when it ends
 //   checkpoints/     step_NNNNNNNN/ and `latest` (unless --checkpoint-dir)
+//   run.lock         held by the job using the folder (launch/run/run_lock.h)
 //
 // A new run refuses to start where another run's checkpoints or metrics are
 // (a second run would append to the old JSONL and its `latest` could name a
@@ -38,8 +39,16 @@ std::vector<std::string> previous_run_outputs(const TrainConfig& config);
 // other input checks, before anything is written.
 void refuse_to_mix_runs(const TrainConfig& config);
 
+// Throws, naming --log-file, when that file exists, is not empty and holds
+// anything but this engine's metrics records (JSON objects with an "event",
+// or a "step" with its "loss"): --overwrite would delete it, --resume
+// rewrite it, a fresh start append to it. Every rank runs it with the other
+// input checks.
+void refuse_foreign_log_file(const TrainConfig& config);
+
 // --overwrite: deletes the outputs previous_run_outputs() lists and the run
-// folder's config, text log and summary. Rank 0 only, before it opens any.
+// folder's config, text log and summary (a --log-file that is not metrics is
+// refused, not deleted). Rank 0 only, before it opens any.
 void remove_previous_run(const TrainConfig& config);
 
 // Writes `text` to `path` under a temporary name, then renames it.

@@ -60,16 +60,25 @@ parallel::GridComms make_comms(const TrainConfig& config, const parallel::Proces
 }
 
 // Rank 0, before anything of the run is opened: --overwrite deletes the
-// outputs of the run that was here; a run folder gets this run's resolved
-// configuration and the copy of the text log.
+// outputs of the run that was here; a run folder gets the copy of the text
+// log (appended to, so a refused start adds its lines to the run's log).
 std::unique_ptr<TextLogCopy> start_outputs(const TrainConfig& config, int rank, std::ostream& console) {
   if (rank != 0 || config.eval_only) return nullptr;
   if (config.overwrite) remove_previous_run(config);
   const RunPaths paths = run_paths(config);
   if (paths.config.empty()) return nullptr;
   std::filesystem::create_directories(config.run_dir);
-  write_file_atomically(paths.config, resolved_config_json(config));
   return std::make_unique<TextLogCopy>(console, paths.text_log);
+}
+
+// Rank 0, once every start-up check has passed (the resumed checkpoint's
+// identity included): a start refused for a mistyped flag must not replace
+// the run's saved configuration, which `--config DIR/config.json --resume
+// auto` continues the run from.
+void save_run_config(const TrainConfig& config, int rank) {
+  const RunPaths paths = run_paths(config);
+  if (rank != 0 || config.eval_only || paths.config.empty()) return;
+  write_file_atomically(paths.config, resolved_config_json(config));
 }
 
 }  // namespace
@@ -97,6 +106,14 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
   host_world_ = std::make_unique<parallel::MpiCommunicator>(world, "world");
   comms_ = make_comms(config, grid_, world);
 
+  batch_ = BatchLayout{config.batch_tokens / config.seq_len, grid_.dp_size(), grid_.dp_rank(), config.micro_batch};
+  batch_.validate();
+  // A run that cannot fit on its GPU, or in its node's host memory, is
+  // refused before anything is allocated or laid out (a model of 100,000
+  // layers takes seconds to register), with the plan's bytes (every rank
+  // checks; all agree and fail together).
+  refuse_if_too_big(planned_memory_before_allocating());
+
   // This rank's slice of the model and how the data-parallel strategy sees it.
   range_ = model::pipeline_stage_range(mc, grid_.pp_rank(), grid_.pp_size());
   tp_ = model::TensorParallel{grid_.tp_rank(), grid_.tp_size(), config.sequence_parallel};
@@ -112,12 +129,6 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
   if (!config.val_data.empty())
     val_data_ = std::make_unique<DataLoader>(config.val_data, static_cast<int>(config.seq_len),
                                              static_cast<int>(mc.vocab_size), false, config.seed);
-  batch_ = BatchLayout{config.batch_tokens / config.seq_len, grid_.dp_size(), grid_.dp_rank(), config.micro_batch};
-  batch_.validate();
-
-  // A run that cannot fit on its GPU is refused before anything is allocated,
-  // with the plan's bytes (every rank checks its own; all fail together).
-  if (config.device_type == engine::DeviceType::kCuda) refuse_if_too_big(planned_memory_before_allocating());
 
   // Parameters, the strategy that keeps the replicas in step, the optimizer.
   store_ = std::make_unique<model::ParamStore>(registry_, config.device_type, config.precision_mode,
@@ -151,6 +162,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
 
   report_start();
   if (!config.resume.empty()) resume();
+  save_run_config(config, grid_.world_rank());
   faults_.start_failure_clock();
 }
 

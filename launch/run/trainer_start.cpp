@@ -1,15 +1,22 @@
 // What the trainer does before step 1 besides building its parts (trainer.cpp):
 // the initial weights (seeded, or --init-from), and what it checks and says:
-// the layout as the memory plan sees it (model/memory_plan.h), a GPU run
-// refused before anything is allocated when the plan does not fit, the bytes
+// the layout as the memory plan sees it (model/memory_plan.h), a run refused
+// before anything is allocated when the plan does not fit its GPU or its
+// node's host memory, the bytes
 // planned against those allocated, the configuration, and where validation
 // reads and outputs go.
+#include <mpi.h>
+
 #include <algorithm>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "engine/device.h"
 #include "launch/formats/hf_gpt2.h"
+#include "launch/hardware/host_memory.h"
+#include "launch/resilience/job_error.h"
+#include "launch/resilience/rank_agreement.h"
 #include "launch/run/optimizer_setup.h"
 #include "launch/run/run_folder.h"
 #include "launch/run/trainer.h"
@@ -59,13 +66,42 @@ model::RankMemory Trainer::planned_memory_before_allocating() const {
 }
 
 void Trainer::refuse_if_too_big(const model::RankMemory& planned) const {
-  const std::size_t free_bytes = engine::cuda_free_bytes();
-  ENGINE_CHECK(planned.total() <= free_bytes, "this layout needs ", engine::format_bytes(planned.total()),
-               " on GPU ", gpu_, " (rank ", grid_.world_rank(), ": parameters ", engine::format_bytes(planned.weights),
-               ", gradients ", engine::format_bytes(planned.grads), ", optimizer state ",
-               engine::format_bytes(planned.optimizer), ", activations ", engine::format_bytes(planned.activations),
-               ", ZeRO buffers ", engine::format_bytes(planned.staging), ") but only ", engine::format_bytes(free_bytes),
-               " are free: use more ranks, ZeRO, recomputation or a smaller micro-batch (build/launch/plan predicts each)");
+  // A GPU holds its rank's bytes; on the CPU the ranks of one node share its
+  // memory, so their plans are summed over the node (MPI_COMM_TYPE_SHARED).
+  const bool gpu = config_.device_type == engine::DeviceType::kCuda;
+  std::size_t needed = planned.total(), available = 0;
+  int node_ranks = 1;
+  if (gpu) {
+    available = engine::cuda_free_bytes();
+  } else {
+    available = host_available_bytes();
+    MPI_Comm node = MPI_COMM_NULL;
+    MPI_Comm_split_type(host_world_->comm(), MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    unsigned long long mine = needed, sum = 0;
+    MPI_Allreduce(&mine, &sum, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, node);
+    MPI_Comm_size(node, &node_ranks);
+    MPI_Comm_free(&node);
+    needed = static_cast<std::size_t>(sum);
+  }
+  std::string error;
+  // 0: not known (no /proc/meminfo, no free-page count): nothing to refuse against.
+  if (available > 0 && needed > available) {
+    std::ostringstream what;
+    what << "this layout needs " << engine::format_bytes(needed) << " (" << needed << " bytes) "
+         << (gpu ? "on GPU " + std::to_string(gpu_) : "of host memory")
+         << (node_ranks > 1 ? " for this node's " + std::to_string(node_ranks) + " ranks" : std::string())
+         << " (rank " << grid_.world_rank() << ": parameters " << engine::format_bytes(planned.weights)
+         << ", gradients " << engine::format_bytes(planned.grads) << ", optimizer state "
+         << engine::format_bytes(planned.optimizer) << ", activations " << engine::format_bytes(planned.activations)
+         << ", ZeRO buffers " << engine::format_bytes(planned.staging) << ") but only "
+         << engine::format_bytes(available) << (gpu ? " are free" : " are available (MemAvailable)")
+         << ": use more ranks, ZeRO, recomputation, a smaller micro-batch or model (build/launch/plan predicts each)";
+    error = what.str();
+  }
+  // Every rank reaches this check: the first refusal is the job's, printed
+  // once, and a bad input that no restart helps.
+  error = first_error(*host_world_, error);
+  if (!error.empty()) throw JobError(kExitBadInput, error);
 }
 
 model::RankMemory Trainer::planned_memory() const {

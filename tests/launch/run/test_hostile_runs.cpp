@@ -4,8 +4,10 @@
 // refused start that must not rewrite the run's config.json, sizes that
 // overflow, a model that cannot fit in host memory.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +23,7 @@ namespace {
 
 constexpr int kExitUsage = 64;
 constexpr int kExitBadInput = 65;
+constexpr int kExitStopped = 75;
 
 // gpt-micro on the corpus, quick steps.
 std::vector<std::string> train_argv(const std::string& args) {
@@ -93,6 +96,108 @@ TEST_F(HostileRuns, OverflowingMicroBatchIsRefused) {
   EXPECT_NE(text.find("--micro-batch 1000000000 "), std::string::npos) << text;
   EXPECT_NE(text.find("overflows"), std::string::npos) << text;
   EXPECT_EQ(count_lines(text), 1) << text;
+}
+
+// A mistyped --model with --resume auto is refused (the checkpoint holds
+// another model); the refused start must not rewrite config.json, so the
+// run's saved configuration still describes it and the right command (or
+// --config DIR/config.json) continues it.
+TEST_F(HostileRuns, RefusedResumeLeavesConfigJsonAlone) {
+  const std::string folder = dir_ / "run";
+  ASSERT_EQ(run(base(2) + " --run-dir " + folder, "first"), 0) << read_text(err("first"));
+  const std::string saved = read_text(folder + "/config.json");
+  ASSERT_FALSE(saved.empty());
+  const std::string wrong = base(4) + " --n-layer 3 --run-dir " + folder + " --resume auto";
+  EXPECT_NE(run(wrong, "wrong"), 0) << read_text(out("wrong"));
+  EXPECT_NE(read_text(err("wrong")).find("different run"), std::string::npos) << read_text(err("wrong"));
+  EXPECT_EQ(read_text(folder + "/config.json"), saved) << "the refused start rewrote config.json";
+  // The saved configuration continues the run as it is.
+  const std::string right = "--config " + folder + "/config.json --steps 4 --resume auto";
+  EXPECT_EQ(run(right, "right"), 0) << read_text(err("right"));
+  EXPECT_NE(read_text(out("right")).find("resumed    from"), std::string::npos) << read_text(out("right"));
+}
+
+// --log-file naming the user's own file: --overwrite deletes only metrics
+// this engine can be shown to have written, and --resume (which rewrites
+// the file without the steps it will take again) leaves a foreign file
+// alone too. Each start is refused in one line naming the file, which is
+// kept byte for byte.
+TEST_F(HostileRuns, OverwriteKeepsALogFileThatIsNotMetrics) {
+  const std::string notes = dir_ / "notes.txt";
+  const std::string text = "my notes\n{\"not\": \"a record\"}\nline three without a newline";
+  std::ofstream(notes, std::ios::binary) << text;
+  for (const char* how : {"--overwrite", "--resume auto"}) {
+    const std::string tag = how[2] == 'o' ? "overwrite" : "resume";
+    const std::string args = base(2) + " --log-file " + notes + " --checkpoint-dir " + (dir_ / "ck") + " " + how;
+    EXPECT_EQ(run(args, tag), kExitBadInput) << how << ": " << read_text(out(tag));
+    const std::string said = read_text(out(tag)) + read_text(err(tag));
+    EXPECT_NE(said.find("--log-file '" + notes + "'"), std::string::npos) << said;
+    EXPECT_EQ(count_lines(said), 1) << said;
+    EXPECT_EQ(read_text(notes), text) << how << " changed the file";
+  }
+  // The engine's own metrics are still deleted by --overwrite.
+  const std::string metrics = dir_ / "m.jsonl";
+  ASSERT_EQ(run(base(2) + " --log-file " + metrics, "metrics"), 0) << read_text(err("metrics"));
+  ASSERT_EQ(run(base(1) + " --log-file " + metrics + " --overwrite", "again"), 0) << read_text(err("again"));
+  EXPECT_EQ(jsonl_lines(metrics), 1) << read_text(metrics);
+}
+
+// Two identical jobs on one run folder would both write its files: the
+// second is refused in one line naming the first's pid, before it writes
+// anything, and the first goes on undisturbed. A lock file no process holds
+// (its job ended, or was killed) does not block the next run.
+TEST_F(HostileRuns, SecondJobOnOneRunFolderIsRefused) {
+  const std::string folder = dir_ / "run";
+  const std::string args = base(1000000) + " --run-dir " + folder;
+  Child first(train_argv(args), out("first"), err("first"));
+  ASSERT_TRUE(wait_until([&] { return jsonl_lines(folder + "/metrics.jsonl") >= 2; }, 120)) << first.err();
+  const std::string config = read_text(folder + "/config.json");
+  EXPECT_EQ(run(args + " --resume auto", "second", 60), kExitBadInput);
+  const std::string said = read_text(out("second")) + read_text(err("second"));
+  EXPECT_NE(said.find("pid " + std::to_string(first.pid())), std::string::npos) << said;
+  EXPECT_NE(said.find(folder), std::string::npos) << said;
+  EXPECT_EQ(count_lines(said), 1) << said;
+  EXPECT_EQ(read_text(folder + "/config.json"), config);
+  // The first job still runs and ends as a stopped run ends, with its checkpoint.
+  EXPECT_EQ(first.wait(0), -1) << "the first job ended: " << first.err();
+  first.signal(SIGTERM);
+  EXPECT_EQ(first.wait(120), kExitStopped) << first.err();
+  EXPECT_NE(read_text(folder + "/metrics.jsonl").find("\"event\":\"stopped\""), std::string::npos);
+  // Its lock file stays behind, held by no one: the next run goes ahead.
+  EXPECT_EQ(run(base(2) + " --run-dir " + folder + " --overwrite", "after"), 0) << read_text(err("after"));
+  // A lock file written by hand (a copied folder, a pid long gone) neither.
+  const std::string copied = dir_ / "copied";
+  std::filesystem::create_directories(copied);
+  std::ofstream(copied + "/run.lock") << "host elsewhere pid 1\n";
+  EXPECT_EQ(run(base(2) + " --run-dir " + copied, "copied"), 0) << read_text(err("copied"));
+}
+
+// A model that cannot fit in host memory is refused on the CPU as on a GPU:
+// before anything is allocated, within seconds, in one line with the plan's
+// bytes. (Under `ulimit -v` as a safety net: an engine without the check
+// must not take the test machine's memory.)
+TEST_F(HostileRuns, ModelTooBigForHostMemoryIsRefused) {
+  const std::string data = dir_ / "train_*.bin";
+  const std::pair<const char*, const char*> models[] = {
+      {"wide", "--n-embd 262144"},  // 12 x 2^36 parameters: about 13 TB with gradients and AdamW
+      {"deep", "--n-layer 20000 --n-embd 4096"},   // 4 x 10^12 parameters in 240,000 tensors
+  };
+  for (const auto& [tag, shape] : models) {
+    const std::string train = std::string(TRAIN_BIN) + " --model gpt-micro " + shape +
+                              " --micro-batch 1 --seq-len 16 --device cpu --peak-tflops 1 --steps 1 --train-data " + data;
+    const auto t0 = std::chrono::steady_clock::now();
+    Child job({"sh", "-c", "ulimit -v 16000000 && exec " + train}, out(tag), err(tag));
+    const int code = job.wait(60);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const std::string said = job.out() + job.err();
+    const std::string error = said.substr(std::min(said.size(), said.rfind("error: ")));
+    EXPECT_EQ(code, kExitBadInput) << tag << ": " << said;
+    EXPECT_LT(seconds, 20) << tag;
+    EXPECT_NE(error.find("needs "), std::string::npos) << error;
+    EXPECT_NE(error.find(" bytes)"), std::string::npos) << error;
+    EXPECT_NE(error.find("host memory"), std::string::npos) << error;
+    EXPECT_EQ(count_lines(error), 1) << error;
+  }
 }
 
 }  // namespace

@@ -1,0 +1,30 @@
+// One job per run folder: two jobs started on the same --run-dir would both
+// append to its metrics, rewrite its config and save into its checkpoints.
+// Rank 0 takes an advisory lock (flock) on DIR/run.lock before anything of
+// the run is written and holds it for the life of the job; the file names
+// the holder (host and pid) for the refusal a second job prints. The kernel
+// drops the lock when the holder exits, however it ends, so a lock file left
+// behind by a finished or killed job blocks nothing. (flock is per host on
+// some network file systems; jobs on two hosts are then not told apart.)
+#pragma once
+
+#include <string>
+
+namespace launch {
+
+class RunFolderLock {
+ public:
+  // Creates `run_dir` if needed and locks it; throws engine::Error naming
+  // the folder and the holder ("host h pid 1234") when another job holds it.
+  explicit RunFolderLock(const std::string& run_dir);
+  ~RunFolderLock();
+  RunFolderLock(const RunFolderLock&) = delete;
+  RunFolderLock& operator=(const RunFolderLock&) = delete;
+
+  static constexpr const char* kFileName = "run.lock";
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace launch
