@@ -1,5 +1,6 @@
 #include "engine/device.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
@@ -17,6 +18,24 @@ std::size_t cuda_device_memory_bytes(int) { return 0; }
 void* device_malloc(std::size_t) { ENGINE_FAIL("device memory needs an engine built with CUDA"); }
 void device_free(void*) {}
 void device_synchronize() {}
+
+namespace {
+std::vector<std::chrono::steady_clock::time_point>& host_marks() {
+  static std::vector<std::chrono::steady_clock::time_point> marks;
+  return marks;
+}
+}  // namespace
+void timing_marks_reset() { host_marks().clear(); }
+int timing_mark() {
+  host_marks().push_back(std::chrono::steady_clock::now());
+  return static_cast<int>(host_marks().size()) - 1;
+}
+std::vector<double> timing_marks_elapsed_ms() {
+  std::vector<double> ms;
+  for (const auto& t : host_marks())
+    ms.push_back(std::chrono::duration<double, std::milli>(t - host_marks().front()).count());
+  return ms;
+}
 void* host_staging_malloc(std::size_t bytes, DeviceType device) {
   ENGINE_CHECK(device == DeviceType::kCpu, "page-locked host memory needs an engine built with CUDA");
   void* ptr = bytes ? std::malloc(bytes) : nullptr;

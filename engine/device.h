@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "engine/tensor.h"
 
@@ -33,6 +34,18 @@ std::size_t cuda_free_bytes();
 void* device_malloc(std::size_t bytes);
 void device_free(void* ptr);
 void device_synchronize();
+
+// Timing marks for the asynchronous op timeline (engine/profiler.h).
+// timing_mark() queues a mark behind the work already queued on the current
+// stream and returns its number, counting from the last timing_marks_reset();
+// it never waits for the device and never throws (-1 when a mark could not be
+// recorded). A mark is a CUDA event when this process uses a GPU (at the
+// reset), else a host clock reading, since CPU ops run synchronously.
+// timing_marks_elapsed_ms() waits for the device and returns every mark's time
+// in milliseconds after mark 0.
+void timing_marks_reset();
+int timing_mark();
+std::vector<double> timing_marks_elapsed_ms();
 
 // Host memory that device-to-host copies land in at full speed (checkpoint
 // snapshots): page-locked (cudaMallocHost) when `device` is kCuda, so the copy

@@ -3,8 +3,10 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "engine/cuda/context.h"
 #include "engine/device.h"
@@ -112,6 +114,69 @@ void device_synchronize() {
   // A CPU run of a CUDA build never touches the driver (there may be none):
   // only a process that has used a GPU synchronises one.
   if (cuda_in_use()) CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+namespace {
+// The timeline's marks. Events are created on first need and kept for later
+// timelines (creating one costs a driver call; a gpt2-1558m step records tens
+// of thousands). Timing events (no cudaEventDisableTiming) on the stream the
+// ops launch on.
+struct TimingMarks {
+  bool on_gpu = false;
+  int used = 0;
+  std::vector<cudaEvent_t> events;
+  std::vector<std::chrono::steady_clock::time_point> host;
+};
+TimingMarks& timing_marks() {
+  static TimingMarks marks;
+  return marks;
+}
+}  // namespace
+
+void timing_marks_reset() {
+  TimingMarks& m = timing_marks();
+  m.on_gpu = cuda_in_use();
+  m.used = 0;
+  m.host.clear();
+}
+
+int timing_mark() {
+  TimingMarks& m = timing_marks();
+  if (!m.on_gpu) {
+    m.host.push_back(std::chrono::steady_clock::now());
+    return static_cast<int>(m.host.size()) - 1;
+  }
+  if (m.used == static_cast<int>(m.events.size())) {
+    cudaEvent_t event = nullptr;
+    if (cudaEventCreate(&event) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return -1;
+    }
+    m.events.push_back(event);
+  }
+  if (cudaEventRecord(m.events[m.used], cuda::current_stream()) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return m.used++;
+}
+
+std::vector<double> timing_marks_elapsed_ms() {
+  TimingMarks& m = timing_marks();
+  std::vector<double> ms;
+  if (!m.on_gpu) {
+    for (const auto& t : m.host) ms.push_back(std::chrono::duration<double, std::milli>(t - m.host.front()).count());
+    return ms;
+  }
+  if (m.used == 0) return ms;
+  CUDA_CHECK(cudaEventSynchronize(m.events[m.used - 1]));
+  ms.reserve(m.used);
+  for (int i = 0; i < m.used; ++i) {
+    float elapsed = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&elapsed, m.events[0], m.events[i]));
+    ms.push_back(elapsed);
+  }
+  return ms;
 }
 
 void copy_bytes(void* dst, DeviceType dst_device, const void* src, DeviceType src_device,

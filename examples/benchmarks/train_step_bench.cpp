@@ -5,7 +5,14 @@
 // Attention FLOPs are counted over the full s x s square by default, as the
 // paper does and as examples/benchmarks/pytorch_reference.py and the figures
 // of RESULTS.md do (`train` counts the causal half by default);
-// --attention-flops causal counts the causal half.
+// --attention-flops causal counts the causal half. The result line prints the
+// other convention's figure beside it.
+//
+// --timeline (default on): one extra step with the asynchronous op timeline
+// (engine/profiler.h): each op's time on the device's clock with nothing
+// synchronised, and the gaps where the device ran no op, by the ops either
+// side. --profile: one extra step with each op synchronised (each op's time
+// alone, on an idle device).
 //
 //   train_step_bench                                  # the two CPU cases of RESULTS.md
 //   train_step_bench --model gpt2-124m --seq-len 64 --micro-batch 4 --steps 3
@@ -22,6 +29,7 @@
 
 #include "engine/buffer.h"
 #include "engine/device.h"
+#include "engine/op_timeline.h"
 #include "engine/profiler.h"
 #include "model/flops.h"
 #include "model/gpt_params.h"
@@ -40,8 +48,19 @@ struct Case {
 
 using Clock = std::chrono::steady_clock;
 
-void run_case(const Case& c, int steps, engine::DeviceType device, model::Precision precision, bool profile,
-              model::AttentionFlops attention) {
+struct Options {
+  int steps = 5;
+  engine::DeviceType device = engine::DeviceType::kCpu;
+  model::Precision precision = model::Precision::kFp32;
+  bool profile = true;
+  bool timeline = true;
+  model::AttentionFlops attention = model::AttentionFlops::kFull;
+};
+
+void run_case(const Case& c, const Options& o) {
+  const engine::DeviceType device = o.device;
+  const model::Precision precision = o.precision;
+  const int steps = o.steps;
   model::GptConfig config = model::gpt_preset(c.model);
   const model::ParamRegistry registry = model::build_gpt_registry(config);
   model::ParamStore store(registry, device, precision);
@@ -85,18 +104,34 @@ void run_case(const Case& c, int steps, engine::DeviceType device, model::Precis
   std::sort(times.begin(), times.end());
   const double median = times[times.size() / 2];
   const double flops =
-      model::training_flops_per_step(config, c.micro_batch * c.grad_accum, c.seq_len, attention);
+      model::training_flops_per_step(config, c.micro_batch * c.grad_accum, c.seq_len, o.attention);
+  const model::AttentionFlops other =
+      o.attention == model::AttentionFlops::kFull ? model::AttentionFlops::kCausal : model::AttentionFlops::kFull;
+  const double other_flops = model::training_flops_per_step(config, c.micro_batch * c.grad_accum, c.seq_len, other);
   // Peak: everything the engine allocated on the device (weights, gradients,
   // optimizer state, activations, workspaces), comparable with PyTorch's
   // max_memory_allocated.
   std::printf("%-10s B=%-3lld T=%-5lld x%-3lld params %6.1fM | step %8.1f ms (median of %d) | %9.0f tok/s | "
-              "%7.2f GFLOP/s | activations %s | peak memory %s\n",
+              "%7.2f GFLOP/s (%s attention: %.2f) | activations %s | peak memory %s\n",
               c.model.c_str(), static_cast<long long>(c.micro_batch), static_cast<long long>(c.seq_len),
               static_cast<long long>(c.grad_accum), config.num_parameters() / 1e6, median * 1e3, steps,
-              tokens_per_step / median, flops / median / 1e9, engine::format_bytes(arena.capacity()).c_str(),
+              tokens_per_step / median, flops / median / 1e9,
+              other == model::AttentionFlops::kCausal ? "causal" : "full-square", other_flops / median / 1e9,
+              engine::format_bytes(arena.capacity()).c_str(),
               engine::format_bytes(engine::memory_stats(device).peak).c_str());
 
-  if (!profile) return;
+  if (o.timeline) {
+    // One more step with timing marks around each op and nothing synchronised.
+    engine::OpProfiler::set_mode(engine::ProfileMode::kTimeline);
+    engine::OpProfiler::reset();
+    step();
+    engine::OpProfiler::set_mode(engine::ProfileMode::kOff);
+    const engine::TimelineSummary timeline = engine::summarise_timeline(engine::OpProfiler::timeline());
+    std::printf("  timeline of one step (device clock, no synchronisation; %lld micro-batches, %.2f ms of span each):\n",
+                static_cast<long long>(c.grad_accum), timeline.span_ms / static_cast<double>(c.grad_accum));
+    std::printf("%s", engine::format_timeline_summary(timeline, 12).c_str());
+  }
+  if (!o.profile) return;
   // One more step with per-op timing (synchronising around each op).
   engine::OpProfiler::reset();
   engine::OpProfiler::enable(true);
@@ -123,7 +158,7 @@ int main(int argc, char** argv) {
   std::string model_name, device_name = "cpu", precision_name = "auto";
   std::int64_t micro_batch = 0, seq_len = 0, grad_accum = 1;
   int steps = 5;
-  bool profile = true;
+  bool profile = true, timeline = true;
   std::string attention_flops = "full";
   app.add_option("--model", model_name, "Preset to time (default: the two cases of RESULTS.md)");
   app.add_option("--micro-batch", micro_batch, "Sequences per step");
@@ -133,7 +168,11 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "Timed steps (after one warm-up)")->capture_default_str();
   app.add_option("--device", device_name, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   app.add_option("--precision", precision_name, "auto, fp32 or bf16")->capture_default_str();
-  app.add_option("--profile", profile, "Print the per-op breakdown of one extra step")->capture_default_str();
+  app.add_option("--profile", profile, "Print the per-op breakdown of one extra step, each op synchronised")
+      ->capture_default_str();
+  app.add_option("--timeline", timeline,
+                 "Print the op timeline of one extra step: device-clock times, nothing synchronised, and the gaps")
+      ->capture_default_str();
   app.add_option("--attention-flops", attention_flops,
                  "Attention FLOPs in the GFLOP/s figure: full (s x s, Megatron-LM 2021, RESULTS.md) or causal (half)")
       ->check(CLI::IsMember({"causal", "full"}))->capture_default_str();
@@ -150,8 +189,8 @@ int main(int argc, char** argv) {
       cases = {{"gpt-demo", 16, 128}, {"gpt2-124m", 4, 64}};
     else
       cases = {{model_name, micro_batch ? micro_batch : 4, seq_len ? seq_len : 64, grad_accum}};
-    for (const Case& c : cases)
-      run_case(c, steps, device, precision, profile, model::parse_attention_flops(attention_flops));
+    const Options options{steps, device, precision, profile, timeline, model::parse_attention_flops(attention_flops)};
+    for (const Case& c : cases) run_case(c, options);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
