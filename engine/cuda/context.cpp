@@ -1,9 +1,20 @@
 #include "engine/cuda/context.h"
 
 #include <array>
+#include <cstdlib>
 #include <mutex>
 
 namespace engine::cuda {
+
+std::size_t Context::lt_workspace_bytes_from_env() {
+  const char* env = std::getenv("ENGINE_LT_WORKSPACE_MIB");
+  if (env == nullptr || *env == '\0') return kLtWorkspaceBytes;
+  char* end = nullptr;
+  const long mib = std::strtol(env, &end, 10);
+  ENGINE_CHECK(*end == '\0' && mib >= 1 && mib <= 4096, "ENGINE_LT_WORKSPACE_MIB='", env,
+               "' is not a size in MiB from 1 to 4096");
+  return static_cast<std::size_t>(mib) << 20;
+}
 
 Context::Context(int device) : device_(device) {
   CUDA_CHECK(cudaSetDevice(device));
@@ -15,7 +26,7 @@ Context::Context(int device) : device_(device) {
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamDefault));
   CUBLAS_CHECK(cublasLtCreate(&lt_));
   CUBLAS_CHECK(cublasCreate(&blas_));
-  lt_workspace_ = Buffer(DeviceType::kCuda, kLtWorkspaceBytes);
+  lt_workspace_ = Buffer(DeviceType::kCuda, lt_workspace_bytes_from_env());
   CUBLAS_CHECK(cublasSetStream(blas_, stream_));
   CUBLAS_CHECK(cublasSetWorkspace(blas_, lt_workspace_.data(), lt_workspace_.bytes()));
   // Plain fp32 GEMMs must stay fp32 (no TF32): the fp32 mode exists to match

@@ -53,8 +53,14 @@ namespace engine::cuda {
 
 class Context {
  public:
-  // cuBLASLt's recommended workspace on Hopper is 32 MiB.
+  // cuBLASLt's recommended workspace on Hopper is 32 MiB. The heuristic
+  // offers only algorithms that fit the workspace, and split-K's partial
+  // products of the weight-gradient GEMMs (K = tokens, a small output: 1600 x
+  // 1600 floats are 10 MiB a split at gpt2-1558m) outgrow 32 MiB quickly, so
+  // ENGINE_LT_WORKSPACE_MIB (1 to 4096) sets another size for the speed
+  // experiments of issue 34; lt_workspace_bytes_from_env() reads it.
   static constexpr std::size_t kLtWorkspaceBytes = 32u << 20;
+  static std::size_t lt_workspace_bytes_from_env();
 
   explicit Context(int device);
   Context(const Context&) = delete;

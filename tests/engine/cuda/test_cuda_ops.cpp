@@ -45,6 +45,7 @@
 #include "engine/ops.h"
 #include "engine/tensor.h"
 #if ENGINE_WITH_CUDA
+#include "engine/cuda/context.h"
 #include "engine/cuda/gemm_search.h"
 #endif
 
@@ -636,6 +637,23 @@ TEST(GemmSearch, ReadsTheCandidateCountAndRefusesOthers) {
       EXPECT_NE(std::string(e.what()).find("ENGINE_GEMM_SEARCH='" + std::string(bad) + "'"), std::string::npos)
           << e.what();
     }
+  }
+}
+
+// Runs without a GPU: only the variable's parsing.
+TEST(LtWorkspace, ReadsTheSizeInMibAndRefusesOthers) {
+  using engine::cuda::Context;
+  {
+    const ScopedEnv unset("ENGINE_LT_WORKSPACE_MIB", nullptr);
+    EXPECT_EQ(Context::lt_workspace_bytes_from_env(), Context::kLtWorkspaceBytes);
+  }
+  {
+    const ScopedEnv set("ENGINE_LT_WORKSPACE_MIB", "256");
+    EXPECT_EQ(Context::lt_workspace_bytes_from_env(), std::size_t{256} << 20);
+  }
+  for (const char* bad : {"0", "4097", "-1", "32M", "big"}) {
+    const ScopedEnv set("ENGINE_LT_WORKSPACE_MIB", bad);
+    EXPECT_THROW(Context::lt_workspace_bytes_from_env(), engine::Error) << bad;
   }
 }
 #endif
