@@ -159,6 +159,25 @@ void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, 
   ENGINE_DISPATCH(out, matmul_forward, out, inp, weight, bias, pre_gelu);
 }
 
+void matmul_forward_add(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                        const Tensor& residual) {
+  ScopedOpTimer timer("matmul_forward_add");
+  ENGINE_CHECK(weight.ndim() == 2, "matmul_forward_add: weight must be (OC, C), got ", weight.shape().str());
+  const std::int64_t OC = weight.dim(0), C = weight.dim(1), N = inp.numel() / C;
+  expect_rows(inp, N, C, "matmul_forward_add: inp");
+  expect_rows(out, N, OC, "matmul_forward_add: out");
+  expect_rows(residual, N, OC, "matmul_forward_add: residual");
+  ENGINE_CHECK(residual.dtype() == out.dtype(), "matmul_forward_add: residual ", residual.describe(), " and out ",
+               out.describe(), " must share a dtype");
+  expect_device(residual, out.device(), "matmul_forward_add: residual");
+  if (!bias.empty()) expect_numel(bias, OC, "matmul_forward_add: bias");
+  const char* o = static_cast<const char*>(out.data());
+  const char* r = static_cast<const char*>(residual.data());
+  ENGINE_CHECK(o + out.bytes() <= r || r + residual.bytes() <= o, "matmul_forward_add: out ", out.describe(),
+               " overlaps residual ", residual.describe());
+  ENGINE_DISPATCH(out, matmul_forward_add, out, inp, weight, bias, residual);
+}
+
 void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                      const Tensor& inp, const Tensor& weight, const Tensor& gelu_pre) {
   ScopedOpTimer timer("matmul_backward");

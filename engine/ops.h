@@ -58,6 +58,11 @@ void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor&
 // (GELU fused into the epilogue; the pre-activation is kept for backward).
 void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
                     const Tensor& pre_gelu = {});
+// out = residual + (inp @ weight^T + bias): a residual connection's add folded
+// into the projection GEMM (cuBLASLt's C matrix with beta = 1), so the branch
+// is never written and read back. out must not overlap residual.
+void matmul_forward_add(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                        const Tensor& residual);
 // dinp = dout @ weight (written); dweight += dout^T @ inp; dbias += sum_n dout.
 // With gelu_pre given (the pre-activation that produced `inp`'s producer's
 // output), dinp is multiplied by gelu'(gelu_pre): the GELU backward of the

@@ -85,6 +85,19 @@ Tensor TransformerBlock::reduce_branch(const BlockScratch& s) const {
   return s.branch_chunk;  // g: this rank's tokens
 }
 
+void TransformerBlock::project_and_add(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                                       const Tensor& residual, const BlockScratch& s) const {
+  if (tp_.size == 1) {
+    // One GEMM writes residual + inp W^T + b: the branch is never stored.
+    ops::matmul_forward_add(out, inp, weight, bias, residual);  // (B,T,C)
+    return;
+  }
+  // Row-parallel: each rank's partial product is summed across the group
+  // (g) before the residual can be added.
+  ops::matmul_forward(s.branch, inp, weight, bias);  // (B,T,C) partial
+  ops::add(out, residual, reduce_branch(s));         // g; (B,T,C) or (n,C)
+}
+
 Tensor TransformerBlock::gather_grad(const Tensor& dres, const BlockScratch& s) const {
   if (!tp_.splits_tokens()) return dres;
   tp_comm_->all_gather(dres.view(Shape{dres.numel()}), s.d_full.view(Shape{s.d_full.numel()}));  // g backward
@@ -109,8 +122,7 @@ void TransformerBlock::forward_saved(const BlockParams& w, const Tensor& x, cons
   layernorm_gathered(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b, scratch);  // (B,T,C)
   ops::matmul_forward(a.qkv, a.ln1, w.qkv_w, w.qkv_b);                            // (B,T,3C/tp)
   ops::attention_forward(a.atty, a.att_saved, a.qkv, n_head);                       // (B,T,C/tp)
-  ops::matmul_forward(scratch.branch, a.atty, w.proj_w, adds_bias ? w.proj_b : Tensor{});  // (B,T,C) partial
-  ops::add(a.residual2, x, reduce_branch(scratch));                                  // g; (B,T,C) or (n,C)
+  project_and_add(a.residual2, a.atty, w.proj_w, adds_bias ? w.proj_b : Tensor{}, x, scratch);  // (B,T,C) or (n,C)
   // MLP half up to its output projection: gelu(mlp.fc(ln_2(r)))
   layernorm_gathered(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2_w, w.ln2_b, scratch);
   ops::matmul_forward(a.fc_gelu, a.ln2, w.fc_w, w.fc_b, a.fc_pre);                // (B,T,4C/tp), GELU fused
@@ -121,8 +133,7 @@ void TransformerBlock::forward(const BlockParams& w, const Tensor& y, const Tens
   forward_saved(w, x, a, scratch);
   // y = r + mlp.proj(gelu(...))
   const bool adds_bias = tp_.rank == 0;
-  ops::matmul_forward(scratch.branch, a.fc_gelu, w.fcproj_w, adds_bias ? w.fcproj_b : Tensor{});  // (B,T,C) partial
-  ops::add(y, a.residual2, reduce_branch(scratch));                                  // g
+  project_and_add(y, a.fc_gelu, w.fcproj_w, adds_bias ? w.fcproj_b : Tensor{}, a.residual2, scratch);
 }
 
 void TransformerBlock::recompute(const BlockParams& w, const Tensor& x, const BlockActivations& a,

@@ -131,6 +131,10 @@ class TransformerBlock {
                           const BlockScratch& s) const;
   // The row-parallel output's partial sums, reduced: all of them, or this rank's tokens.
   engine::Tensor reduce_branch(const BlockScratch& s) const;
+  // out = residual + g(inp W^T + b): a block half's output projection and its
+  // residual connection, in one GEMM when nothing needs reducing in between.
+  void project_and_add(const engine::Tensor& out, const engine::Tensor& inp, const engine::Tensor& weight,
+                       const engine::Tensor& bias, const engine::Tensor& residual, const BlockScratch& s) const;
   // The gradient of a block half's output, whole (the matmul backward needs every token).
   engine::Tensor gather_grad(const engine::Tensor& dres, const BlockScratch& s) const;
   // The gradient of a layer norm's output, from its partial sums (in s.d_c).

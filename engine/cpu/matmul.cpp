@@ -97,6 +97,14 @@ void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, 
   });
 }
 
+void matmul_forward_add(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                        const Tensor& residual) {
+  // The branch, then residual + branch: the same roundings, in the same
+  // order, as a matmul_forward followed by add(out, residual, branch).
+  matmul_forward(out, inp, weight, bias, Tensor{});
+  add(out, residual, out);
+}
+
 void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                      const Tensor& inp, const Tensor& weight, const Tensor& gelu_pre) {
   expect_dtypes("matmul_backward", dout.dtype(), {&dinp, &dweight, &dbias, &inp, &weight, &gelu_pre});

@@ -27,6 +27,8 @@ void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor&
                         const Tensor& inp, const Tensor& weight, const Tensor& mean, const Tensor& rstd);
 void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
                     const Tensor& pre_gelu);
+void matmul_forward_add(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                        const Tensor& residual);  // out = residual + inp @ weight^T + bias
 void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                      const Tensor& inp, const Tensor& weight, const Tensor& gelu_pre);
 void gelu_forward(const Tensor& out, const Tensor& inp);

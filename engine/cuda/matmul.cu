@@ -64,8 +64,9 @@ cudaDataType_t cuda_type(DType dtype) {
   }
 }
 
-// One column-major GEMM D = alpha op(A) op(B) + beta D (C aliases D), with
-// an optional epilogue.
+// One column-major GEMM D = alpha op(A) op(B) + beta C, with an optional
+// epilogue. C is D itself (accumulation) unless `c` names another matrix of
+// D's type and layout (a residual added in the same pass).
 struct Gemm {
   const void* a = nullptr;
   DType a_type = DType::kF32;
@@ -80,6 +81,7 @@ struct Gemm {
   std::int64_t ldd = 0;
   std::int64_t m = 0, n = 0, k = 0;
   float beta = 0.0f;
+  const void* c = nullptr;  // with beta: D = ... + beta * c instead of + beta * D
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   const void* bias = nullptr;  // length m, dtype d_type (epilogues with BIAS)
   void* aux = nullptr;         // GELU input (m x n, ld aux_ld, dtype d_type)
@@ -110,7 +112,7 @@ struct LtDescriptors {
 
 // Heuristic answers by problem: everything the choice depends on except the
 // pointers themselves (their alignment is part of the key).
-using AlgoKey = std::array<std::int64_t, 19>;
+using AlgoKey = std::array<std::int64_t, 21>;
 struct CachedAlgo {
   bool found = false;
   cublasLtMatmulAlgo_t algo{};
@@ -165,13 +167,15 @@ bool try_lt_gemm(const Gemm& g) {
                                                     &workspace_bytes, sizeof(workspace_bytes)));
   // The heuristic assumes 256-byte aligned matrices unless told otherwise;
   // views into flat buffers may be less aligned, so say what they really are.
-  const std::uint32_t align_a = alignment_of(g.a), align_b = alignment_of(g.b), align_d = alignment_of(g.d);
+  const void* c = g.c != nullptr ? g.c : g.d;
+  const std::uint32_t align_a = alignment_of(g.a), align_b = alignment_of(g.b), align_d = alignment_of(g.d),
+                      align_c = alignment_of(c);
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
                                                     sizeof(align_a)));
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
                                                     sizeof(align_b)));
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d,
-                                                    sizeof(align_d)));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c,
+                                                    sizeof(align_c)));
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d,
                                                     sizeof(align_d)));
   // Split-K kernels may add their partial sums in the output type
@@ -193,7 +197,7 @@ bool try_lt_gemm(const Gemm& g) {
   const AlgoKey key{ctx.device(), g.m, g.n, g.k, g.lda, g.ldb, g.ldd, g.aux_ld, static_cast<std::int64_t>(g.a_type),
                     static_cast<std::int64_t>(g.b_type), static_cast<std::int64_t>(g.d_type), g.trans_a, g.trans_b,
                     static_cast<std::int64_t>(g.epilogue), align_a, align_b, align_d, alignment_of(g.bias),
-                    alignment_of(g.aux)};
+                    alignment_of(g.aux), align_c, g.c != nullptr};
   const float alpha = 1.0f, beta = g.beta;
   const CachedAlgo cached = cached_algo(key, [&] {
     CachedAlgo fresh;
@@ -221,7 +225,7 @@ bool try_lt_gemm(const Gemm& g) {
       }
     } scratch_d{nullptr, ctx.stream()};
     void* d = g.d;
-    if (beta != 0.0f) {
+    if (beta != 0.0f && g.c == nullptr) {
       const std::size_t bytes = static_cast<std::size_t>(g.ldd * g.n) * dtype_size(g.d_type);
       if (cudaMallocAsync(&scratch_d.p, bytes, ctx.stream()) != cudaSuccess) {
         (void)cudaGetLastError();
@@ -233,7 +237,8 @@ bool try_lt_gemm(const Gemm& g) {
     }
     const int best = fastest_candidate(found, ctx.stream(), [&](int i) {
       if (results[i].state != CUBLAS_STATUS_SUCCESS) return false;
-      return cublasLtMatmul(ctx.lt(), desc.op, &alpha, g.a, desc.a, g.b, desc.b, &beta, d, desc.d, d, desc.d,
+      return cublasLtMatmul(ctx.lt(), desc.op, &alpha, g.a, desc.a, g.b, desc.b, &beta, g.c != nullptr ? g.c : d,
+                            desc.d, d, desc.d,
                             &results[i].algo, ctx.lt_workspace(), workspace_bytes,
                             ctx.stream()) == CUBLAS_STATUS_SUCCESS;
     });
@@ -242,7 +247,7 @@ bool try_lt_gemm(const Gemm& g) {
   });
   if (!cached.found) return false;
 
-  CUBLAS_CHECK(cublasLtMatmul(ctx.lt(), desc.op, &alpha, g.a, desc.a, g.b, desc.b, &beta, g.d, desc.d, g.d, desc.d,
+  CUBLAS_CHECK(cublasLtMatmul(ctx.lt(), desc.op, &alpha, g.a, desc.a, g.b, desc.b, &beta, c, desc.d, g.d, desc.d,
                               &cached.algo, ctx.lt_workspace(), workspace_bytes, ctx.stream()));
   return true;
 }
@@ -358,6 +363,38 @@ void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, 
   g.d = out.data(), g.d_type = out.dtype(), g.ldd = OC;
   g.epilogue = b.empty() ? CUBLASLT_EPILOGUE_DEFAULT : CUBLASLT_EPILOGUE_BIAS;
   gemm(g, "matmul_forward");
+}
+
+void matmul_forward_add(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                        const Tensor& residual) {
+  expect_cuda(out, "matmul_forward_add: out");
+  expect_cuda(inp, "matmul_forward_add: inp");
+  expect_cuda(weight, "matmul_forward_add: weight");
+  expect_cuda(residual, "matmul_forward_add: residual");
+  if (!bias.empty()) expect_cuda(bias, "matmul_forward_add: bias");
+  expect_float(inp, "matmul_forward_add: inp");
+  const std::int64_t OC = weight.dim(0), C = weight.dim(1), N = inp.numel() / C;
+  if (N == 0 || OC == 0) return;
+  const DType act = inp.dtype();
+  check_output_type(act, out.dtype(), "matmul_forward_add");
+
+  const Staging staging = stage(weight, act, bias, out.dtype());
+  const Tensor w = as_dtype(weight, act, staging.weight);
+  const Tensor b = as_dtype(bias, out.dtype(), staging.bias);
+  Gemm g;
+  g.a = w.data(), g.a_type = act, g.trans_a = true, g.lda = C;
+  g.b = inp.data(), g.b_type = act, g.trans_b = false, g.ldb = C;
+  g.d = out.data(), g.d_type = out.dtype(), g.ldd = OC;
+  g.m = OC, g.n = N, g.k = C;
+  g.bias = b.empty() ? nullptr : b.data();
+  g.epilogue = b.empty() ? CUBLASLT_EPILOGUE_DEFAULT : CUBLASLT_EPILOGUE_BIAS;
+  // D = W x + 1 * residual (+ bias in the epilogue), in f32 and rounded once.
+  g.beta = 1.0f;
+  g.c = residual.data();
+  if (try_lt_gemm(g)) return;
+  // cuBLASLt declined this combination: the branch, then the add.
+  matmul_forward(out, inp, weight, bias, Tensor{});
+  add(out, residual, out);
 }
 
 void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,

@@ -156,6 +156,16 @@ int main(int argc, char** argv) {
                         engine::ops::matmul_forward(out.t, inp.t, weight.t, bias_t, l.gelu_after ? pre_out.t : Tensor{});
                       }, reps),
                       0, flops});
+      if (l.out == C) {
+        // The block's output projections with their residual add folded in
+        // (what the model calls without tensor parallelism): against the
+        // row above plus the add row, the add's pass saved.
+        DeviceTensor residual(Shape{N, C}, bf16, 2.0, 0.0, 14);
+        rows.push_back({std::string("matmul_forward_add ") + l.name, shape, seconds_per_call([&] {
+                          engine::ops::matmul_forward_add(out.t, inp.t, weight.t, bias_t, residual.t);
+                        }, reps),
+                        0, flops});
+      }
       rows.push_back({std::string("matmul_backward ") + l.name, shape, seconds_per_call([&] {
                         engine::ops::matmul_backward(dinp.t, dweight.t, l.bias ? dbias.t : Tensor{}, dout.t, inp.t,
                                                      weight.t, l.gelu_before ? pre_in.t : Tensor{});

@@ -1,6 +1,7 @@
 // matmul_forward / matmul_backward (with and without bias, with the fused
 // GELU epilogue and fused GELU dgrad) and standalone gelu_forward/_backward.
 #include <cmath>
+#include <string>
 
 #include "engine/ops.h"
 #include "tests/engine/cpu/cpu_test_util.h"
@@ -69,6 +70,44 @@ TYPED_TEST(CpuMatmul, ForwardMatchesReference) {
         }
         expect_all_close(out, expected, tol.rtol, atol, "out");
       }
+}
+
+// The residual add folded into the projection: out = residual + inp W^T + b,
+// exactly what matmul_forward followed by add gives (the same roundings).
+TYPED_TEST(CpuMatmul, ForwardAddMatchesReferenceAndTheUnfusedPair) {
+  using T = TypeParam;
+  const Tolerance tol = reference_tolerance<T>();
+  for (const MatmulShape& s : kShapes)
+    for (bool with_bias : {false, true}) {
+      const std::int64_t N = s.B * s.T;
+      SCOPED_TRACE(testing::Message() << "N=" << N << " C=" << s.C << " OC=" << s.OC << " bias=" << with_bias);
+      std::vector<T> inp = cast_to<T>(random_values(N * s.C, 61)), W = cast_to<T>(random_values(s.OC * s.C, 62)),
+                     b = cast_to<T>(random_values(s.OC, 63)), r = cast_to<T>(random_values(N * s.OC, 64)),
+                     out(N * s.OC), branch(N * s.OC), unfused(N * s.OC);
+      const Tensor bias = with_bias ? view(b, {s.OC}) : Tensor{};
+      ops::matmul_forward_add(view(out, {N, s.OC}), view(inp, {N, s.C}), view(W, {s.OC, s.C}), bias,
+                              view(r, {N, s.OC}));
+      std::vector<double> expected =
+          ref_linear(N, s.C, s.OC, to_double(inp), to_double(W), with_bias ? to_double(b) : std::vector<double>{});
+      for (std::size_t i = 0; i < expected.size(); ++i) expected[i] += static_cast<double>(r[i]);
+      expect_all_close(out, expected, tol.rtol, tol.atol * std::sqrt(double(s.C)), "out");
+
+      ops::matmul_forward(view(branch, {N, s.OC}), view(inp, {N, s.C}), view(W, {s.OC, s.C}), bias);
+      ops::add(view(unfused, {N, s.OC}), view(r, {N, s.OC}), view(branch, {N, s.OC}));
+      EXPECT_EQ(out, unfused) << "the fused op must round exactly as matmul_forward + add";
+    }
+}
+
+TEST(CpuMatmulForwardAdd, RefusesAnOutputOverlappingTheResidual) {
+  std::vector<float> inp(4 * 8, 0.5f), W(8 * 8, 0.25f), storage(5 * 8, 1.0f);
+  const Tensor residual(storage.data(), Shape{4, 8}, DType::kF32, DeviceType::kCpu);
+  const Tensor out(storage.data() + 8, Shape{4, 8}, DType::kF32, DeviceType::kCpu);  // one row into residual
+  try {
+    ops::matmul_forward_add(out, view(inp, {4, 8}), view(W, {8, 8}), Tensor{}, residual);
+    FAIL() << "an overlapping out was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("overlaps residual"), std::string::npos) << e.what();
+  }
 }
 
 TYPED_TEST(CpuMatmul, BackwardMatchesReference) {

@@ -527,6 +527,28 @@ TEST_P(CudaMode, Matmul) {
   for (const MatmulCase& mc : cases) check_matmul(mc, act(), act(), rng);
 }
 
+// The residual add folded into the projection GEMM (cuBLASLt's C with beta 1):
+// out = residual + inp W^T + b against the CPU's matmul_forward + add. One
+// bf16 rounding on the GPU (of the f32 sum) against two on the CPU, within
+// kBf16Twice. The GPT-2 shapes (C 768 -> 768, 3072 -> 768) and an awkward one.
+TEST_P(CudaMode, MatmulForwardAdd) {
+  std::mt19937 rng(18);
+  const MatmulCase cases[] = {{256, 768, 768, true, false}, {128, 3072, 768, false, false}, {37, 36, 24, true, false}};
+  for (const MatmulCase& mc : cases) {
+    const std::int64_t N = mc.N, C = mc.C, OC = mc.OC;
+    SCOPED_TRACE("N " + std::to_string(N) + " C " + std::to_string(C) + " OC " + std::to_string(OC));
+    Host inp = random_in(act(), Shape{N, C}, rng), weight = random_in(act(), Shape{OC, C}, rng, 0.1f);
+    Host bias = random_in(act(), Shape{OC}, rng, 0.5f), residual = random_in(act(), Shape{N, OC}, rng, 2.0f);
+    Host out(Shape{N, OC});
+    ops::matmul_forward_add(out.t, inp.t, weight.t, mc.bias ? bias.t : Tensor{}, residual.t);
+    Dev d_inp = to_device(inp, act()), d_weight = to_device(weight, act()), d_bias = to_device(bias, act());
+    Dev d_residual = to_device(residual, act()), d_out = poisoned(Shape{N, OC}, act());
+    ops::matmul_forward_add(d_out.t, d_inp.t, d_weight.t, mc.bias ? d_bias.t : Tensor{}, d_residual.t);
+    expect_close(d_out.t, out, pick(act(), kF32Tight, kBf16Twice), "matmul_forward_add out");
+    expect_close(d_residual.t, residual, Tolerance{0, 0}, "matmul_forward_add residual (unchanged)");
+  }
+}
+
 // Many rows (the GEMM's k for dweight, 65 row chunks for dbias's column sums,
 // 16-byte loads at OC 768) and the parameter gradients the same bit for bit
 // when the backward runs twice.
