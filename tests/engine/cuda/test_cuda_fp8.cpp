@@ -19,7 +19,9 @@
 // Every test skips without a GPU, like test_cuda_ops.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <cstring>
 #include <random>
