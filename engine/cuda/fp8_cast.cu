@@ -159,9 +159,11 @@ __global__ void __launch_bounds__(kTileThreads)
                                  const float* __restrict__ amax, std::uint8_t* __restrict__ q,
                                  std::uint8_t* __restrict__ qt, float* __restrict__ scale_out,
                                  float* __restrict__ scale_inv_out) {
-  // +8 bytes per row: the gathers of the store phase read one byte from each
-  // of 8 rows; a 72-byte pitch spreads them over banks.
-  __shared__ std::uint8_t tile[kTile][kTile + 8];
+  // Row pitch 68 bytes (17 words): the store phase gathers one byte from each
+  // of 8 rows 8 apart, 136 words apart, so a warp's gathers meet at most 2 to a
+  // bank (a 64- or 72-byte pitch puts 4 or 8 on one bank). Rows stay 4-byte
+  // aligned for the load phase's 32-bit stores.
+  __shared__ alignas(16) std::uint8_t tile[kTile][kTile + 4];
   const float scale = scale_from_amax(*amax);
   publish_scale(scale, scale_out, scale_inv_out);
   const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.x) * kTile;
@@ -172,15 +174,11 @@ __global__ void __launch_bounds__(kTileThreads)
     const std::int64_t r = r0 + tr, c = c0 + tc;
     if (r < rows && c < cols) {
       const Pack16<bf16> v = load16(x + r * cols + c);
-      unsigned lo = 0, hi = 0;
-      for (int j = 0; j < 8; ++j) {
-        const std::uint8_t e = to_e4m3(v.v[j], scale);
-        tile[tr][tc + j] = e;
-        if (j < 4)
-          lo |= static_cast<unsigned>(e) << (8 * j);
-        else
-          hi |= static_cast<unsigned>(e) << (8 * (j - 4));
-      }
+      unsigned lo = 0, hi = 0;  // elements 0-3 and 4-7, element j in byte j % 4 (little-endian)
+      for (int j = 0; j < 4; ++j) lo |= static_cast<unsigned>(to_e4m3(v.v[j], scale)) << (8 * j);
+      for (int j = 0; j < 4; ++j) hi |= static_cast<unsigned>(to_e4m3(v.v[4 + j], scale)) << (8 * j);
+      *reinterpret_cast<unsigned*>(&tile[tr][tc]) = lo;  // tr * 68 + tc: a multiple of 4
+      *reinterpret_cast<unsigned*>(&tile[tr][tc + 4]) = hi;
       if (q != nullptr) *reinterpret_cast<uint2*>(q + r * cols + c) = make_uint2(lo, hi);
     }
   }
@@ -239,9 +237,10 @@ void fp8_amax(const bf16* x, std::int64_t n, const Fp8Scale& s, cudaStream_t str
   if (n == 0) return;
   const bool packed = aligned(x, 16);
   const std::int64_t work = packed ? n / 8 + n % 8 : n;
-  // At most 4 blocks per SM: each block ends in one atomic, so the count of
-  // atomics stays in the hundreds whatever n is.
-  const unsigned blocks = grid_for(work, kAmaxThreads, 4 * static_cast<std::int64_t>(context().sm_count()));
+  // At most 8 blocks (2048 threads, a full SM) per SM: enough 16-byte loads in
+  // flight to cover DRAM latency, and each block ends in one atomic, so the
+  // count of atomics stays near a thousand whatever n is.
+  const unsigned blocks = grid_for(work, kAmaxThreads, 8 * static_cast<std::int64_t>(context().sm_count()));
   amax_kernel<<<blocks, kAmaxThreads, 0, stream>>>(x, n, packed, reinterpret_cast<unsigned*>(s.amax));
   CUDA_CHECK_LAUNCH();
 }
