@@ -11,8 +11,11 @@
 // take. cuBLASLt multiplies the product by *A_SCALE_POINTER *
 // *B_SCALE_POINTER (f32 device values): w's and x's scale_inv.
 //
-// The heuristic's first algorithm is cached per problem (shape, output type,
-// accumulation, alignment classes, device), like matmul.cu; no search.
+// The algorithm is cached per problem (shape, output type, accumulation,
+// alignment classes, device), like matmul.cu: the heuristic's first, or with
+// ENGINE_GEMM_SEARCH=N the fastest of its first N timed on the first call's
+// operands (gemm_search.h), so that bf16 and FP8 can be compared on equal terms.
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <map>
@@ -25,6 +28,7 @@
 #include "engine/cuda/common.cuh"
 #include "engine/cuda/context.h"
 #include "engine/cuda/fp8_gemm.h"
+#include "engine/cuda/gemm_search.h"
 
 namespace engine::cuda {
 namespace {
@@ -108,25 +112,48 @@ struct Chosen {
 };
 using Key = std::array<std::int64_t, 10>;
 
-Chosen choose(const Key& key, const Descriptors& desc) {
-  static std::mutex mutex;
-  static std::map<Key, Chosen> cache;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (auto it = cache.find(key); it != cache.end()) return it->second;
-  }
+// Chosen algorithms by problem, for the life of the process.
+std::mutex g_cache_mutex;
+std::map<Key, Chosen> g_cache;
+
+bool cached(const Key& key, Chosen* chosen) {
+  std::lock_guard<std::mutex> lock(g_cache_mutex);
+  const auto it = g_cache.find(key);
+  if (it == g_cache.end()) return false;
+  *chosen = it->second;
+  return true;
+}
+
+void remember(const Key& key, const Chosen& chosen) {
+  std::lock_guard<std::mutex> lock(g_cache_mutex);
+  g_cache.emplace(key, chosen);
+}
+
+// The heuristic's first algorithm for the problem, or with candidates > 1
+// (ENGINE_GEMM_SEARCH, gemm_search.h) the fastest of its first `candidates`,
+// timed through launch(algo) (false when one cannot run). A query-only
+// caller passes candidates 1 and is never asked to launch.
+template <typename Launch>
+Chosen heuristic(const Descriptors& desc, int candidates, Launch&& launch) {
   Chosen fresh;
-  cublasLtMatmulHeuristicResult_t result{};
+  std::array<cublasLtMatmulHeuristicResult_t, kMaxGemmSearchCandidates> results{};
   int found = 0;
+  candidates = std::clamp(candidates, 1, kMaxGemmSearchCandidates);
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(context().lt(), desc.op, desc.a, desc.b, desc.d,
-                                                               desc.d, desc.pref, 1, &result, &found);
-  if (status == CUBLAS_STATUS_SUCCESS && found > 0) {
-    fresh.found = true;
-    fresh.algo = result.algo;
-    fresh.waves = result.wavesCount;
+                                                               desc.d, desc.pref, candidates, results.data(), &found);
+  if (status != CUBLAS_STATUS_SUCCESS || found <= 0) return fresh;
+  fresh.found = true;
+  fresh.algo = results[0].algo;
+  fresh.waves = results[0].wavesCount;
+  if (found > 1) {
+    const int best = fastest_candidate(found, context().stream(), [&](int i) {
+      return results[i].state == CUBLAS_STATUS_SUCCESS && launch(results[i].algo);
+    });
+    if (best >= 0) {
+      fresh.algo = results[best].algo;
+      fresh.waves = results[best].wavesCount;
+    }
   }
-  std::lock_guard<std::mutex> lock(mutex);
-  cache.emplace(key, fresh);
   return fresh;
 }
 
@@ -217,12 +244,45 @@ void fp8_gemm(void* out, DType out_dtype, const Fp8Operand& x, const Fp8Operand&
   const std::uint32_t align_w = alignment_of(w.data), align_x = alignment_of(x.data), align_out = alignment_of(out);
   Descriptors desc;
   build(desc, out_dtype, n, m, k, options, w.scale_inv, x.scale_inv, align_w, align_x, align_out);
-  const Chosen chosen = choose(key_of(out_dtype, n, m, k, options, align_w, align_x, align_out), desc);
+  const float alpha = 1.0f, beta = options.accumulate ? 1.0f : 0.0f;
+  const Key key = key_of(out_dtype, n, m, k, options, align_w, align_x, align_out);
+  Chosen chosen;
+  if (!cached(key, &chosen)) {
+    // A search (ENGINE_GEMM_SEARCH) runs the candidates on the real operands.
+    // They overwrite out, which the real call below overwrites again, except
+    // when accumulating: that must not touch out, so the candidates write a
+    // stream-ordered scratch copy (as matmul.cu does; outside the memory
+    // accounting; where it cannot be had, no search: the heuristic's first).
+    int candidates = gemm_search_candidates();
+    struct StreamOrderedScratch {
+      void* p = nullptr;
+      cudaStream_t stream = nullptr;
+      ~StreamOrderedScratch() {
+        if (p != nullptr) cudaFreeAsync(p, stream);
+      }
+    } scratch{nullptr, stream};
+    void* search_out = out;
+    if (candidates > 1 && options.accumulate) {
+      const std::size_t bytes = static_cast<std::size_t>(n * m) * dtype_size(out_dtype);
+      if (cudaMallocAsync(&scratch.p, bytes, stream) == cudaSuccess &&
+          cudaMemsetAsync(scratch.p, 0, bytes, stream) == cudaSuccess) {
+        search_out = scratch.p;
+      } else {
+        (void)cudaGetLastError();
+        candidates = 1;
+      }
+    }
+    chosen = heuristic(desc, candidates, [&](const cublasLtMatmulAlgo_t& algo) {
+      return cublasLtMatmul(ctx.lt(), desc.op, &alpha, w.data, desc.a, x.data, desc.b, &beta, search_out, desc.d,
+                            search_out, desc.d, &algo, ctx.lt_workspace(), ctx.lt_workspace_bytes(),
+                            stream) == CUBLAS_STATUS_SUCCESS;
+    });
+    remember(key, chosen);
+  }
   ENGINE_CHECK(chosen.found, "fp8_gemm: cuBLASLt found no FP8 algorithm for out (", n, ", ", m, ") ",
                dtype_name(out_dtype), " = x (", n, ", ", k, ") @ w (", m, ", ", k, ")^T in E4M3",
                options.accumulate ? ", accumulating" : "", " (alignments x ", align_x, ", w ", align_w, ", out ",
                align_out, " bytes)");
-  const float alpha = 1.0f, beta = options.accumulate ? 1.0f : 0.0f;
   CUBLAS_CHECK(cublasLtMatmul(ctx.lt(), desc.op, &alpha, w.data, desc.a, x.data, desc.b, &beta, out, desc.d, out,
                               desc.d, &chosen.algo, ctx.lt_workspace(), ctx.lt_workspace_bytes(), stream));
 }
@@ -236,7 +296,12 @@ std::string fp8_gemm_algorithm(DType out_dtype, std::int64_t n, std::int64_t m, 
   const auto* placeholder = static_cast<const float*>(ctx.lt_workspace());
   Descriptors desc;
   build(desc, out_dtype, n, m, k, options, placeholder, placeholder, 256, 256, 256);
-  const Chosen chosen = choose(key_of(out_dtype, n, m, k, options, 256, 256, 256), desc);
+  const Key key = key_of(out_dtype, n, m, k, options, 256, 256, 256);
+  Chosen chosen;
+  if (!cached(key, &chosen)) {  // not yet run: the heuristic's first, untimed
+    chosen = heuristic(desc, 1, [](const cublasLtMatmulAlgo_t&) { return false; });
+    remember(key, chosen);
+  }
   if (!chosen.found) return "no algorithm";
   return describe(chosen.algo, chosen.waves);
 }

@@ -51,7 +51,9 @@ struct Fp8GemmOptions {
 
 // out (n, m) row-major = (x (n, k) @ w (m, k)^T) * (*x.scale_inv) * (*w.scale_inv)
 // [+ out when accumulating]. out_dtype is kBF16 or kF32 (kF32 required to
-// accumulate). Enqueued on `stream`, no host synchronisation. Throws
+// accumulate). Enqueued on `stream` (the context's: the cuBLASLt workspace is
+// the context's), no host synchronisation except the first call of a shape
+// under ENGINE_GEMM_SEARCH, which times the candidates like matmul.cu. Throws
 // engine::Error on a GPU without FP8 tensor cores, on dimensions that are not
 // multiples of 16, on misaligned pointers, and when cuBLASLt has no algorithm.
 void fp8_gemm(void* out, DType out_dtype, const Fp8Operand& x, const Fp8Operand& w, std::int64_t n, std::int64_t m,
@@ -64,9 +66,11 @@ bool fp8_device_supported(int device, std::string* why = nullptr);
 // Throws engine::Error with that sentence when not.
 void check_fp8_device(int device);
 
-// The cuBLASLt algorithm fp8_gemm picks for this problem (on the current
+// The cuBLASLt algorithm fp8_gemm uses for this problem (on the current
 // device, 256-byte aligned pointers), in words: algorithm id, tile, stages,
-// split-K, and the heuristic's waves count. For benchmarks' logs.
+// split-K, and the heuristic's waves count. For benchmarks' logs: call it
+// after fp8_gemm has run the problem, so that under ENGINE_GEMM_SEARCH it
+// names the searched winner (before, it caches the heuristic's first, untimed).
 std::string fp8_gemm_algorithm(DType out_dtype, std::int64_t n, std::int64_t m, std::int64_t k,
                                const Fp8GemmOptions& options);
 

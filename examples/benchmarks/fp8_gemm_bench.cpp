@@ -32,6 +32,7 @@
 // FP8 time (> 1: FP8 faster).
 //
 //   fp8_gemm_bench --model gpt2-1558m --micro-batch 16 --seq-len 1024
+//   ENGINE_GEMM_SEARCH=8 fp8_gemm_bench ...   (both bf16 and FP8 time 8 candidates per shape)
 //
 // Nothing is asserted; the correctness of the FP8 op is test_cuda_fp8's job.
 #include <cuda_runtime.h>
@@ -142,7 +143,7 @@ int main(int argc, char** argv) {
   CLI::App app{"FP8 (E4M3, cuBLASLt) against bf16 GEMMs at a GPT model's linear layers, casts included"};
   std::string model_name = "gpt2-1558m";
   std::int64_t micro_batch = 16, seq_len = 1024;
-  int reps = 20;
+  int reps = 50;
   app.add_option("--model", model_name, "GPT preset")->capture_default_str();
   app.add_option("--micro-batch", micro_batch, "sequences per micro-batch")->capture_default_str();
   app.add_option("--seq-len", seq_len, "tokens per sequence")->capture_default_str();
@@ -171,7 +172,8 @@ int main(int argc, char** argv) {
     std::printf("bf16: the engine's matmul (cuBLASLt, %s)\n",
                 search > 1 ? "fastest of the heuristic's candidates, ENGINE_GEMM_SEARCH" : "the heuristic's first");
     std::printf("fp8: E4M3 x E4M3, per-tensor current scaling, f32 accumulation (fast accumulation off unless "
-                "'fast'), bf16 out (dweight f32 +=), cuBLASLt's heuristic's first\n");
+                "'fast'), bf16 out (dweight f32 +=), cuBLASLt, %s\n",
+                search > 1 ? "fastest of the heuristic's candidates, ENGINE_GEMM_SEARCH" : "the heuristic's first");
     std::printf("%s\n", cu::fp8_block_scaling_report(N, 3 * C, C).c_str());
 
     const Pattern pattern;
