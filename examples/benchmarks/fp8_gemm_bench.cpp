@@ -29,7 +29,9 @@
 // operands rotate over R copies, R chosen so that one round's operands are
 // more than 4x the L2 cache, so no call finds its inputs L2-warm from the
 // call before. Inputs are random N(0, 1) (never zeros). speed-up = bf16 time /
-// FP8 time (> 1: FP8 faster).
+// FP8 time (> 1: FP8 faster). An entry that fails prints why and shows nan;
+// a dweight row marked "dweight=" is FP8 with an f32 output that does not
+// accumulate (beta 0), timed because cuBLASLt refused the accumulating one.
 //
 //   fp8_gemm_bench --model gpt2-1558m --micro-batch 16 --seq-len 1024
 //   ENGINE_GEMM_SEARCH=8 fp8_gemm_bench ...   (both bf16 and FP8 time 8 candidates per shape)
@@ -39,6 +41,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -211,48 +214,66 @@ int main(int argc, char** argv) {
         return std::string(shape);
       };
 
+      // One entry's time, or NaN (and the reason on stdout) when it throws, so
+      // that one entry cuBLASLt refuses does not lose the others.
+      auto timed = [&](const char* what, const std::function<void(int)>& op) {
+        try {
+          return seconds_per_call(op, reps, rotation);
+        } catch (const std::exception& e) {
+          (void)cudaGetLastError();
+          std::printf("%s %s: failed: %s\n", l.name, what, e.what());
+          return std::nan("");
+        }
+      };
+
       // fwd: out (N, OUT) = inp (N, IN) @ W^T; fp8: x = inp_q, w = W_q, k = IN.
       Row fwd{l.name, "fwd", shape_of(N, IN, OUT), flops};
-      fwd.bf16 = seconds_per_call([&](int r) { engine::ops::matmul_forward(out_t, inp[r].t(), w[r].t(), {}, {}); },
-                                  reps, rotation);
+      fwd.bf16 = timed("fwd bf16", [&](int r) { engine::ops::matmul_forward(out_t, inp[r].t(), w[r].t(), {}, {}); });
       auto fwd_fp8 = [&](int r, const cu::Fp8GemmOptions& o) {
         cu::fp8_gemm(out.data(), DType::kBF16, inp[r].plain(), w[r].plain(), N, OUT, IN, o, stream);
       };
-      fwd.fp8 = seconds_per_call([&](int r) { fwd_fp8(r, plain); }, reps, rotation);
-      fwd.fp8_fast = seconds_per_call([&](int r) { fwd_fp8(r, fast); }, reps, rotation);
-      fwd.casts = seconds_per_call([&](int r) { inp[r].quantize(); }, reps, rotation);
-      fwd.fp8_casts = seconds_per_call([&](int r) { inp[r].quantize(); fwd_fp8(r, plain); }, reps, rotation);
+      fwd.fp8 = timed("fwd fp8", [&](int r) { fwd_fp8(r, plain); });
+      fwd.fp8_fast = timed("fwd fp8 fast", [&](int r) { fwd_fp8(r, fast); });
+      fwd.casts = timed("fwd casts", [&](int r) { inp[r].quantize(); });
+      fwd.fp8_casts = timed("fwd fp8+casts", [&](int r) { inp[r].quantize(); fwd_fp8(r, plain); });
       fwd.cast_bytes = static_cast<double>(N * IN) * (2 + 2 + 1 + 1);  // amax read, cast read, q, q^T
 
       // dinp: dinp (N, IN) = dout (N, OUT) @ W; fp8: x = dout_q, w = W_q^T (IN, OUT), k = OUT.
       Row dgrad{l.name, "dinp", shape_of(N, OUT, IN), flops};
-      dgrad.bf16 = seconds_per_call([&](int r) {
+      dgrad.bf16 = timed("dinp bf16", [&](int r) {
         engine::ops::matmul_backward(dinp_t, {}, {}, dout[r].t(), inp[r].t(), w[r].t(), {});
-      }, reps, rotation);
+      });
       auto dgrad_fp8 = [&](int r, const cu::Fp8GemmOptions& o) {
         cu::fp8_gemm(dinp.data(), DType::kBF16, dout[r].plain(), w[r].transposed(), N, IN, OUT, o, stream);
       };
-      dgrad.fp8 = seconds_per_call([&](int r) { dgrad_fp8(r, plain); }, reps, rotation);
-      dgrad.fp8_fast = seconds_per_call([&](int r) { dgrad_fp8(r, fast); }, reps, rotation);
-      dgrad.casts = seconds_per_call([&](int r) { dout[r].quantize(); }, reps, rotation);
-      dgrad.fp8_casts = seconds_per_call([&](int r) { dout[r].quantize(); dgrad_fp8(r, plain); }, reps, rotation);
+      dgrad.fp8 = timed("dinp fp8", [&](int r) { dgrad_fp8(r, plain); });
+      dgrad.fp8_fast = timed("dinp fp8 fast", [&](int r) { dgrad_fp8(r, fast); });
+      dgrad.casts = timed("dinp casts", [&](int r) { dout[r].quantize(); });
+      dgrad.fp8_casts = timed("dinp fp8+casts", [&](int r) { dout[r].quantize(); dgrad_fp8(r, plain); });
       dgrad.cast_bytes = static_cast<double>(N * OUT) * 6;
 
       // dweight: dW (OUT, IN) += dout^T @ inp; fp8: x = dout_q^T (OUT, N), w = inp_q^T (IN, N), k = N.
       Row wgrad{l.name, "dweight", shape_of(OUT, N, IN), flops};
-      wgrad.bf16 = seconds_per_call([&](int r) {
+      wgrad.bf16 = timed("dweight bf16", [&](int r) {
         engine::ops::matmul_backward({}, dw_t, {}, dout[r].t(), inp[r].t(), w[r].t(), {});
-      }, reps, rotation);
+      });
       auto wgrad_fp8 = [&](int r, const cu::Fp8GemmOptions& o) {
         cu::fp8_gemm(dw.data(), DType::kF32, dout[r].transposed(), inp[r].transposed(), OUT, IN, N, o, stream);
       };
-      wgrad.fp8 = seconds_per_call([&](int r) { wgrad_fp8(r, acc); }, reps, rotation);
-      wgrad.fp8_fast = seconds_per_call([&](int r) { wgrad_fp8(r, acc_fast); }, reps, rotation);
+      wgrad.fp8 = timed("dweight fp8", [&](int r) { wgrad_fp8(r, acc); });
+      wgrad.fp8_fast = timed("dweight fp8 fast", [&](int r) { wgrad_fp8(r, acc_fast); });
+      if (std::isnan(wgrad.fp8)) {
+        // If cuBLASLt takes no accumulating f32 output for FP8, the training
+        // path would write f32 (beta 0) and add: time that GEMM instead.
+        wgrad.pass = "dweight=";
+        wgrad.fp8 = timed("dweight fp8 (f32, not accumulating)", [&](int r) { wgrad_fp8(r, plain); });
+        wgrad.fp8_fast = timed("dweight fp8 fast (f32, not accumulating)", [&](int r) { wgrad_fp8(r, fast); });
+      }
       wgrad.casts = 0;  // its operands' transposed casts were made by fwd and dinp
       wgrad.fp8_casts = wgrad.fp8;
 
       Row weights{l.name, "W cast", "", 0};
-      weights.casts = seconds_per_call([&](int r) { w[r].quantize(); }, reps, rotation);
+      weights.casts = timed("W casts", [&](int r) { w[r].quantize(); });
       weights.cast_bytes = static_cast<double>(OUT * IN) * 6;
 
       std::printf("fp8 algorithms, %s (rotation over %d operand sets):\n  fwd     %s\n  dinp    %s\n  dweight %s\n",
