@@ -1,0 +1,352 @@
+// FP8 GEMM through cuBLASLt (fp8_gemm.h): the TN product of two E4M3
+// operands with per-tensor scales, f32 accumulation, bf16 or f32 output.
+//
+// Row-major <-> column-major, as in matmul.cu: out (n, m) row-major is, byte
+// for byte, D (m x n) column-major with ld m, and
+//   D (m x n) = op(A) B,  A = w stored (k x m) column-major (= row-major
+//                             (m, k)), op(A) = A^T ("T")
+//                         B = x stored (k x n) column-major (= row-major
+//                             (n, k)), op(B) = B ("N")
+// so both operands have K contiguous, the only layout Hopper's FP8 kernels
+// take. cuBLASLt multiplies the product by *A_SCALE_POINTER *
+// *B_SCALE_POINTER (f32 device values): w's and x's scale_inv.
+//
+// The algorithm is cached per problem (shape, output type, accumulation,
+// alignment classes, device), like matmul.cu: the heuristic's first, or with
+// ENGINE_GEMM_SEARCH=N the fastest of its first N timed on the first call's
+// operands (gemm_search.h), so that bf16 and FP8 can be compared on equal terms.
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/check.h"
+#include "engine/cuda/common.cuh"
+#include "engine/cuda/context.h"
+#include "engine/cuda/fp8_gemm.h"
+#include "engine/cuda/gemm_search.h"
+
+namespace engine::cuda {
+namespace {
+
+cudaDataType_t out_type(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16: return CUDA_R_16BF;
+    case DType::kF32: return CUDA_R_32F;
+    default: ENGINE_FAIL("fp8_gemm: output dtype ", dtype_name(dtype), " is not supported (bf16 or f32)");
+  }
+}
+
+std::uint32_t alignment_of(const void* p) {
+  if (p == nullptr) return 256;
+  std::uint32_t a = 256;
+  while (a > 1 && !aligned(p, a)) a /= 2;
+  return a;
+}
+
+// RAII for one call's descriptors.
+struct Descriptors {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~Descriptors() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+// The problem's descriptors: TN, E4M3 x E4M3 -> out_dtype (C = D), f32
+// compute and scale type, fast accumulation as asked, the scale pointers
+// (may be placeholders for a heuristic-only query: cuBLASLt does not read
+// them before cublasLtMatmul), and the alignments the pointers really have.
+void build(Descriptors& desc, DType out_dtype, std::int64_t n, std::int64_t m, std::int64_t k,
+           const Fp8GemmOptions& options, const float* w_scale, const float* x_scale, std::uint32_t align_w,
+           std::uint32_t align_x, std::uint32_t align_out) {
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t op_a = CUBLAS_OP_T, op_b = CUBLAS_OP_N;
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+  const std::int8_t fast_accum = options.fast_accum ? 1 : 0;
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accum,
+                                              sizeof(fast_accum)));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale,
+                                              sizeof(w_scale)));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scale,
+                                              sizeof(x_scale)));
+  const auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.a, CUDA_R_8F_E4M3, u(k), u(m), k));  // w: k x m, ld k
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.b, CUDA_R_8F_E4M3, u(k), u(n), k));  // x: k x n, ld k
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.d, out_type(out_dtype), u(m), u(n), m));  // out: m x n, ld m
+
+  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&desc.pref));
+  const std::size_t workspace_bytes = context().lt_workspace_bytes();
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                    &workspace_bytes, sizeof(workspace_bytes)));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_w,
+                                                    sizeof(align_w)));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_x,
+                                                    sizeof(align_x)));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                    &align_out, sizeof(align_out)));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                    &align_out, sizeof(align_out)));
+  // As in matmul.cu: split-K partial sums only in f32, never in the bf16 output type.
+  if (out_dtype == DType::kBF16) {
+    const std::uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
+                                                      sizeof(schemes)));
+  }
+}
+
+struct Chosen {
+  bool found = false;
+  cublasLtMatmulAlgo_t algo{};
+  float waves = 0.0f;
+};
+using Key = std::array<std::int64_t, 10>;
+
+// Chosen algorithms by problem, for the life of the process.
+std::mutex g_cache_mutex;
+std::map<Key, Chosen> g_cache;
+
+bool cached(const Key& key, Chosen* chosen) {
+  std::lock_guard<std::mutex> lock(g_cache_mutex);
+  const auto it = g_cache.find(key);
+  if (it == g_cache.end()) return false;
+  *chosen = it->second;
+  return true;
+}
+
+void remember(const Key& key, const Chosen& chosen) {
+  std::lock_guard<std::mutex> lock(g_cache_mutex);
+  g_cache.emplace(key, chosen);
+}
+
+// The heuristic's first algorithm for the problem, or with candidates > 1
+// (ENGINE_GEMM_SEARCH, gemm_search.h) the fastest of its first `candidates`,
+// timed through launch(algo) (false when one cannot run). A query-only
+// caller passes candidates 1 and is never asked to launch.
+template <typename Launch>
+Chosen heuristic(const Descriptors& desc, int candidates, Launch&& launch) {
+  Chosen fresh;
+  std::array<cublasLtMatmulHeuristicResult_t, kMaxGemmSearchCandidates> results{};
+  int found = 0;
+  candidates = std::clamp(candidates, 1, kMaxGemmSearchCandidates);
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(context().lt(), desc.op, desc.a, desc.b, desc.d,
+                                                               desc.d, desc.pref, candidates, results.data(), &found);
+  if (status != CUBLAS_STATUS_SUCCESS || found <= 0) return fresh;
+  fresh.found = true;
+  fresh.algo = results[0].algo;
+  fresh.waves = results[0].wavesCount;
+  if (found > 1) {
+    const int best = fastest_candidate(found, context().stream(), [&](int i) {
+      return results[i].state == CUBLAS_STATUS_SUCCESS && launch(results[i].algo);
+    });
+    if (best >= 0) {
+      fresh.algo = results[best].algo;
+      fresh.waves = results[best].wavesCount;
+    }
+  }
+  return fresh;
+}
+
+Key key_of(DType out_dtype, std::int64_t n, std::int64_t m, std::int64_t k, const Fp8GemmOptions& options,
+           std::uint32_t align_w, std::uint32_t align_x, std::uint32_t align_out) {
+  return {context().device(), static_cast<std::int64_t>(out_dtype), n, m, k, options.accumulate, options.fast_accum,
+          align_w, align_x, align_out};
+}
+
+void check_shape(DType out_dtype, std::int64_t n, std::int64_t m, std::int64_t k, const Fp8GemmOptions& options) {
+  ENGINE_CHECK(out_dtype == DType::kBF16 || out_dtype == DType::kF32, "fp8_gemm: output dtype ",
+               dtype_name(out_dtype), " is not supported (bf16 or f32)");
+  ENGINE_CHECK(!options.accumulate || out_dtype == DType::kF32,
+               "fp8_gemm: accumulating needs an f32 output (weight gradients), got ", dtype_name(out_dtype));
+  ENGINE_CHECK(n > 0 && m > 0 && k > 0, "fp8_gemm: (n, m, k) = (", n, ", ", m, ", ", k, ") must be positive");
+  const char* bad = k % 16 != 0 ? "k" : m % 16 != 0 ? "m" : n % 16 != 0 ? "n" : nullptr;
+  ENGINE_CHECK(bad == nullptr, "fp8_gemm: out (", n, ", ", m, ") = x (", n, ", ", k, ") @ w (", m, ", ", k,
+               ")^T: ", bad, " = ", bad[0] == 'k' ? k : bad[0] == 'm' ? m : n,
+               " is not a multiple of 16 (cuBLASLt's FP8 GEMM needs n, m and k multiples of 16)");
+}
+
+std::string describe(const cublasLtMatmulAlgo_t& algo, float waves) {
+  std::int32_t id = -1, split_k = 0;
+  std::uint32_t tile = 0, stages = 0, swizzle = 0, reduction = 0;
+  std::uint16_t cluster = 0;
+  std::size_t written = 0;
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id), &written);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile), &written);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof(stages), &written);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_k, sizeof(split_k), &written);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &reduction, sizeof(reduction),
+                                       &written);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swizzle, sizeof(swizzle),
+                                       &written);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster, sizeof(cluster),
+                                       &written);
+  std::ostringstream s;
+  s << "algo " << id << ", tile id " << tile << ", stages id " << stages << ", split-k " << split_k
+    << " (reduction " << reduction << "), swizzle " << swizzle << ", cluster id " << cluster << ", waves " << waves;
+  return s.str();
+}
+
+}  // namespace
+
+bool fp8_device_supported(int device, std::string* why) {
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  const bool ok = (prop.major == 8 && prop.minor >= 9) || prop.major == 9;
+  if (!ok && why != nullptr) {
+    std::ostringstream s;
+    s << "FP8 matmuls need FP8 tensor cores as on Ada or Hopper (compute capability 8.9 or 9.x; others are not "
+         "enabled in this engine): GPU "
+      << device << " (" << prop.name << ") has compute capability " << prop.major << "." << prop.minor;
+    *why = s.str();
+  }
+  return ok;
+}
+
+void check_fp8_device(int device) {
+  // Once per device: cudaGetDeviceProperties is not free.
+  static std::mutex mutex;
+  static std::map<int, std::string> checked;  // device -> "" when supported, else the reason
+  std::string why;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = checked.find(device); it != checked.end()) {
+      why = it->second;
+    } else {
+      if (fp8_device_supported(device, &why)) why.clear();
+      checked.emplace(device, why);
+    }
+  }
+  ENGINE_CHECK(why.empty(), why);
+}
+
+void fp8_gemm(void* out, DType out_dtype, const Fp8Operand& x, const Fp8Operand& w, std::int64_t n, std::int64_t m,
+              std::int64_t k, const Fp8GemmOptions& options, cudaStream_t stream) {
+  Context& ctx = context();
+  check_fp8_device(ctx.device());
+  check_shape(out_dtype, n, m, k, options);
+  ENGINE_CHECK(out != nullptr && x.data != nullptr && w.data != nullptr && x.scale_inv != nullptr &&
+                   w.scale_inv != nullptr,
+               "fp8_gemm: out, x, w and both scale_inv pointers must not be null");
+  ENGINE_CHECK(aligned(out, 16) && aligned(x.data, 16) && aligned(w.data, 16),
+               "fp8_gemm: out, x and w must be 16-byte aligned (cuBLASLt's FP8 GEMM), got ", out, ", ",
+               static_cast<const void*>(x.data), ", ", static_cast<const void*>(w.data));
+  ENGINE_CHECK(aligned(x.scale_inv, 4) && aligned(w.scale_inv, 4), "fp8_gemm: scale_inv pointers must be 4-byte aligned");
+  const std::uint32_t align_w = alignment_of(w.data), align_x = alignment_of(x.data), align_out = alignment_of(out);
+  Descriptors desc;
+  build(desc, out_dtype, n, m, k, options, w.scale_inv, x.scale_inv, align_w, align_x, align_out);
+  const float alpha = 1.0f, beta = options.accumulate ? 1.0f : 0.0f;
+  const Key key = key_of(out_dtype, n, m, k, options, align_w, align_x, align_out);
+  Chosen chosen;
+  if (!cached(key, &chosen)) {
+    // A search (ENGINE_GEMM_SEARCH) runs the candidates on the real operands.
+    // They overwrite out, which the real call below overwrites again, except
+    // when accumulating: that must not touch out, so the candidates write a
+    // stream-ordered scratch copy (as matmul.cu does; outside the memory
+    // accounting; where it cannot be had, no search: the heuristic's first).
+    int candidates = gemm_search_candidates();
+    struct StreamOrderedScratch {
+      void* p = nullptr;
+      cudaStream_t stream = nullptr;
+      ~StreamOrderedScratch() {
+        if (p != nullptr) cudaFreeAsync(p, stream);
+      }
+    } scratch{nullptr, stream};
+    void* search_out = out;
+    if (candidates > 1 && options.accumulate) {
+      const std::size_t bytes = static_cast<std::size_t>(n * m) * dtype_size(out_dtype);
+      if (cudaMallocAsync(&scratch.p, bytes, stream) == cudaSuccess &&
+          cudaMemsetAsync(scratch.p, 0, bytes, stream) == cudaSuccess) {
+        search_out = scratch.p;
+      } else {
+        (void)cudaGetLastError();
+        candidates = 1;
+      }
+    }
+    chosen = heuristic(desc, candidates, [&](const cublasLtMatmulAlgo_t& algo) {
+      return cublasLtMatmul(ctx.lt(), desc.op, &alpha, w.data, desc.a, x.data, desc.b, &beta, search_out, desc.d,
+                            search_out, desc.d, &algo, ctx.lt_workspace(), ctx.lt_workspace_bytes(),
+                            stream) == CUBLAS_STATUS_SUCCESS;
+    });
+    remember(key, chosen);
+  }
+  ENGINE_CHECK(chosen.found, "fp8_gemm: cuBLASLt found no FP8 algorithm for out (", n, ", ", m, ") ",
+               dtype_name(out_dtype), " = x (", n, ", ", k, ") @ w (", m, ", ", k, ")^T in E4M3",
+               options.accumulate ? ", accumulating" : "", " (alignments x ", align_x, ", w ", align_w, ", out ",
+               align_out, " bytes)");
+  CUBLAS_CHECK(cublasLtMatmul(ctx.lt(), desc.op, &alpha, w.data, desc.a, x.data, desc.b, &beta, out, desc.d, out,
+                              desc.d, &chosen.algo, ctx.lt_workspace(), ctx.lt_workspace_bytes(), stream));
+}
+
+std::string fp8_gemm_algorithm(DType out_dtype, std::int64_t n, std::int64_t m, std::int64_t k,
+                               const Fp8GemmOptions& options) {
+  Context& ctx = context();
+  check_fp8_device(ctx.device());
+  check_shape(out_dtype, n, m, k, options);
+  // Placeholder scale pointers (any device address; the heuristic reads none).
+  const auto* placeholder = static_cast<const float*>(ctx.lt_workspace());
+  Descriptors desc;
+  build(desc, out_dtype, n, m, k, options, placeholder, placeholder, 256, 256, 256);
+  const Key key = key_of(out_dtype, n, m, k, options, 256, 256, 256);
+  Chosen chosen;
+  if (!cached(key, &chosen)) {  // not yet run: the heuristic's first, untimed
+    chosen = heuristic(desc, 1, [](const cublasLtMatmulAlgo_t&) { return false; });
+    remember(key, chosen);
+  }
+  if (!chosen.found) return "no algorithm";
+  return describe(chosen.algo, chosen.waves);
+}
+
+std::string fp8_block_scaling_report(std::int64_t n, std::int64_t m, std::int64_t k) {
+#if CUBLAS_VERSION >= 120900
+  Context& ctx = context();
+  struct Combo {
+    const char* what;
+    cublasLtMatmulMatrixScale_t x_mode, w_mode;
+  };
+  const Combo combos[] = {
+      {"x VEC128_32F (1 x 128 along K), w BLK128x128_32F", CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F,
+       CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F},
+      {"x VEC128_32F, w VEC128_32F", CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F},
+  };
+  std::ostringstream s;
+  s << "cuBLASLt " << cublasLtGetVersion() << ", block scaling for (n, m, k) = (" << n << ", " << m << ", " << k
+    << ") bf16 out:";
+  const auto* placeholder = static_cast<const float*>(ctx.lt_workspace());
+  for (const Combo& c : combos) {
+    Descriptors desc;
+    build(desc, DType::kBF16, n, m, k, Fp8GemmOptions{}, placeholder, placeholder, 256, 256, 256);
+    const std::int32_t a_mode = c.w_mode, b_mode = c.x_mode;  // A is w, B is x
+    cublasStatus_t st =
+        cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof(a_mode));
+    if (st == CUBLAS_STATUS_SUCCESS)
+      st = cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof(b_mode));
+    int found = 0;
+    std::array<cublasLtMatmulHeuristicResult_t, 8> results{};
+    if (st == CUBLAS_STATUS_SUCCESS)
+      st = cublasLtMatmulAlgoGetHeuristic(ctx.lt(), desc.op, desc.a, desc.b, desc.d, desc.d, desc.pref,
+                                          static_cast<int>(results.size()), results.data(), &found);
+    s << "\n  " << c.what << ": ";
+    if (st != CUBLAS_STATUS_SUCCESS)
+      s << "not offered (" << cublasGetStatusName(st) << ")";
+    else
+      s << (found > 0 ? "offered, " : "not offered, ") << found << " algorithm(s)"
+        << (found > 0 ? " (first: " + describe(results[0].algo, results[0].wavesCount) + ")" : std::string());
+  }
+  return s.str();
+#else
+  return "block scaling: this cuBLASLt's headers (CUBLAS_VERSION " + std::to_string(CUBLAS_VERSION) +
+         ") predate VEC128/BLK128x128 scale modes (12.9)";
+#endif
+}
+
+}  // namespace engine::cuda

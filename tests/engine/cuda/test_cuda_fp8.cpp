@@ -1,0 +1,436 @@
+// The CUDA FP8 path (engine/cuda/fp8_cast.h, fp8_gemm.h) against the CPU's
+// E4M3 reference (engine/cpu/fp8_e4m3.h, itself tested in test_fp8_e4m3).
+//
+// What is held to what:
+//   amax, scale, scale_inv: bit for bit (a max, one IEEE division, one IEEE
+//     reciprocal; fp8_cast.cu writes them without fast-math).
+//   the cast and the cast-transpose: every E4M3 code bit for bit (round to
+//     nearest even of the same f32 product x * scale); the transposed copy
+//     equal to the transpose of the cast.
+//   the FP8 GEMM: against a double-precision product of the *dequantised*
+//     operands, so FP8 rounding itself is not in the tolerance. What is:
+//     the bf16 rounding of the output (half an ulp, 2^-9 relative; 2^-8
+//     allowed), and the f32 accumulation, bounded by 2^-13 * sum_k |a_k b_k|
+//     (the worst case k * 2^-24 for k <= 2048, and above the ~14 bits that
+//     Hopper's FP8 MMA keeps between promotions to f32 registers, DeepSeek-V3
+//     report sec. 3.3.2, which fast accumulation off bounds to one block of K).
+//   shapes cuBLASLt's FP8 GEMM cannot take (k % 16 != 0) and a GPU without
+//     FP8 tensor cores: refused with a clear error.
+// Every test skips without a GPU, like test_cuda_ops.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/buffer.h"
+#include "engine/check.h"
+#include "engine/cpu/fp8_e4m3.h"
+#include "engine/device.h"
+#include "engine/ops.h"
+#include "engine/tensor.h"
+#if ENGINE_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "engine/cuda/context.h"
+#include "engine/cuda/fp8_cast.h"
+#include "engine/cuda/fp8_gemm.h"
+#endif
+
+namespace {
+
+using namespace engine;
+
+[[maybe_unused]] bool gpu_visible() {
+  static const bool visible = cuda_device_count() > 0;
+  return visible;
+}
+
+#if ENGINE_WITH_CUDA
+using cuda::Fp8Scale;
+
+constexpr DeviceType kCpu = DeviceType::kCpu;
+constexpr DeviceType kCuda = DeviceType::kCuda;
+
+void sync() { ASSERT_EQ(cudaStreamSynchronize(cuda::context().stream()), cudaSuccess); }
+
+// A bf16 device tensor holding `host` (rounded to bf16), and `host` replaced
+// by the rounded values, so both sides see the same numbers. `offset`
+// elements of padding in front misalign it (offset 1: 2-byte aligned).
+struct Bf16Dev {
+  Buffer buffer;
+  __nv_bfloat16* ptr = nullptr;
+  Bf16Dev(std::vector<float>& host, std::int64_t offset = 0)
+      : buffer(kCuda, static_cast<std::size_t>(host.size() + offset) * 2 + 16) {
+    ptr = static_cast<__nv_bfloat16*>(buffer.data()) + offset;
+    const Shape shape{static_cast<std::int64_t>(host.size())};
+    const Tensor dev(ptr, shape, DType::kBF16, kCuda);
+    ops::copy(dev, Tensor(host.data(), shape, DType::kF32, kCpu));
+    ops::copy(Tensor(host.data(), shape, DType::kF32, kCpu), dev);
+  }
+};
+
+struct Bytes {
+  Buffer buffer;
+  __nv_fp8_e4m3* ptr;
+  explicit Bytes(std::int64_t n, std::uint8_t poison = 0x7F)
+      : buffer(kCuda, static_cast<std::size_t>(n) + 16), ptr(static_cast<__nv_fp8_e4m3*>(buffer.data())) {
+    EXPECT_EQ(cudaMemset(ptr, poison, static_cast<std::size_t>(n)), cudaSuccess);
+  }
+  std::vector<std::uint8_t> host(std::int64_t n) const {
+    std::vector<std::uint8_t> h(static_cast<std::size_t>(n));
+    EXPECT_EQ(cudaMemcpy(h.data(), ptr, h.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    return h;
+  }
+};
+
+struct ScaleDev {
+  Buffer buffer{kCuda, cuda::kFp8ScaleFloats * sizeof(float)};
+  Fp8Scale s = cuda::fp8_scale_at(static_cast<float*>(buffer.data()));
+  struct Values {
+    float amax, scale, scale_inv;
+  };
+  Values host() const {
+    float v[cuda::kFp8ScaleFloats];
+    EXPECT_EQ(cudaMemcpy(v, buffer.data(), sizeof v, cudaMemcpyDeviceToHost), cudaSuccess);
+    return {v[0], v[1], v[2]};
+  }
+};
+
+std::uint32_t bits(float x) {
+  std::uint32_t b;
+  std::memcpy(&b, &x, 4);
+  return b;
+}
+
+std::vector<float> random_vector(std::int64_t n, std::mt19937& rng, float stddev) {
+  std::vector<float> v(static_cast<std::size_t>(n));
+  std::normal_distribution<float> normal(0.0f, stddev);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+// Counts code mismatches, reporting the first few.
+int compare_codes(const std::vector<std::uint8_t>& got, const std::vector<std::uint8_t>& want, const char* what) {
+  int bad = 0;
+  for (std::size_t i = 0; i < want.size(); ++i)
+    if (got[i] != want[i] && ++bad <= 5)
+      ADD_FAILURE() << what << " element " << i << ": got 0x" << std::hex << int(got[i]) << ", want 0x"
+                    << int(want[i]);
+  return bad;
+}
+
+void expect_scales_match(const ScaleDev::Values& got, const std::vector<float>& x) {
+  const float amax = cpu::e4m3_amax(x.data(), static_cast<std::int64_t>(x.size()));
+  const float scale = cpu::e4m3_scale(amax);
+  EXPECT_EQ(bits(got.amax), bits(amax)) << "amax " << got.amax << " vs " << amax;
+  EXPECT_EQ(bits(got.scale), bits(scale)) << "scale " << got.scale << " vs " << scale;
+  EXPECT_EQ(bits(got.scale_inv), bits(cpu::e4m3_scale_inv(scale))) << "scale_inv " << got.scale_inv;
+}
+
+// amax then the plain cast of x (n values), checked against the CPU.
+void check_cast(std::vector<float> x, std::int64_t offset) {
+  const std::int64_t n = static_cast<std::int64_t>(x.size());
+  Bf16Dev dev(x, offset);
+  ScaleDev scale;
+  Bytes q(n);
+  const cudaStream_t stream = cuda::context().stream();
+  cuda::fp8_amax(dev.ptr, n, scale.s, stream);
+  cuda::fp8_cast(dev.ptr, n, scale.s, q.ptr, stream);
+  sync();
+  const ScaleDev::Values got = scale.host();
+  expect_scales_match(got, x);
+  std::vector<std::uint8_t> want(static_cast<std::size_t>(n));
+  cpu::e4m3_quantize(x.data(), n, cpu::e4m3_scale(cpu::e4m3_amax(x.data(), n)), want.data());
+  EXPECT_EQ(compare_codes(q.host(n), want, "cast"), 0) << "n " << n << ", offset " << offset;
+}
+
+TEST(CudaFp8, AmaxScaleAndCastMatchTheCpuBitForBit) {
+  if (!gpu_visible()) GTEST_SKIP() << "no GPU";
+  std::mt19937 rng(11);
+  for (const std::int64_t n : {std::int64_t{1024} * 1600, std::int64_t{1000003}, std::int64_t{37}, std::int64_t{1}}) {
+    std::vector<float> x = random_vector(n, rng, 3.0f);
+    // Special values: -0, tiny values that land among E4M3's subnormals or
+    // round to zero after scaling, and a clear maximum.
+    x[0] = -0.0f;
+    if (n > 8) {
+      x[1] = 1e-4f, x[2] = -3e-3f, x[3] = 2e-2f, x[4] = -1e-7f, x[n / 2] = -17.25f;
+    }
+    SCOPED_TRACE("n " + std::to_string(n));
+    check_cast(x, 0);  // aligned: 16-byte packs
+    check_cast(x, 1);  // misaligned: the element-wise path
+  }
+}
+
+TEST(CudaFp8, ZeroNaNAndTinyTensors) {
+  if (!gpu_visible()) GTEST_SKIP() << "no GPU";
+  std::vector<float> zeros(1000, 0.0f);
+  zeros[3] = -0.0f;
+  check_cast(zeros, 0);  // amax 0 -> scale 1, codes 0 and 0x80
+
+  // Subnormal f32 magnitudes: 448 / amax overflows, so scale is FLT_MAX.
+  std::vector<float> tiny(64, 1e-39f);
+  tiny[5] = -2e-39f;
+  check_cast(tiny, 0);
+
+  std::vector<float> with_nan(4096, 1.0f);
+  with_nan[1234] = std::nanf("");
+  Bf16Dev dev(with_nan);
+  ScaleDev scale;
+  cuda::fp8_amax(dev.ptr, 4096, scale.s, cuda::context().stream());
+  Bytes q(4096);
+  cuda::fp8_cast(dev.ptr, 4096, scale.s, q.ptr, cuda::context().stream());
+  sync();
+  const ScaleDev::Values got = scale.host();
+  EXPECT_TRUE(std::isnan(got.amax)) << got.amax;
+  EXPECT_EQ(got.scale, 1.0f);
+  EXPECT_EQ(q.host(4096)[1234] & 0x7F, 0x7F);  // NaN stays NaN
+}
+
+TEST(CudaFp8, CastTransposeIsTheTransposeOfTheCast) {
+  if (!gpu_visible()) GTEST_SKIP() << "no GPU";
+  std::mt19937 rng(12);
+  struct Case {
+    std::int64_t rows, cols, offset;
+  };
+  // Packed 64 x 64 tiles (GPT-like, and partial edge tiles), the scalar path
+  // (odd shapes, a misaligned input), tiny shapes.
+  for (const Case c : {Case{1024, 1600, 0}, Case{72, 136, 0}, Case{256, 4800, 0}, Case{8, 8, 0}, Case{37, 23, 0},
+                       Case{1, 1, 0}, Case{64, 64, 1}, Case{130, 7, 0}}) {
+    SCOPED_TRACE("rows " + std::to_string(c.rows) + ", cols " + std::to_string(c.cols) + ", offset " +
+                 std::to_string(c.offset));
+    const std::int64_t n = c.rows * c.cols;
+    std::vector<float> x = random_vector(n, rng, 0.5f);
+    x[static_cast<std::size_t>(n - 1)] = 9.0f;  // the max in the last element (last tile)
+    Bf16Dev dev(x, c.offset);
+    for (const bool with_q : {true, false}) {
+      ScaleDev scale;
+      Bytes q(n), qt(n);
+      const cudaStream_t stream = cuda::context().stream();
+      cuda::fp8_amax(dev.ptr, n, scale.s, stream);
+      cuda::fp8_cast_transpose(dev.ptr, c.rows, c.cols, scale.s, with_q ? q.ptr : nullptr, qt.ptr, stream);
+      sync();
+      expect_scales_match(scale.host(), x);
+      const float s = cpu::e4m3_scale(cpu::e4m3_amax(x.data(), n));
+      std::vector<std::uint8_t> want_q(static_cast<std::size_t>(n)), want_qt(static_cast<std::size_t>(n));
+      cpu::e4m3_quantize(x.data(), n, s, want_q.data());
+      cpu::e4m3_quantize_transpose(x.data(), c.rows, c.cols, s, want_qt.data());
+      EXPECT_EQ(compare_codes(qt.host(n), want_qt, "transposed cast"), 0);
+      if (with_q) EXPECT_EQ(compare_codes(q.host(n), want_q, "cast beside the transpose"), 0);
+    }
+  }
+}
+
+// ---- the GEMM ------------------------------------------------------------------
+
+// A bf16 matrix quantised on the GPU: its codes (checked against the CPU) and
+// scale_inv on the host, and the device state the GEMM reads.
+struct Quantized {
+  std::int64_t rows, cols;
+  std::vector<float> x;  // the bf16 values
+  Bf16Dev dev;
+  ScaleDev scale;
+  Bytes q, qt;
+  std::vector<std::uint8_t> codes;  // row-major (rows, cols)
+  float scale_inv = 0;
+  Quantized(std::int64_t rows_, std::int64_t cols_, std::mt19937& rng, float stddev)
+      : rows(rows_), cols(cols_), x(random_vector(rows_ * cols_, rng, stddev)), dev(x), q(rows * cols),
+        qt(rows * cols) {
+    const cudaStream_t stream = cuda::context().stream();
+    cuda::fp8_amax(dev.ptr, rows * cols, scale.s, stream);
+    cuda::fp8_cast_transpose(dev.ptr, rows, cols, scale.s, q.ptr, qt.ptr, stream);
+    sync();
+    codes = q.host(rows * cols);
+    const float s = cpu::e4m3_scale(cpu::e4m3_amax(x.data(), rows * cols));
+    std::vector<std::uint8_t> want(codes.size());
+    cpu::e4m3_quantize(x.data(), rows * cols, s, want.data());
+    EXPECT_EQ(compare_codes(codes, want, "operand cast"), 0);
+    scale_inv = scale.host().scale_inv;
+    EXPECT_EQ(bits(scale_inv), bits(cpu::e4m3_scale_inv(s)));
+  }
+  double value(std::int64_t r, std::int64_t c) const {  // the E4M3 value, unscaled
+    return cpu::e4m3_to_float(codes[static_cast<std::size_t>(r * cols + c)]);
+  }
+  cuda::Fp8Operand operand() const { return {q.ptr, scale.s.scale_inv}; }
+  cuda::Fp8Operand transposed_operand() const { return {qt.ptr, scale.s.scale_inv}; }
+};
+
+// want[i][j] (n x m) = scale * sum_t a(i, t) b(j, t), and bound[i][j] = the
+// same sum of |a b| (for the accumulation term of the tolerance).
+template <typename A, typename B>
+void reference(std::int64_t n, std::int64_t m, std::int64_t k, double scale, A&& a, B&& b, std::vector<double>& want,
+               std::vector<double>& sum_abs) {
+  want.assign(static_cast<std::size_t>(n * m), 0.0);
+  sum_abs.assign(static_cast<std::size_t>(n * m), 0.0);
+  std::vector<double> ar(static_cast<std::size_t>(n * k)), br(static_cast<std::size_t>(m * k));
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t t = 0; t < k; ++t) ar[static_cast<std::size_t>(i * k + t)] = a(i, t);
+  for (std::int64_t j = 0; j < m; ++j)
+    for (std::int64_t t = 0; t < k; ++t) br[static_cast<std::size_t>(j * k + t)] = b(j, t);
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t j = 0; j < m; ++j) {
+      double s = 0, s_abs = 0;
+      const double* ai = &ar[static_cast<std::size_t>(i * k)];
+      const double* bj = &br[static_cast<std::size_t>(j * k)];
+      for (std::int64_t t = 0; t < k; ++t) {
+        const double p = ai[t] * bj[t];  // exact: E4M3 values have 4 significant bits
+        s += p;
+        s_abs += std::fabs(p);
+      }
+      want[static_cast<std::size_t>(i * m + j)] = s * scale;
+      sum_abs[static_cast<std::size_t>(i * m + j)] = s_abs * scale;
+    }
+}
+
+// got within rel |want| + 2^-13 sum_abs, elementwise; reports the worst.
+void expect_close(const std::vector<float>& got, const std::vector<double>& want, const std::vector<double>& sum_abs,
+                  double rel, double base, const char* what) {
+  const double acc = std::ldexp(1.0, -13);
+  int bad = 0;
+  double worst = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const double err = std::fabs(got[i] - (want[i] + base));
+    const double tol = rel * std::fabs(want[i] + base) + acc * sum_abs[i];
+    worst = std::max(worst, err / tol);
+    if (!(err <= tol) && ++bad <= 5)
+      ADD_FAILURE() << what << " element " << i << ": got " << got[i] << ", want " << want[i] + base << " (error "
+                    << err << ", tolerance " << tol << ")";
+  }
+  EXPECT_EQ(bad, 0) << what;
+  std::printf("%s: worst error %.3f of the tolerance over %zu elements\n", what, worst, want.size());
+}
+
+std::vector<float> download(const void* p, DType dtype, std::int64_t n) {
+  std::vector<float> h(static_cast<std::size_t>(n));
+  ops::copy(Tensor(h.data(), Shape{n}, DType::kF32, kCpu), Tensor(const_cast<void*>(p), Shape{n}, dtype, kCuda));
+  return h;
+}
+
+// FP8 tests of the GEMM need FP8 tensor cores; elsewhere the GEMM must refuse.
+bool fp8_gemm_available() {
+  std::string why;
+  if (cuda::fp8_device_supported(cuda::context().device(), &why)) return true;
+  std::vector<float> one(16 * 16, 1.0f);
+  Bf16Dev dev(one);
+  ScaleDev s;
+  Bytes q(256);
+  Buffer out(kCuda, 256 * 2);
+  try {
+    cuda::fp8_gemm(out.data(), DType::kBF16, {q.ptr, s.s.scale_inv}, {q.ptr, s.s.scale_inv}, 16, 16, 16, {},
+                   cuda::context().stream());
+    ADD_FAILURE() << "fp8_gemm ran on a GPU it should refuse: " << why;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("compute capability"), std::string::npos) << e.what();
+  }
+  return false;
+}
+
+TEST(CudaFp8, GemmForwardMatchesTheDequantisedProduct) {
+  if (!gpu_visible()) GTEST_SKIP() << "no GPU";
+  if (!fp8_gemm_available()) GTEST_SKIP() << "no FP8 tensor cores (refusal checked)";
+  // out (N, OC) = inp (N, C) @ W (OC, C)^T at gpt2-1558m's qkv: C 1600, OC 4800, N 256.
+  std::mt19937 rng(13);
+  const std::int64_t N = 256, C = 1600, OC = 4800;
+  Quantized inp(N, C, rng, 2.0f), w(OC, C, rng, 0.02f);
+  Buffer out(kCuda, static_cast<std::size_t>(N * OC) * 2);
+  ops::fill(Tensor(out.data(), Shape{N * OC}, DType::kBF16, kCuda), std::nan(""));
+  cuda::fp8_gemm(out.data(), DType::kBF16, inp.operand(), w.operand(), N, OC, C, {}, cuda::context().stream());
+  sync();
+  std::vector<double> want, sum_abs;
+  reference(N, OC, C, static_cast<double>(inp.scale_inv) * w.scale_inv,
+            [&](std::int64_t i, std::int64_t t) { return inp.value(i, t); },
+            [&](std::int64_t j, std::int64_t t) { return w.value(j, t); }, want, sum_abs);
+  expect_close(download(out.data(), DType::kBF16, N * OC), want, sum_abs, std::ldexp(1.0, -8), 0.0, "forward");
+}
+
+TEST(CudaFp8, GemmDinpWithTheTransposedWeight) {
+  if (!gpu_visible()) GTEST_SKIP() << "no GPU";
+  if (!fp8_gemm_available()) GTEST_SKIP() << "no FP8 tensor cores (refusal checked)";
+  // dinp (N, C) = dout (N, OC) @ W (OC, C) = dout @ [W^T (C, OC)]^T: the
+  // weight's transposed cast is the second operand, k = OC.
+  std::mt19937 rng(14);
+  const std::int64_t N = 256, C = 1600, OC = 4800;
+  Quantized dout(N, OC, rng, 1e-3f), w(OC, C, rng, 0.02f);
+  Buffer dinp(kCuda, static_cast<std::size_t>(N * C) * 2);
+  cuda::fp8_gemm(dinp.data(), DType::kBF16, dout.operand(), w.transposed_operand(), N, C, OC, {},
+                 cuda::context().stream());
+  sync();
+  std::vector<double> want, sum_abs;
+  reference(N, C, OC, static_cast<double>(dout.scale_inv) * w.scale_inv,
+            [&](std::int64_t i, std::int64_t t) { return dout.value(i, t); },
+            [&](std::int64_t j, std::int64_t t) { return w.value(t, j); },  // W^T (C, OC)[j][t] = W[t][j]
+            want, sum_abs);
+  expect_close(download(dinp.data(), DType::kBF16, N * C), want, sum_abs, std::ldexp(1.0, -8), 0.0, "dinp");
+}
+
+TEST(CudaFp8, GemmDweightAccumulatesInF32) {
+  if (!gpu_visible()) GTEST_SKIP() << "no GPU";
+  if (!fp8_gemm_available()) GTEST_SKIP() << "no FP8 tensor cores (refusal checked)";
+  // dweight (OC, C) += dout^T (OC, N) @ inp (N, C) = [dout^T] @ [inp^T (C, N)]^T:
+  // both operands transposed casts, k = N.
+  std::mt19937 rng(15);
+  const std::int64_t N = 1024, C = 160, OC = 96;
+  Quantized dout(N, OC, rng, 1e-3f), inp(N, C, rng, 1.0f);
+  std::vector<float> init(static_cast<std::size_t>(OC * C), 0.5f);
+  Buffer dweight(kCuda, init.size() * sizeof(float));
+  ops::copy(Tensor(dweight.data(), Shape{OC * C}, DType::kF32, kCuda), Tensor(init.data(), Shape{OC * C}, DType::kF32, kCpu));
+  cuda::Fp8GemmOptions accumulate;
+  accumulate.accumulate = true;
+  cuda::fp8_gemm(dweight.data(), DType::kF32, dout.transposed_operand(), inp.transposed_operand(), OC, C, N,
+                 accumulate, cuda::context().stream());
+  sync();
+  std::vector<double> want, sum_abs;
+  reference(OC, C, N, static_cast<double>(dout.scale_inv) * inp.scale_inv,
+            [&](std::int64_t i, std::int64_t t) { return dout.value(t, i); },  // dout^T (OC, N)
+            [&](std::int64_t j, std::int64_t t) { return inp.value(t, j); },   // inp^T (C, N)
+            want, sum_abs);
+  expect_close(download(dweight.data(), DType::kF32, OC * C), want, sum_abs, 1e-5, 0.5, "dweight += (f32)");
+}
+
+TEST(CudaFp8, GemmRefusesShapesItCannotTake) {
+  if (!gpu_visible()) GTEST_SKIP() << "no GPU";
+  if (!fp8_gemm_available()) GTEST_SKIP() << "no FP8 tensor cores (refusal checked)";
+  Bytes a(64 * 1616), b(64 * 1616);
+  ScaleDev s;
+  Buffer out(kCuda, 64 * 64 * 4);
+  const auto expect_refused = [&](std::int64_t n, std::int64_t m, std::int64_t k, DType dtype, bool accumulate,
+                                  const char* needle) {
+    cuda::Fp8GemmOptions o;
+    o.accumulate = accumulate;
+    try {
+      cuda::fp8_gemm(out.data(), dtype, {a.ptr, s.s.scale_inv}, {b.ptr, s.s.scale_inv}, n, m, k, o,
+                     cuda::context().stream());
+      ADD_FAILURE() << "accepted (" << n << ", " << m << ", " << k << ")";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_refused(64, 64, 1601, DType::kBF16, false, "k = 1601 is not a multiple of 16");
+  expect_refused(64, 40, 1600, DType::kBF16, false, "m = 40 is not a multiple of 16");
+  expect_refused(24, 64, 1600, DType::kBF16, false, "n = 24 is not a multiple of 16");
+  expect_refused(64, 64, 1600, DType::kBF16, true, "accumulating needs an f32 output");
+  sync();
+}
+
+TEST(CudaFp8, ReportsBlockScaling) {
+  if (!gpu_visible()) GTEST_SKIP() << "no GPU";
+  if (!fp8_gemm_available()) GTEST_SKIP() << "no FP8 tensor cores (refusal checked)";
+  // Informational: only per-tensor scaling is implemented.
+  std::printf("%s\n", cuda::fp8_block_scaling_report(8192, 4800, 1600).c_str());
+  std::printf("fp8 forward (8192, 4800, 1600): %s\n",
+              cuda::fp8_gemm_algorithm(DType::kBF16, 8192, 4800, 1600, {}).c_str());
+}
+
+#else   // a build without CUDA
+
+TEST(CudaFp8, NeedsACudaBuild) { GTEST_SKIP() << "engine built without CUDA"; }
+
+#endif  // ENGINE_WITH_CUDA
+
+}  // namespace
