@@ -34,6 +34,9 @@
 #   LLMC_WARMUP_STEPS llm.c's untimed first steps (default 1, as the engine's one)
 #   LLMC_MODELS       the cases llm.c runs (default "gpt2-124m gpt2-1558m"): llm.c
 #                     draws random weights on one CPU core, ~30-90 s for gpt2-1558m
+#   GPU_BENCH_DEADLINE  epoch seconds when the caller stops this script
+#                     (session.sh sets it): an llm.c case is skipped when less than
+#                     LLMC_MIN_LEFT_S (default 120) is left
 #   LLMC_BUILD_DIR    where llm.c is built (default $ENGINE_BUILD_DIR/llmc);
 #                     session.sh starts that build at its build stage, and this
 #                     script starts it (in the background) if it did not
@@ -191,12 +194,37 @@ echo "engine:  $BENCH"
 [ "$RUN_PYTORCH" != 0 ] && echo "pytorch: $torch_info"
 [ "$RUN_LLMC" != 0 ] && echo "llm.c:   $LLMC_DIR (train_gpt2cu, bf16, cuDNN attention, -r 0 -z 0; first $LLMC_WARMUP_STEPS step(s) untimed)"
 [ -n "$llmc_note" ] && echo "$llmc_note"
+if [ "$RUN_LLMC" != 0 ] && [ ! -f "$llmc_build_dir/build.rc" ]; then
+  echo "llm.c:   its build runs in the background (one nvcc on one CPU core) while the first runs go on"
+fi
 echo "shapes:  T=$SEQ_LEN; gpt2-124m B=$MB_124M x$ACCUM_124M, gpt2-1558m B=$MB_1558M x$ACCUM_1558M micro-batches a step; $STEPS timed steps; peak $PEAK_TFLOPS TFLOP/s; logs in $LOG_DIR"
 echo "MFU:     model FLOPs/step = 72*B*s*l*h^2*(1 + s/(6h) + Vp/(12lh)) (model/flops.h) / (median step time x peak)"
 
 failed=0
 summary=()
 declare -A tok_s_of=()  # "impl model" -> tok/s, for the ratios
+
+print_summary() {
+  # Ratios: engine tok/s over each peer's, per model.
+  for c in "${CASES[@]}"; do
+    read -r model _ <<<"$c"
+    for peer in pytorch llm.c; do
+      e=${tok_s_of["engine $model"]:-} p=${tok_s_of["$peer $model"]:-}
+      if [ -n "$e" ] && [ -n "$p" ]; then
+        summary+=("$(awk -v m="$model" -v peer="$peer" -v e="$e" -v p="$p" \
+          'BEGIN { printf "ratio    %-10s engine / %-7s %5.2fx tok/s", m, peer, (p > 0) ? e / p : 0 }')")
+      fi
+    done
+  done
+  echo
+  echo "==== summary: $gpu_name, $(date -u '+%Y-%m-%d'), commit $commit, T=$SEQ_LEN, median of $STEPS steps"
+  if [ ${#summary[@]} -gt 0 ]; then printf '%s\n' "${summary[@]}"; fi
+  if [ ${#clocks[@]} -gt 0 ]; then printf '%s\n' "${clocks[@]}"; fi
+  if [ -n "$llmc_note" ]; then echo "$llmc_note"; fi
+}
+# Cut short by a time limit (session.sh's `timeout` sends SIGTERM to the whole
+# process group): still print what was measured.
+trap 'gpu_samples_stop; summary+=("gpu_bench: stopped by SIGTERM (time limit?): the runs above are all there is"); print_summary; exit 124' TERM
 
 # ---- engine --------------------------------------------------------------------
 if [ "$RUN_ENGINE" != 0 ]; then
@@ -288,6 +316,13 @@ if [ "$RUN_LLMC" != 0 ]; then
   for c in "${CASES[@]}"; do
     read -r model mb accum <<<"$c"
     case " $LLMC_MODELS " in *" $model "*) ;; *) continue ;; esac
+    # session.sh says when its stage ends (GPU_BENCH_DEADLINE, epoch seconds):
+    # a case that cannot finish is skipped, not cut off mid-run.
+    left=$(( ${GPU_BENCH_DEADLINE:-0} - $(date +%s) ))
+    if [ "${GPU_BENCH_DEADLINE:-0}" -gt 0 ] && [ "$left" -lt "${LLMC_MIN_LEFT_S:-120}" ]; then
+      summary+=("llm.c    $model B=$mb: skipped, $left s left of the stage (< LLMC_MIN_LEFT_S=${LLMC_MIN_LEFT_S:-120})")
+      continue
+    fi
     log=$LOG_DIR/llmc_$model.log
     echo
     echo "---- llm.c $model B=$mb x$accum T=$SEQ_LEN"
@@ -319,21 +354,6 @@ if [ "$RUN_LLMC" != 0 ]; then
   done
 fi
 
-# ---- ratios: engine tok/s over each peer's, per model ------------------------------
-for c in "${CASES[@]}"; do
-  read -r model _ <<<"$c"
-  for peer in pytorch llm.c; do
-    e=${tok_s_of["engine $model"]:-} p=${tok_s_of["$peer $model"]:-}
-    if [ -n "$e" ] && [ -n "$p" ]; then
-      summary+=("$(awk -v m="$model" -v peer="$peer" -v e="$e" -v p="$p" \
-        'BEGIN { printf "ratio    %-10s engine / %-7s %5.2fx tok/s", m, peer, (p > 0) ? e / p : 0 }')")
-    fi
-  done
-done
-
-echo
-echo "==== summary: $gpu_name, $(date -u '+%Y-%m-%d'), commit $commit, T=$SEQ_LEN, median of $STEPS steps"
-printf '%s\n' "${summary[@]}"
-if [ ${#clocks[@]} -gt 0 ]; then printf '%s\n' "${clocks[@]}"; fi
-if [ -n "$llmc_note" ]; then echo "$llmc_note"; fi
+trap - TERM
+print_summary
 exit "$failed"

@@ -496,7 +496,7 @@ bench() {
   # gpu_bench.sh's full logs go to a scratch folder; everything it prints is in
   # bench.log, and the clock samples are kept.
   logs=$(mktemp -d -t gpu-bench.XXXXXX)
-  ENGINE_BUILD_DIR=$BUILD LOG_DIR=$logs ENGINE_COMMIT=${ENGINE_COMMIT:-} \
+  ENGINE_BUILD_DIR=$BUILD LOG_DIR=$logs ENGINE_COMMIT=${ENGINE_COMMIT:-} GPU_BENCH_DEADLINE=$(( $(date +%s) + lim )) \
     timeout "$lim" bash "$ROOT/examples/benchmarks/gpu_bench.sh" >"$OUT/bench.log" 2>&1
   rc=$?
   mkdir -p "$OUT/gpu_samples" && cp "$logs"/*_gpu_samples.csv "$OUT/gpu_samples/" 2>/dev/null
