@@ -129,11 +129,20 @@ build() {
   # the Makefile does not link it (the engine's CMake links CUDA::nvrtc too);
   # with NO_MULTI_GPU and NO_USE_MPI the Makefile adds nothing else there.
   # NVCC_PREPEND_FLAGS: llmc_cuda13_compat.h, so that CUDA 13 compiles it (the header says why).
+  # -rpath: the folders it was linked against (the toolkit's, and those of any
+  # shim's target), so that it loads the same cuBLAS and NVRTC without relying
+  # on the image's ld.so.conf (the engine gets the same from CMake's RPATH).
+  local cuda rpath d
+  cuda=$(dirname "$(dirname "$nvcc")")
+  rpath=$cuda/targets/x86_64-linux/lib:$cuda/lib64
+  for d in "$LLMC_BUILD_DIR"/shims/*.so; do
+    [ -L "$d" ] && rpath=$rpath:$(dirname "$(readlink -f "$d")")
+  done
   local t0; t0=$(date +%s)
   NVCC_PREPEND_FLAGS="-include $ROOT/examples/benchmarks/llmc_cuda13_compat.h${NVCC_PREPEND_FLAGS:+ $NVCC_PREPEND_FLAGS}" \
   PATH=$(dirname "$nvcc"):$PATH LIBRARY_PATH=$LLMC_BUILD_DIR/shims${LIBRARY_PATH:+:$LIBRARY_PATH} \
     make -C "$LLMC_BUILD_DIR/src" train_gpt2cu NVCC="$nvcc" GPU_COMPUTE_CAPABILITY="$LLMC_CUDA_ARCH" \
-      NO_MULTI_GPU=1 NO_USE_MPI=1 USE_CUDNN=1 CUDNN_FRONTEND_PATH="$fe" NVCC_LDLIBS=-lnvrtc || { echo "llmc_reference: make failed"; return 1; }
+      NO_MULTI_GPU=1 NO_USE_MPI=1 USE_CUDNN=1 CUDNN_FRONTEND_PATH="$fe" NVCC_LDLIBS="-lnvrtc -Xlinker -rpath -Xlinker $rpath" || { echo "llmc_reference: make failed"; return 1; }
   echo "$stamp_want" >"$LLMC_BUILD_DIR/build.stamp"
   echo "llmc_reference: built $BIN in $(( $(date +%s) - t0 )) s"
 }
