@@ -335,10 +335,10 @@ if [ "$RUN_LLMC" != 0 ]; then
       if [ -n "$line" ]; then
         tok_s_of["llm.c $model"]=$(field tok_s)
         summary+=("$(awk -v m="$model" -v b="${mb}x$accum" -v ms="$(field step_ms)" -v t="$(field tok_s)" \
-          -v tf="$(field tflops)" -v u="$(field mfu)" -v own="$(field llmc_mfu)" \
-          'BEGIN { printf "llm.c    %-10s B=%-6s %9.1f ms %10.0f tok/s %7.1f TFLOP/s  MFU %s  (llm.c'"'"'s own MFU: %s)",
+          -v tf="$(field tflops)" -v u="$(field mfu)" -v own="$(field llmc_mfu)" -v cnt="$(field llmc_count_mfu)" \
+          'BEGIN { printf "llm.c    %-10s B=%-6s %9.1f ms %10.0f tok/s %7.1f TFLOP/s  MFU %s  (llm.c'"'"'s own MFU: %s; its 6N+6LCT count over our peak: %s)",
                    m, b, ms, t, tf, (u == "nan") ? "  n/a" : sprintf("%5.1f%%", 100 * u),
-                   (own == "nan") ? "n/a, GPU not in its table" : own }')")
+                   (own == "nan") ? "n/a, GPU not in its table" : own, (cnt == "nan") ? "n/a" : cnt }')")
         if grep -q 'Fell back to cudaMallocManaged' "$log"; then
           summary+=("llm.c    $model: WARNING: it fell back to managed memory (out of device memory): slow")
         fi

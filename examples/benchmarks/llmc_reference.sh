@@ -22,6 +22,8 @@
 #                     or unpacked here from .gpu-deps/deps.tar.xz)
 #   LLMC_BUILD_WAIT_S how long `run` waits for a build started elsewhere (default 600)
 #   NVCC              nvcc to use (default: on PATH, else /usr/local/cuda/bin/nvcc)
+#   LLMC_MAKE         make program (default make; where none is found, the
+#                     Makefile's two nvcc commands run directly)
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -112,9 +114,12 @@ build() {
   if [ -x "$BIN" ] && [ "$(cat "$LLMC_BUILD_DIR/build.stamp" 2>/dev/null)" = "$stamp_want" ]; then
     echo "llmc_reference: $BIN is up to date"; return 0
   fi
+  # (u+w: the peers' copy is read-only, and cp keeps the modes.)
+  [ -d "$LLMC_BUILD_DIR/src" ] && chmod -R u+w "$LLMC_BUILD_DIR/src"
   rm -rf "$LLMC_BUILD_DIR/src" "$LLMC_BUILD_DIR/build.stamp"
   mkdir -p "$LLMC_BUILD_DIR/src"
   cp -R "$LLMC_DIR/." "$LLMC_BUILD_DIR/src/"
+  chmod -R u+w "$LLMC_BUILD_DIR/src"
   rm -rf "$LLMC_BUILD_DIR/src/build" "$LLMC_BUILD_DIR/src/cudnn-frontend"
   mkdir -p "$LLMC_BUILD_DIR/src/cudnn-frontend"
   ln -s "$fe" "$LLMC_BUILD_DIR/src/cudnn-frontend/include"
@@ -138,11 +143,28 @@ build() {
   for d in "$LLMC_BUILD_DIR"/shims/*.so; do
     [ -L "$d" ] && rpath=$rpath:$(dirname "$(readlink -f "$d")")
   done
-  local t0; t0=$(date +%s)
-  NVCC_PREPEND_FLAGS="-include $ROOT/examples/benchmarks/llmc_cuda13_compat.h${NVCC_PREPEND_FLAGS:+ $NVCC_PREPEND_FLAGS}" \
-  PATH=$(dirname "$nvcc"):$PATH LIBRARY_PATH=$LLMC_BUILD_DIR/shims${LIBRARY_PATH:+:$LIBRARY_PATH} \
-    make -C "$LLMC_BUILD_DIR/src" train_gpt2cu NVCC="$nvcc" GPU_COMPUTE_CAPABILITY="$LLMC_CUDA_ARCH" \
-      NO_MULTI_GPU=1 NO_USE_MPI=1 USE_CUDNN=1 CUDNN_FRONTEND_PATH="$fe" NVCC_LDLIBS="-lnvrtc -Xlinker -rpath -Xlinker $rpath" || { echo "llmc_reference: make failed"; return 1; }
+  local t0 rc; t0=$(date +%s)
+  export NVCC_PREPEND_FLAGS="-include $ROOT/examples/benchmarks/llmc_cuda13_compat.h${NVCC_PREPEND_FLAGS:+ $NVCC_PREPEND_FLAGS}"
+  export LIBRARY_PATH=$LLMC_BUILD_DIR/shims${LIBRARY_PATH:+:$LIBRARY_PATH}
+  PATH=$(dirname "$nvcc"):$PATH; export PATH
+  if command -v "${LLMC_MAKE:-make}" >/dev/null; then
+    "${LLMC_MAKE:-make}" -C "$LLMC_BUILD_DIR/src" train_gpt2cu NVCC="$nvcc" GPU_COMPUTE_CAPABILITY="$LLMC_CUDA_ARCH" \
+      NO_MULTI_GPU=1 NO_USE_MPI=1 USE_CUDNN=1 CUDNN_FRONTEND_PATH="$fe" NVCC_LDLIBS="-lnvrtc -Xlinker -rpath -Xlinker $rpath"
+    rc=$?
+  else
+    # An image without make: the two commands the Makefile runs for this
+    # configuration (as its log shows them here), run directly.
+    echo "llmc_reference: no '${LLMC_MAKE:-make}': running the Makefile's two nvcc commands directly"
+    local a=$LLMC_CUDA_ARCH
+    local flags=(--threads=0 -t=0 --use_fast_math -std=c++17 -O3 --generate-code "arch=compute_$a,code=[compute_$a,sm_$a]"
+      -DENABLE_CUDNN -DENABLE_BF16)
+    (cd "$LLMC_BUILD_DIR/src" && mkdir -p build && set -x &&
+      "$nvcc" -c "${flags[@]}" llmc/cudnn_att.cpp -I"$fe" -o build/cudnn_att.o &&
+      "$nvcc" "${flags[@]}" train_gpt2.cu build/cudnn_att.o -lcublas -lcublasLt -lnvidia-ml -lcudnn -I"$fe" \
+        -lnvrtc -Xlinker -rpath -Xlinker "$rpath" -o train_gpt2cu)
+    rc=$?
+  fi
+  [ $rc -eq 0 ] || { echo "llmc_reference: the build failed (exit $rc)"; return 1; }
   echo "$stamp_want" >"$LLMC_BUILD_DIR/build.stamp"
   echo "llmc_reference: built $BIN in $(( $(date +%s) - t0 )) s"
 }
@@ -209,7 +231,8 @@ EOF
 # Its ms is that step alone (CUDA events around the step); its tok/s is an
 # exponential moving average, so tok/s here is tokens / median ms instead.
 # Its MFU is its own convention (6N + 6LCT FLOPs per token against its own
-# peak table; negative when the GPU is not in the table: the H200 is not).
+# peak table; negative when the GPU is not in the table: the H200 is not):
+# llmc_mfu is that figure, llmc_count_mfu its FLOP count over PEAK.
 model_shape() {  # layers width
   case $1 in
     gpt2-124m) echo "12 768 d12" ;;
@@ -226,7 +249,10 @@ parse() {  # parse LOG MODEL B T ACCUM WARMUP [PEAK_TFLOPS]
   read -r l h _ <<<"$shape"
   sed -nE 's/^step +([0-9]+)\/[0-9]+ \|.*\| ([0-9.]+) ms \| (-?[0-9.]+)% bf16 MFU \| ([0-9.]+) tok\/s.*/\1 \2 \3/p' "$log" |
     awk -v w="$warmup" '$1 > w' | sort -k2,2g >"$log.steps"
-  awk -v m="$model" -v b="$b" -v t="$t" -v k="$accum" -v l="$l" -v h="$h" -v p="$peak" -v w="$warmup" '
+  # llm.c's own FLOP count (gpt2_estimate_mfu: 6N + 6LCT per token, N from its
+  # "num_parameters:" line) over the same peak, for a GPU its table lacks.
+  local nparams; nparams=$(sed -nE 's/^num_parameters: ([0-9]+).*/\1/p' "$log" | head -1)
+  awk -v m="$model" -v b="$b" -v t="$t" -v k="$accum" -v l="$l" -v h="$h" -v p="$peak" -v w="$warmup" -v np="${nparams:-0}" '
     { ms[NR] = $2; mfu[NR] = $3 }
     END {
       n = NR
@@ -240,9 +266,10 @@ parse() {  # parse LOG MODEL B T ACCUM WARMUP [PEAK_TFLOPS]
       # model/flops.h, as the engine and pytorch_reference.py (full attention square):
       f = 72 * b * k * t * l * h * h * (1 + t / (6 * h) + V / (12 * l * h))
       tf = f / (med / 1000) / 1e12
-      printf "RESULT impl=llm.c model=%s B=%d T=%d grad_accum=%d step_ms=%.2f tok_s=%.0f tflops=%.2f mfu=%s llmc_mfu=%s timed_steps=%d warmup_steps=%d min_ms=%.2f max_ms=%.2f\n",
+      conv = (np > 0 && p > 0) ? sprintf("%.1f%%", 100 * (6 * np + 6 * l * h * t) * b * t * k / (med / 1000) / 1e12 / p) : "nan"
+      printf "RESULT impl=llm.c model=%s B=%d T=%d grad_accum=%d step_ms=%.2f tok_s=%.0f tflops=%.2f mfu=%s llmc_mfu=%s llmc_count_mfu=%s timed_steps=%d warmup_steps=%d min_ms=%.2f max_ms=%.2f\n",
         m, b, t, k, med, b * t * k / (med / 1000), tf, (p > 0) ? sprintf("%.4f", tf / p) : "nan",
-        (own < 0) ? "nan" : sprintf("%.1f%%", own), n, w, ms[1], ms[n]
+        (own < 0) ? "nan" : sprintf("%.1f%%", own), conv, n, w, ms[1], ms[n]
     }' "$log.steps"
 }
 
