@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The engine against PyTorch on one GPU, in one run: train_step_bench (CUDA,
-# bf16) and then examples/benchmarks/pytorch_reference.py (bf16 autocast,
-# flash attention, torch.compile, fused AdamW) at the same shapes, one process
-# after the other so each has the whole GPU, then a side-by-side summary with
-# the GPU name, date and commit, ready to copy into RESULTS.md.
+# The engine against PyTorch and llm.c on one GPU, in one run: train_step_bench
+# (CUDA, bf16), then examples/benchmarks/pytorch_reference.py (bf16 autocast,
+# flash attention, torch.compile, fused AdamW), then llm.c's train_gpt2cu
+# (examples/benchmarks/llmc_reference.sh; bf16, cuDNN attention) at the same
+# shapes, one process after the other so each has the whole GPU, then a
+# side-by-side summary with the GPU name, date and commit, ready to copy into
+# RESULTS.md. nvidia-smi samples the SM clock, power and throttle reasons
+# during every timed run (gpu_samples.sh): one "clocks" line per run.
 #
 #   examples/benchmarks/gpu_bench.sh
 #   MB_124M=32 STEPS=30 examples/benchmarks/gpu_bench.sh
@@ -25,7 +28,18 @@
 #   PYTORCH_ARGS      extra flags for pytorch_reference.py (e.g. --no-compile)
 #   ENGINE_PROFILE    true/false: the engine's per-op breakdown of one extra,
 #                     untimed step (default true)
-#   RUN_ENGINE, RUN_PYTORCH  set to 0 to skip one side
+#   RUN_ENGINE, RUN_PYTORCH, RUN_LLMC  set to 0 to skip one side
+#   LLMC_DIR          llm.c's folder (e.g. $PWD/.peers/llm.c, never part of the
+#                     project); unset or missing: the llm.c side is skipped
+#   LLMC_WARMUP_STEPS llm.c's untimed first steps (default 1, as the engine's one)
+#   LLMC_MODELS       the cases llm.c runs (default "gpt2-124m gpt2-1558m"): llm.c
+#                     draws random weights on one CPU core, ~30-90 s for gpt2-1558m
+#   GPU_BENCH_DEADLINE  epoch seconds when the caller stops this script
+#                     (session.sh sets it): an llm.c case is skipped when less than
+#                     LLMC_MIN_LEFT_S (default 120) is left
+#   LLMC_BUILD_DIR    where llm.c is built (default $ENGINE_BUILD_DIR/llmc);
+#                     session.sh starts that build at its build stage, and this
+#                     script starts it (in the background) if it did not
 #   RUN_OP_BENCH      1 (default): after the engine's steps, op_bench times each op
 #                     of gpt2-1558m's block at MB_1558M against its bandwidth or
 #                     FLOP floor (examples/benchmarks/op_bench.cpp); 0 skips it
@@ -68,6 +82,11 @@ ENGINE_PROFILE=${ENGINE_PROFILE:-true}
 RUN_ENGINE=${RUN_ENGINE:-1}
 RUN_PYTORCH=${RUN_PYTORCH:-1}
 RUN_OP_BENCH=${RUN_OP_BENCH:-1}
+RUN_LLMC=${RUN_LLMC:-1}
+LLMC_DIR=${LLMC_DIR:-}
+LLMC_WARMUP_STEPS=${LLMC_WARMUP_STEPS:-1}
+LLMC_MODELS=${LLMC_MODELS:-gpt2-124m gpt2-1558m}
+LLMC=$ROOT/examples/benchmarks/llmc_reference.sh
 LOG_DIR=${LOG_DIR:-}
 ACCUM_124M=${ACCUM_124M:-1}
 ACCUM_1558M=${ACCUM_1558M:-1}
@@ -134,6 +153,26 @@ peak_args=()
 
 LOG_DIR=${LOG_DIR:-$(mktemp -d -t gpu_bench.XXXXXX)}
 mkdir -p "$LOG_DIR"
+# shellcheck source=examples/benchmarks/gpu_samples.sh
+source "$ROOT/examples/benchmarks/gpu_samples.sh"
+clocks=()
+
+# llm.c: its build (one nvcc compile, 1-3 min) goes on in the background
+# while the engine and PyTorch run, unless session.sh already started it
+# (llmc_reference.sh run waits for it; "up to date" when it is).
+llmc_note=""
+if [ "$RUN_LLMC" != 0 ]; then
+  if [ -z "$LLMC_DIR" ] || [ ! -f "$LLMC_DIR/train_gpt2.cu" ]; then
+    llmc_note="llm.c: skipped (LLMC_DIR='$LLMC_DIR' is unset or has no train_gpt2.cu)"
+    RUN_LLMC=0
+  else
+    llmc_build_dir=${LLMC_BUILD_DIR:-$ENGINE_BUILD_DIR/llmc}
+    llmc_pid=$(cat "$llmc_build_dir/build.pid" 2>/dev/null || true)
+    if [ -z "$llmc_pid" ] || [ -f "$llmc_build_dir/build.rc" ] || ! kill -0 "$llmc_pid" 2>/dev/null; then
+      LLMC_DIR=$LLMC_DIR bash "$LLMC" build >"$LOG_DIR/llmc_build.log" 2>&1 &
+    fi
+  fi
+fi
 
 echo "==== gpu_bench: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
 echo "GPU:     $gpu_info (CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES)"
@@ -153,11 +192,39 @@ else
 fi
 echo "engine:  $BENCH"
 [ "$RUN_PYTORCH" != 0 ] && echo "pytorch: $torch_info"
+[ "$RUN_LLMC" != 0 ] && echo "llm.c:   $LLMC_DIR (train_gpt2cu, bf16, cuDNN attention, -r 0 -z 0; first $LLMC_WARMUP_STEPS step(s) untimed)"
+[ -n "$llmc_note" ] && echo "$llmc_note"
+if [ "$RUN_LLMC" != 0 ] && [ ! -f "$llmc_build_dir/build.rc" ]; then
+  echo "llm.c:   its build runs in the background (one nvcc on one CPU core) while the first runs go on"
+fi
 echo "shapes:  T=$SEQ_LEN; gpt2-124m B=$MB_124M x$ACCUM_124M, gpt2-1558m B=$MB_1558M x$ACCUM_1558M micro-batches a step; $STEPS timed steps; peak $PEAK_TFLOPS TFLOP/s; logs in $LOG_DIR"
 echo "MFU:     model FLOPs/step = 72*B*s*l*h^2*(1 + s/(6h) + Vp/(12lh)) (model/flops.h) / (median step time x peak)"
 
 failed=0
 summary=()
+declare -A tok_s_of=()  # "impl model" -> tok/s, for the ratios
+
+print_summary() {
+  # Ratios: engine tok/s over each peer's, per model.
+  for c in "${CASES[@]}"; do
+    read -r model _ <<<"$c"
+    for peer in pytorch llm.c; do
+      e=${tok_s_of["engine $model"]:-} p=${tok_s_of["$peer $model"]:-}
+      if [ -n "$e" ] && [ -n "$p" ]; then
+        summary+=("$(awk -v m="$model" -v peer="$peer" -v e="$e" -v p="$p" \
+          'BEGIN { printf "ratio    %-10s engine / %-7s %5.2fx tok/s", m, peer, (p > 0) ? e / p : 0 }')")
+      fi
+    done
+  done
+  echo
+  echo "==== summary: $gpu_name, $(date -u '+%Y-%m-%d'), commit $commit, T=$SEQ_LEN, median of $STEPS steps"
+  if [ ${#summary[@]} -gt 0 ]; then printf '%s\n' "${summary[@]}"; fi
+  if [ ${#clocks[@]} -gt 0 ]; then printf '%s\n' "${clocks[@]}"; fi
+  if [ -n "$llmc_note" ]; then echo "$llmc_note"; fi
+}
+# Cut short by a time limit (session.sh's `timeout` sends SIGTERM to the whole
+# process group): still print what was measured.
+trap 'gpu_samples_stop; summary+=("gpu_bench: stopped by SIGTERM (time limit?): the runs above are all there is"); print_summary; exit 124' TERM
 
 # ---- engine --------------------------------------------------------------------
 if [ "$RUN_ENGINE" != 0 ]; then
@@ -166,8 +233,10 @@ if [ "$RUN_ENGINE" != 0 ]; then
     log=$LOG_DIR/engine_$model.log
     echo
     echo "---- engine $model B=$mb x$accum T=$SEQ_LEN"
+    gpu_samples_start "engine_$model"
     if "$BENCH" --device cuda --model "$model" --seq-len "$SEQ_LEN" --micro-batch "$mb" --grad-accum "$accum" \
       --steps "$STEPS" --profile "$ENGINE_PROFILE" 2>&1 | tee "$log"; then
+      gpu_samples_stop
       # The result line: "... | step   12.3 ms (median of 20) | 123456 tok/s | 123456.78 GFLOP/s | ..."
       line=$(grep -E 'GFLOP/s' "$log" | head -1 || true)
       ms=$(sed -nE 's/.*\| step +([0-9.]+) ms.*/\1/p' <<<"$line")
@@ -175,6 +244,7 @@ if [ "$RUN_ENGINE" != 0 ]; then
       gflops=$(sed -nE 's/.*\| +([0-9.]+) GFLOP\/s.*/\1/p' <<<"$line")
       peak=$(sed -nE 's/.*\| peak memory ([0-9.]+ [KMGT]?i?B).*/\1/p' <<<"$line")
       if [ -n "$ms" ] && [ -n "$gflops" ]; then
+        tok_s_of["engine $model"]=$toks
         summary+=("$(awk -v m="$model" -v b="${mb}x$accum" -v ms="$ms" -v t="$toks" -v g="$gflops" -v p="$PEAK_TFLOPS" \
           -v mem="${peak:-?}" \
           'BEGIN { printf "engine   %-10s B=%-6s %9.1f ms %10.0f tok/s %7.1f TFLOP/s  MFU %s  (peak memory %s)", m, b, ms, t,
@@ -183,9 +253,11 @@ if [ "$RUN_ENGINE" != 0 ]; then
         summary+=("engine   $model B=$mb: no result line found in $log")
       fi
     else
+      gpu_samples_stop
       failed=1
       summary+=("engine   $model B=$mb: FAILED (see $log)")
     fi
+    clocks+=("$(gpu_samples_summary "engine_$model")")
   done
 fi
 
@@ -209,12 +281,15 @@ if [ "$RUN_PYTORCH" != 0 ]; then
     log=$LOG_DIR/pytorch_$model.log
     echo
     echo "---- pytorch $model B=$mb x$accum T=$SEQ_LEN"
+    gpu_samples_start "pytorch_$model"
     # shellcheck disable=SC2086  # PYTORCH_ARGS is a list of flags
     if "$PYTHON" "$REFERENCE" --model "$model" --micro-batch "$mb" --grad-accum "$accum" --seq-len "$SEQ_LEN" --steps "$STEPS" \
       --warmup-steps "$WARMUP_STEPS" ${peak_args[@]+"${peak_args[@]}"} $PYTORCH_ARGS 2>&1 | tee "$log"; then
+      gpu_samples_stop
       line=$(grep -E '^RESULT ' "$log" | tail -1 || true)
       field() { sed -nE "s/.* $1=([^ ]+).*/\1/p" <<<"$line"; }
       if [ -n "$line" ]; then
+        tok_s_of["pytorch $model"]=$(field tok_s)
         summary+=("$(awk -v m="$model" -v b="${mb}x$accum" -v ms="$(field step_ms)" -v t="$(field tok_s)" \
           -v tf="$(field tflops)" -v u="$(field mfu)" -v mem="$(field max_alloc_gib)" \
           'BEGIN { printf "pytorch  %-10s B=%-6s %9.1f ms %10.0f tok/s %7.1f TFLOP/s  MFU %s  (max allocated %s GiB)",
@@ -223,13 +298,62 @@ if [ "$RUN_PYTORCH" != 0 ]; then
         summary+=("pytorch  $model B=$mb: no RESULT line found in $log")
       fi
     else
+      gpu_samples_stop
       failed=1
       summary+=("pytorch  $model B=$mb: FAILED (see $log)")
     fi
+    clocks+=("$(gpu_samples_summary "pytorch_$model")")
   done
 fi
 
-echo
-echo "==== summary: $gpu_name, $(date -u '+%Y-%m-%d'), commit $commit, T=$SEQ_LEN, median of $STEPS steps"
-printf '%s\n' "${summary[@]}"
+# ---- llm.c ------------------------------------------------------------------------
+# The same shapes: -b B -t T -d B*T*accum (so accum micro-batches a step), from
+# random weights (-e d12 / d48), no recomputation (-r 0), ZeRO 0. Its first
+# LLMC_WARMUP_STEPS steps are dropped; the median of the next STEPS is taken.
+# Its FLOP/s and MFU here use the engine's formula; llm.c's own MFU (6N + 6LCT
+# per token, its own peak table) is printed beside it, labelled as its own.
+if [ "$RUN_LLMC" != 0 ]; then
+  for c in "${CASES[@]}"; do
+    read -r model mb accum <<<"$c"
+    case " $LLMC_MODELS " in *" $model "*) ;; *) continue ;; esac
+    # session.sh says when its stage ends (GPU_BENCH_DEADLINE, epoch seconds):
+    # a case that cannot finish is skipped, not cut off mid-run.
+    left=$(( ${GPU_BENCH_DEADLINE:-0} - $(date +%s) ))
+    if [ "${GPU_BENCH_DEADLINE:-0}" -gt 0 ] && [ "$left" -lt "${LLMC_MIN_LEFT_S:-120}" ]; then
+      summary+=("llm.c    $model B=$mb: skipped, $left s left of the stage (< LLMC_MIN_LEFT_S=${LLMC_MIN_LEFT_S:-120})")
+      continue
+    fi
+    log=$LOG_DIR/llmc_$model.log
+    echo
+    echo "---- llm.c $model B=$mb x$accum T=$SEQ_LEN"
+    gpu_samples_start "llmc_$model"
+    if LLMC_DIR=$LLMC_DIR bash "$LLMC" run --model "$model" --micro-batch "$mb" --grad-accum "$accum" --seq-len "$SEQ_LEN" \
+      --steps "$STEPS" --warmup-steps "$LLMC_WARMUP_STEPS" --peak-tflops "$PEAK_TFLOPS" 2>&1 | tee "$log"; then
+      gpu_samples_stop
+      line=$(grep -E '^RESULT ' "$log" | tail -1 || true)
+      field() { sed -nE "s/.* $1=([^ ]+).*/\1/p" <<<"$line"; }
+      if [ -n "$line" ]; then
+        tok_s_of["llm.c $model"]=$(field tok_s)
+        summary+=("$(awk -v m="$model" -v b="${mb}x$accum" -v ms="$(field step_ms)" -v t="$(field tok_s)" \
+          -v tf="$(field tflops)" -v u="$(field mfu)" -v own="$(field llmc_mfu)" -v cnt="$(field llmc_count_mfu)" \
+          'BEGIN { printf "llm.c    %-10s B=%-6s %9.1f ms %10.0f tok/s %7.1f TFLOP/s  MFU %s  (llm.c'"'"'s own MFU: %s; its 6N+6LCT count over our peak: %s)",
+                   m, b, ms, t, tf, (u == "nan") ? "  n/a" : sprintf("%5.1f%%", 100 * u),
+                   (own == "nan") ? "n/a, GPU not in its table" : own, (cnt == "nan") ? "n/a" : cnt }')")
+        if grep -q 'Fell back to cudaMallocManaged' "$log"; then
+          summary+=("llm.c    $model: WARNING: it fell back to managed memory (out of device memory): slow")
+        fi
+      else
+        summary+=("llm.c    $model B=$mb: no RESULT line found in $log")
+      fi
+    else
+      gpu_samples_stop
+      failed=1
+      summary+=("llm.c    $model B=$mb: FAILED (see $log)")
+    fi
+    clocks+=("$(gpu_samples_summary "llmc_$model")")
+  done
+fi
+
+trap - TERM
+print_summary
 exit "$failed"

@@ -20,7 +20,10 @@
 #              losses side by side                           -> $OUT/smoke.log
 #   test       the whole ctest suite (without the cuda label when cuda ran)
 #                                                            -> $OUT/ctest_all.log, $OUT/LastTest.log
-#   bench      examples/benchmarks/gpu_bench.sh (engine vs PyTorch) -> $OUT/bench.log
+#   bench      examples/benchmarks/gpu_bench.sh (engine vs PyTorch and, with LLMC_DIR,
+#              llm.c; clock and power samples of each run) -> $OUT/bench.log,
+#              $OUT/gpu_samples/*.csv; llm.c's build (started in the background
+#              at the build stage)                       -> $OUT/llmc_build.log
 #   checks     examples/gpu/checks.sh: gpt2-124m learns, recomputation overhead,
 #              ZeRO memory per rank, bad input, parity suites on CUDA -> $OUT/checks.log
 #   all        build,cuda,smoke,test,bench (about 10+ minutes: split it over calls)
@@ -43,6 +46,8 @@
 #                      local check, examples/gpu/check_here.sh, proves the carried
 #                      ones are used)
 #   Benchmark knobs (STEPS, MB_124M, MB_1558M, RUN_PYTORCH, ...) pass through to gpu_bench.sh.
+#   LLMC_DIR           llm.c's folder (e.g. $PWD/.peers/llm.c, carried with ".peers"):
+#                      with the bench stage, llm.c runs beside the engine (RUN_LLMC=0 skips it)
 set -uo pipefail  # no -e: a failing stage is recorded and the next one runs
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -486,16 +491,35 @@ all_tests() {
 
 # ---- benchmark ------------------------------------------------------------------------------
 bench() {
-  local t0=$(date +%s) rc lim
+  local t0=$(date +%s) rc lim logs
   lim=$(stage_timeout 480)
-  # gpu_bench.sh's full logs go to a scratch folder; everything it prints is in bench.log.
-  ENGINE_BUILD_DIR=$BUILD LOG_DIR=$(mktemp -d -t gpu-bench.XXXXXX) ENGINE_COMMIT=${ENGINE_COMMIT:-} \
+  # gpu_bench.sh's full logs go to a scratch folder; everything it prints is in
+  # bench.log, and the clock samples are kept.
+  logs=$(mktemp -d -t gpu-bench.XXXXXX)
+  ENGINE_BUILD_DIR=$BUILD LOG_DIR=$logs ENGINE_COMMIT=${ENGINE_COMMIT:-} GPU_BENCH_DEADLINE=$(( $(date +%s) + lim )) \
     timeout "$lim" bash "$ROOT/examples/benchmarks/gpu_bench.sh" >"$OUT/bench.log" 2>&1
   rc=$?
+  mkdir -p "$OUT/gpu_samples" && cp "$logs"/*_gpu_samples.csv "$OUT/gpu_samples/" 2>/dev/null
   sed -n '/^==== summary/,$p' "$OUT/bench.log"
   [ $rc = 124 ] && echo "bench: stopped after $lim s (raise SESSION_BUDGET_S or lower STEPS)"
   [ $rc -eq 0 ] && record bench ok $(( $(date +%s) - t0 )) ||
     record bench FAILED $(( $(date +%s) - t0 )) "exit $rc (bench.log)"
+}
+
+# ---- llm.c's build, in the background ----------------------------------------------------------
+# llm.c (a peer, outside the project: LLMC_DIR) is one nvcc compile of 1-3
+# minutes on one core: started with the engine's build so that it is done by
+# the time gpu_bench.sh reaches it (llmc_reference.sh run waits for it).
+llmc_build_start() {
+  [ -n "${want[bench]:-}" ] && [ "${RUN_LLMC:-1}" != 0 ] || return 0
+  if [ -z "${LLMC_DIR:-}" ] || [ ! -f "${LLMC_DIR:-}/train_gpt2.cu" ]; then
+    echo "session.sh: llm.c not built (LLMC_DIR='${LLMC_DIR:-}' is unset or has no train_gpt2.cu)"
+    return 0
+  fi
+  echo "==== llm.c build in the background ($OUT/llmc_build.log)"
+  ENGINE_BUILD_DIR=$BUILD CUDA_ARCH=$CUDA_ARCH NVCC=$NVCC \
+    bash "$ROOT/examples/benchmarks/llmc_reference.sh" build >"$OUT/llmc_build.log" 2>&1 &
+  return 0
 }
 
 # ---- checks ---------------------------------------------------------------------------------
@@ -521,6 +545,7 @@ record inventory ok $(( $(date +%s) - t0 )) "${NVCC:-no nvcc}"
 
 built=1
 if [ -n "${want[build]:-}" ]; then
+  llmc_build_start
   echo "==== build ($BUILD, -j $JOBS, sm_$CUDA_ARCH)"
   build || built=0
 elif [ ! -f "$BUILD/build.ninja" ]; then
