@@ -45,6 +45,8 @@
 #   ENGINE_GPU_HIDE_SYSTEM=1  ignore /usr's packages in CMake and pkg-config (the
 #                      local check, examples/gpu/check_here.sh, proves the carried
 #                      ones are used)
+#   CUDA_STAGE_S       the cuda stage's time limit (default 420 s), so a call can keep
+#                      time for the bench after it
 #   Benchmark knobs (STEPS, MB_124M, MB_1558M, RUN_PYTORCH, ...) pass through to gpu_bench.sh.
 #   LLMC_DIR           llm.c's folder (e.g. $PWD/.peers/llm.c, carried with ".peers"):
 #                      with the bench stage, llm.c runs beside the engine (RUN_LLMC=0 skips it)
@@ -384,7 +386,8 @@ build() {
 # ---- ctest -L cuda -----------------------------------------------------------------
 cuda_tests() {
   local t0=$(date +%s) rc note=""
-  timeout "$(stage_timeout 420)" ctest --test-dir "$BUILD" -L cuda -V --timeout 400 >"$OUT/ctest_cuda.log" 2>&1
+  timeout "$(stage_timeout "${CUDA_STAGE_S:-420}")" ctest --test-dir "$BUILD" -L cuda -V --timeout 400 \
+    >"$OUT/ctest_cuda.log" 2>&1
   rc=$?
   tail -5 "$OUT/ctest_cuda.log"
   local skipped ran
