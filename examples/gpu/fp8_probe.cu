@@ -25,6 +25,9 @@ struct Variant {
   bool f32_out = false;          // D in f32 instead of bf16
   bool separate_c = false;       // C its own buffer (beta 0 either way)
   bool alignment_prefs = true;   // MIN_ALIGNMENT_*_BYTES = 256
+  int scale_which = 3;           // with scale_pointers: 1 A only, 2 B only, 3 both
+  bool explicit_mode = false;    // A/B_SCALE_MODE set to SCALAR_32F explicitly
+  bool device_alpha = false;     // POINTER_MODE_DEVICE: alpha and beta read from device memory
 };
 
 const Variant kVariants[] = {
@@ -36,6 +39,12 @@ const Variant kVariants[] = {
     {"5 C a separate buffer", true, true, true, false, true},
     {"6 no alignment preferences", true, true, true, false, false, false},
     {"7 neither FAST_ACCUM nor the reduction mask", false, false},
+    {"8 A scale pointer only", true, true, true, false, false, true, 1},
+    {"9 B scale pointer only", true, true, true, false, false, true, 2},
+    {"10 scale modes set to SCALAR_32F explicitly", true, true, true, false, false, true, 3, true},
+    {"11 scale pointers, alpha/beta on the device", true, true, true, false, false, true, 3, false, true},
+    {"12 no scale pointers, alpha/beta on the device", true, true, false, false, false, true, 3, false, true},
+    {"13 scale pointers, f32 out, no FAST_ACCUM", false, true, true, true},
 };
 
 #define CHECK_CUDA(x)                                                                 \
@@ -75,8 +84,21 @@ void run(const Variant& v, cublasLtHandle_t lt, void* workspace, std::size_t wor
   if (v.scale_pointers) {
     const float* sa = scales;
     const float* sb = scales + 1;
-    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa);
-    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb);
+    if (v.scale_which & 1) cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa);
+    if (v.scale_which & 2) cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb);
+    if (v.explicit_mode) {
+      const std::int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+      cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode);
+      cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode);
+    }
+  }
+  float* alpha_beta = nullptr;  // device copies of alpha = 1, beta = 0
+  CHECK_CUDA(cudaMalloc(&alpha_beta, 2 * sizeof(float)));
+  const float ab[2] = {1.0f, 0.0f};
+  CHECK_CUDA(cudaMemcpy(alpha_beta, ab, sizeof ab, cudaMemcpyHostToDevice));
+  if (v.device_alpha) {
+    const cublasLtPointerMode_t mode = CUBLASLT_POINTER_MODE_DEVICE;
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_POINTER_MODE, &mode, sizeof mode);
   }
   const cudaDataType_t out = v.f32_out ? CUDA_R_32F : CUDA_R_16BF;
   cublasLtMatrixLayoutCreate(&a, CUDA_R_8F_E4M3, k, m, k);
@@ -102,7 +124,9 @@ void run(const Variant& v, cublasLtHandle_t lt, void* workspace, std::size_t wor
   std::printf("%-46s heuristic %d, %d found;", v.what, static_cast<int>(hs), found);
   const float alpha = 1.0f, beta = 0.0f;
   for (int i = 0; i < found && i < 4; ++i) {
-    const cublasStatus_t ms = cublasLtMatmul(lt, op, &alpha, w, a, x, b, &beta, v.separate_c ? c : d, dl, d, dl,
+    const void* alpha_p = v.device_alpha ? static_cast<const void*>(alpha_beta) : &alpha;
+    const void* beta_p = v.device_alpha ? static_cast<const void*>(alpha_beta + 1) : &beta;
+    const cublasStatus_t ms = cublasLtMatmul(lt, op, alpha_p, w, a, x, b, beta_p, v.separate_c ? c : d, dl, d, dl,
                                              &results[i].algo, workspace, workspace_bytes, nullptr);
     std::printf(" matmul[%d] %d (ws %zu)", i, static_cast<int>(ms), results[i].workspaceSize);
   }
@@ -113,6 +137,7 @@ void run(const Variant& v, cublasLtHandle_t lt, void* workspace, std::size_t wor
   cublasLtMatrixLayoutDestroy(b);
   cublasLtMatrixLayoutDestroy(a);
   cublasLtMatmulDescDestroy(op);
+  cudaFree(alpha_beta);
   cudaFree(scales);
   cudaFree(c);
   cudaFree(d);
