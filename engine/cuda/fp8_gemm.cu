@@ -8,8 +8,9 @@
 //                         B = x stored (k x n) column-major (= row-major
 //                             (n, k)), op(B) = B ("N")
 // so both operands have K contiguous, the only layout Hopper's FP8 kernels
-// take. cuBLASLt multiplies the product by *A_SCALE_POINTER *
-// *B_SCALE_POINTER (f32 device values): w's and x's scale_inv.
+// take. cuBLASLt multiplies the product by *A_SCALE_POINTER (an f32 device
+// value): w's scale_inv times x's, computed on the stream just before (B's
+// own scale pointer is not used: see build()).
 //
 // The algorithm is cached per problem (shape, output type, accumulation,
 // alignment classes, device), like matmul.cu: the heuristic's first, or with
@@ -63,12 +64,19 @@ struct Descriptors {
 };
 
 // The problem's descriptors: TN, E4M3 x E4M3 -> out_dtype (C = D), f32
-// compute and scale type, fast accumulation as asked, the scale pointers
-// (may be placeholders for a heuristic-only query: cuBLASLt does not read
-// them before cublasLtMatmul), and the alignments the pointers really have.
+// compute and scale type, fast accumulation as asked, the scale pointer (may
+// be a placeholder for a heuristic-only query: cuBLASLt does not read it
+// before cublasLtMatmul), and the alignments the pointers really have.
+//
+// One scale pointer, A's, holding the product of both operands' inverse
+// scales: cuBLASLt 13.1 on an H200 (2026-11-26, examples/gpu/fp8_probe.cu,
+// RESULTS.md) ran the GEMM with A's scale pointer alone but answered
+// CUBLAS_STATUS_NOT_SUPPORTED at cublasLtMatmul, after its heuristic had
+// offered algorithms, whenever B's scale pointer was set (alone or with A's).
+// Per-tensor scales multiply, so one pointer carries both.
 void build(Descriptors& desc, DType out_dtype, std::int64_t n, std::int64_t m, std::int64_t k,
-           const Fp8GemmOptions& options, const float* w_scale, const float* x_scale, std::uint32_t align_w,
-           std::uint32_t align_x, std::uint32_t align_out) {
+           const Fp8GemmOptions& options, const float* combined_scale, std::uint32_t align_w, std::uint32_t align_x,
+           std::uint32_t align_out) {
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t op_a = CUBLAS_OP_T, op_b = CUBLAS_OP_N;
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
@@ -76,10 +84,8 @@ void build(Descriptors& desc, DType out_dtype, std::int64_t n, std::int64_t m, s
   const std::int8_t fast_accum = options.fast_accum ? 1 : 0;
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accum,
                                               sizeof(fast_accum)));
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale,
-                                              sizeof(w_scale)));
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scale,
-                                              sizeof(x_scale)));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &combined_scale,
+                                              sizeof(combined_scale)));
   const auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.a, CUDA_R_8F_E4M3, u(k), u(m), k));  // w: k x m, ld k
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.b, CUDA_R_8F_E4M3, u(k), u(n), k));  // x: k x n, ld k
@@ -103,6 +109,24 @@ void build(Descriptors& desc, DType out_dtype, std::int64_t n, std::int64_t m, s
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
                                                       sizeof(schemes)));
   }
+}
+
+// scale = a * b, on the stream, so the product is ready when the GEMM reads it.
+__global__ void combine_scales_kernel(const float* __restrict__ a, const float* __restrict__ b,
+                                      float* __restrict__ out) {
+  *out = *a * *b;
+}
+
+// One device float per stream for the combined scale: a GEMM reads its slot
+// before the next combine on the same stream overwrites it (stream order).
+// Allocated once per stream and kept for the life of the process.
+float* combined_scale_slot(cudaStream_t stream) {
+  static std::mutex mutex;
+  static std::map<cudaStream_t, float*> slots;
+  std::lock_guard<std::mutex> lock(mutex);
+  float*& slot = slots[stream];
+  if (slot == nullptr) CUDA_CHECK(cudaMalloc(&slot, sizeof(float)));
+  return slot;
 }
 
 struct Chosen {
@@ -243,7 +267,10 @@ void fp8_gemm(void* out, DType out_dtype, const Fp8Operand& x, const Fp8Operand&
   ENGINE_CHECK(aligned(x.scale_inv, 4) && aligned(w.scale_inv, 4), "fp8_gemm: scale_inv pointers must be 4-byte aligned");
   const std::uint32_t align_w = alignment_of(w.data), align_x = alignment_of(x.data), align_out = alignment_of(out);
   Descriptors desc;
-  build(desc, out_dtype, n, m, k, options, w.scale_inv, x.scale_inv, align_w, align_x, align_out);
+  float* combined_scale = combined_scale_slot(stream);
+  combine_scales_kernel<<<1, 1, 0, stream>>>(w.scale_inv, x.scale_inv, combined_scale);
+  CUDA_CHECK_LAUNCH();
+  build(desc, out_dtype, n, m, k, options, combined_scale, align_w, align_x, align_out);
   const float alpha = 1.0f, beta = options.accumulate ? 1.0f : 0.0f;
   const Key key = key_of(out_dtype, n, m, k, options, align_w, align_x, align_out);
   Chosen chosen;
@@ -295,7 +322,7 @@ std::string fp8_gemm_algorithm(DType out_dtype, std::int64_t n, std::int64_t m, 
   // Placeholder scale pointers (any device address; the heuristic reads none).
   const auto* placeholder = static_cast<const float*>(ctx.lt_workspace());
   Descriptors desc;
-  build(desc, out_dtype, n, m, k, options, placeholder, placeholder, 256, 256, 256);
+  build(desc, out_dtype, n, m, k, options, placeholder, 256, 256, 256);
   const Key key = key_of(out_dtype, n, m, k, options, 256, 256, 256);
   Chosen chosen;
   if (!cached(key, &chosen)) {  // not yet run: the heuristic's first, untimed
@@ -324,7 +351,7 @@ std::string fp8_block_scaling_report(std::int64_t n, std::int64_t m, std::int64_
   const auto* placeholder = static_cast<const float*>(ctx.lt_workspace());
   for (const Combo& c : combos) {
     Descriptors desc;
-    build(desc, DType::kBF16, n, m, k, Fp8GemmOptions{}, placeholder, placeholder, 256, 256, 256);
+    build(desc, DType::kBF16, n, m, k, Fp8GemmOptions{}, placeholder, 256, 256, 256);
     const std::int32_t a_mode = c.w_mode, b_mode = c.x_mode;  // A is w, B is x
     cublasStatus_t st =
         cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof(a_mode));
