@@ -30,6 +30,7 @@
 #include "engine/cuda/context.h"
 #include "engine/cuda/fp8_gemm.h"
 #include "engine/cuda/gemm_search.h"
+#include "engine/cuda/lt_descriptors.h"
 
 namespace engine::cuda {
 namespace {
@@ -42,27 +43,6 @@ cudaDataType_t out_type(DType dtype) {
   }
 }
 
-std::uint32_t alignment_of(const void* p) {
-  if (p == nullptr) return 256;
-  std::uint32_t a = 256;
-  while (a > 1 && !aligned(p, a)) a /= 2;
-  return a;
-}
-
-// RAII for one call's descriptors.
-struct Descriptors {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  ~Descriptors() {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (d) cublasLtMatrixLayoutDestroy(d);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (op) cublasLtMatmulDescDestroy(op);
-  }
-};
-
 // The problem's descriptors: TN, E4M3 x E4M3 -> out_dtype (C = D), f32
 // compute and scale type, fast accumulation as asked, the scale pointer (may
 // be a placeholder for a heuristic-only query: cuBLASLt does not read it
@@ -74,7 +54,7 @@ struct Descriptors {
 // CUBLAS_STATUS_NOT_SUPPORTED at cublasLtMatmul, after its heuristic had
 // offered algorithms, whenever B's scale pointer was set (alone or with A's).
 // Per-tensor scales multiply, so one pointer carries both.
-void build(Descriptors& desc, DType out_dtype, std::int64_t n, std::int64_t m, std::int64_t k,
+void build(LtDescriptors& desc, DType out_dtype, std::int64_t n, std::int64_t m, std::int64_t k,
            const Fp8GemmOptions& options, const float* combined_scale, std::uint32_t align_w, std::uint32_t align_x,
            std::uint32_t align_out) {
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -158,7 +138,7 @@ void remember(const Key& key, const Chosen& chosen) {
 // timed through launch(algo) (false when one cannot run). A query-only
 // caller passes candidates 1 and is never asked to launch.
 template <typename Launch>
-Chosen heuristic(const Descriptors& desc, int candidates, Launch&& launch) {
+Chosen heuristic(const LtDescriptors& desc, int candidates, Launch&& launch) {
   Chosen fresh;
   std::array<cublasLtMatmulHeuristicResult_t, kMaxGemmSearchCandidates> results{};
   int found = 0;
@@ -265,8 +245,9 @@ void fp8_gemm(void* out, DType out_dtype, const Fp8Operand& x, const Fp8Operand&
                "fp8_gemm: out, x and w must be 16-byte aligned (cuBLASLt's FP8 GEMM), got ", out, ", ",
                static_cast<const void*>(x.data), ", ", static_cast<const void*>(w.data));
   ENGINE_CHECK(aligned(x.scale_inv, 4) && aligned(w.scale_inv, 4), "fp8_gemm: scale_inv pointers must be 4-byte aligned");
-  const std::uint32_t align_w = alignment_of(w.data), align_x = alignment_of(x.data), align_out = alignment_of(out);
-  Descriptors desc;
+  const std::uint32_t align_w = lt_alignment_of(w.data), align_x = lt_alignment_of(x.data),
+                      align_out = lt_alignment_of(out);
+  LtDescriptors desc;
   float* combined_scale = combined_scale_slot(stream);
   combine_scales_kernel<<<1, 1, 0, stream>>>(w.scale_inv, x.scale_inv, combined_scale);
   CUDA_CHECK_LAUNCH();
@@ -321,7 +302,7 @@ std::string fp8_gemm_algorithm(DType out_dtype, std::int64_t n, std::int64_t m, 
   check_shape(out_dtype, n, m, k, options);
   // Placeholder scale pointers (any device address; the heuristic reads none).
   const auto* placeholder = static_cast<const float*>(ctx.lt_workspace());
-  Descriptors desc;
+  LtDescriptors desc;
   build(desc, out_dtype, n, m, k, options, placeholder, 256, 256, 256);
   const Key key = key_of(out_dtype, n, m, k, options, 256, 256, 256);
   Chosen chosen;
@@ -350,7 +331,7 @@ std::string fp8_block_scaling_report(std::int64_t n, std::int64_t m, std::int64_
     << ") bf16 out:";
   const auto* placeholder = static_cast<const float*>(ctx.lt_workspace());
   for (const Combo& c : combos) {
-    Descriptors desc;
+    LtDescriptors desc;
     build(desc, DType::kBF16, n, m, k, Fp8GemmOptions{}, placeholder, 256, 256, 256);
     const std::int32_t a_mode = c.w_mode, b_mode = c.x_mode;  // A is w, B is x
     cublasStatus_t st =

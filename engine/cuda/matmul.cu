@@ -52,6 +52,7 @@
 #include "engine/cuda/common.cuh"
 #include "engine/cuda/cuda_ops.h"
 #include "engine/cuda/gemm_search.h"
+#include "engine/cuda/lt_descriptors.h"
 
 namespace engine::cuda {
 namespace {
@@ -86,28 +87,6 @@ struct Gemm {
   const void* bias = nullptr;  // length m, dtype d_type (epilogues with BIAS)
   void* aux = nullptr;         // GELU input (m x n, ld aux_ld, dtype d_type)
   std::int64_t aux_ld = 0;
-};
-
-// Largest power of two (up to 256) dividing the address.
-std::uint32_t alignment_of(const void* p) {
-  if (p == nullptr) return 0;
-  std::uint32_t a = 256;
-  while (a > 1 && !aligned(p, a)) a /= 2;
-  return a;
-}
-
-// RAII for the cuBLASLt descriptors of one call.
-struct LtDescriptors {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  ~LtDescriptors() {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (d) cublasLtMatrixLayoutDestroy(d);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (op) cublasLtMatmulDescDestroy(op);
-  }
 };
 
 // Heuristic answers by problem: everything the choice depends on except the
@@ -168,8 +147,8 @@ bool try_lt_gemm(const Gemm& g) {
   // The heuristic assumes 256-byte aligned matrices unless told otherwise;
   // views into flat buffers may be less aligned, so say what they really are.
   const void* c = g.c != nullptr ? g.c : g.d;
-  const std::uint32_t align_a = alignment_of(g.a), align_b = alignment_of(g.b), align_d = alignment_of(g.d),
-                      align_c = alignment_of(c);
+  const std::uint32_t align_a = lt_alignment_of(g.a), align_b = lt_alignment_of(g.b),
+                      align_d = lt_alignment_of(g.d), align_c = lt_alignment_of(c);
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
                                                     sizeof(align_a)));
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
@@ -196,8 +175,8 @@ bool try_lt_gemm(const Gemm& g) {
   // (and per alignment class and device: the choice depends on both).
   const AlgoKey key{ctx.device(), g.m, g.n, g.k, g.lda, g.ldb, g.ldd, g.aux_ld, static_cast<std::int64_t>(g.a_type),
                     static_cast<std::int64_t>(g.b_type), static_cast<std::int64_t>(g.d_type), g.trans_a, g.trans_b,
-                    static_cast<std::int64_t>(g.epilogue), align_a, align_b, align_d, alignment_of(g.bias),
-                    alignment_of(g.aux), align_c, g.c != nullptr};
+                    static_cast<std::int64_t>(g.epilogue), align_a, align_b, align_d, lt_alignment_of(g.bias),
+                    lt_alignment_of(g.aux), align_c, g.c != nullptr};
   const float alpha = 1.0f, beta = g.beta;
   const CachedAlgo cached = cached_algo(key, [&] {
     CachedAlgo fresh;
