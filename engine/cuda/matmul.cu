@@ -289,6 +289,19 @@ void check_output_type(DType in, DType out, const char* what) {
                dtype_name(out), " (cuBLASLt computes bf16 x bf16 -> bf16/f32 and f32 x f32 -> f32)");
 }
 
+// The forward product's operands: column-major D[OC x N] = W^T-layout (C x
+// OC, transposed) times inp (C x N), bias (OC) in the epilogue when given.
+// The caller sets D, the epilogue and anything else.
+Gemm forward_gemm(const Tensor& w, const Tensor& inp, const Tensor& b) {
+  const std::int64_t OC = w.dim(0), C = w.dim(1), N = inp.numel() / C;
+  Gemm g;
+  g.a = w.data(), g.a_type = w.dtype(), g.trans_a = true, g.lda = C;
+  g.b = inp.data(), g.b_type = inp.dtype(), g.trans_b = false, g.ldb = C;
+  g.m = OC, g.n = N, g.k = C;
+  g.bias = b.empty() ? nullptr : b.data();
+  return g;
+}
+
 }  // namespace
 
 void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
@@ -310,11 +323,7 @@ void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, 
   const Tensor w = as_dtype(weight, act, staging.weight);
   const Tensor b = as_dtype(bias, gemm_out.dtype(), staging.bias);
 
-  Gemm g;
-  g.a = w.data(), g.a_type = act, g.trans_a = true, g.lda = C;
-  g.b = inp.data(), g.b_type = act, g.trans_b = false, g.ldb = C;
-  g.m = OC, g.n = N, g.k = C;
-  g.bias = b.empty() ? nullptr : b.data();
+  Gemm g = forward_gemm(w, inp, b);
 
   if (!pre_gelu.empty()) {
     // Fused: out = gelu(pre_gelu), pre_gelu = inp W^T + b in the aux buffer.
@@ -360,12 +369,8 @@ void matmul_forward_add(const Tensor& out, const Tensor& inp, const Tensor& weig
   const Staging staging = stage(weight, act, bias, out.dtype());
   const Tensor w = as_dtype(weight, act, staging.weight);
   const Tensor b = as_dtype(bias, out.dtype(), staging.bias);
-  Gemm g;
-  g.a = w.data(), g.a_type = act, g.trans_a = true, g.lda = C;
-  g.b = inp.data(), g.b_type = act, g.trans_b = false, g.ldb = C;
+  Gemm g = forward_gemm(w, inp, b);
   g.d = out.data(), g.d_type = out.dtype(), g.ldd = OC;
-  g.m = OC, g.n = N, g.k = C;
-  g.bias = b.empty() ? nullptr : b.data();
   g.epilogue = b.empty() ? CUBLASLT_EPILOGUE_DEFAULT : CUBLASLT_EPILOGUE_BIAS;
   // D = W x + 1 * residual (+ bias in the epilogue), in f32 and rounded once.
   g.beta = 1.0f;
