@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <sstream>
+#include <vector>
 
 #include "engine/buffer.h"
 #include "engine/check.h"
@@ -196,10 +197,28 @@ CommHandle Communicator::batch_p2p_async(std::span<const P2POp> ops) {
   // Empty messages are still posted: matching is by order, so every send
   // must meet its receive even when it carries 0 bytes.
   if (ops.empty()) return completed_op();
+  // A size-1 group's messages go to itself: a local copy, never the backend
+  // (NCCL has no communicator for a group of one), nothing to wait for, and
+  // the rule is that such groups count nothing.
+  if (size() == 1) return exchange_with_self(ops);
   count(bytes);
-  // A size-1 group's messages go to itself: nothing to wait for, and the
-  // rule is that such groups count nothing.
-  return size() == 1 ? start_p2p(ops) : timed(start_p2p(ops));
+  return timed(start_p2p(ops));
+}
+
+CommHandle Communicator::exchange_with_self(std::span<const P2POp> ops) {
+  // Matched in order, as MPI matches one source's messages: the i-th send
+  // lands in the i-th receive.
+  std::vector<const Tensor*> sends, recvs;
+  for (const P2POp& op : ops) (op.kind == P2POp::Kind::kSend ? sends : recvs).push_back(&op.tensor);
+  ENGINE_CHECK(sends.size() == recvs.size(), name_, " send/recv: a group of one posts ", sends.size(),
+               " send(s) and ", recvs.size(), " receive(s) to itself; each send needs its receive");
+  for (std::size_t i = 0; i < sends.size(); ++i) {
+    ENGINE_CHECK(sends[i]->bytes() == recvs[i]->bytes() && sends[i]->dtype() == recvs[i]->dtype(), name_,
+                 " send/recv to itself: message ", i, " sends ", sends[i]->describe(), " into ",
+                 recvs[i]->describe());
+    copy_tensor(*recvs[i], *sends[i]);
+  }
+  return completed_op();
 }
 
 CommHandle Communicator::send_async(const Tensor& t, int peer) {

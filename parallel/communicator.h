@@ -164,7 +164,7 @@ class Communicator {
   virtual CommHandle start_all_to_all(const Tensor& in, const Tensor& out) = 0;
   // ops is non-empty; a tensor may have 0 elements (it is still posted, since
   // messages match by order); peers may include this rank itself.
-  virtual CommHandle start_p2p(std::span<const P2POp> ops) = 0;
+  virtual CommHandle start_p2p(std::span<const P2POp> ops) = 0;  // never for a group of one
   virtual void do_barrier() = 0;
 
  private:
@@ -172,6 +172,8 @@ class Communicator {
   void count(std::uint64_t bytes) { bytes_sent_ += bytes; }
   // Wraps a backend's handle so that its wait() adds to wait_seconds_.
   CommHandle timed(CommHandle op) const;
+  // A group of one's send/recv batch: each send copied into its receive.
+  CommHandle exchange_with_self(std::span<const P2POp> ops);
 
   std::string name_;
   std::uint64_t bytes_sent_ = 0;

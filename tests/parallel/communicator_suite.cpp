@@ -325,9 +325,24 @@ TEST_P(CommunicatorTest, WaitSecondsCountBlockedTime) {
     comm().all_reduce(t.tensor());
     comm().barrier();
     TestTensor landing = make(DType::kF32, 16);
+    t.set(values(16, [](std::int64_t i) { return 3.0 + i; }));
+    landing.set(values(16, [](std::int64_t) { return -1.0; }));
     const P2POp self[] = {P2POp::send(t.tensor(), 0), P2POp::recv(landing.tensor(), 0)};
-    comm().batch_p2p(self);  // a message to myself: posted, but nobody to wait for
+    comm().batch_p2p(self);  // a message to myself: a local copy, nobody to wait for
     EXPECT_EQ(comm().wait_seconds(), 0.0);
+    EXPECT_EQ(landing.get(), t.get()) << "the message to myself did not land";
+    // Two messages to myself land in order; a send without its receive is refused.
+    TestTensor a = make(DType::kF32, 8), b = make(DType::kF32, 8), ra = make(DType::kF32, 8),
+               rb = make(DType::kF32, 8);
+    a.set(values(8, [](std::int64_t i) { return 1.0 + i; }));
+    b.set(values(8, [](std::int64_t i) { return 100.0 + i; }));
+    const P2POp two[] = {P2POp::send(a.tensor(), 0), P2POp::send(b.tensor(), 0), P2POp::recv(ra.tensor(), 0),
+                         P2POp::recv(rb.tensor(), 0)};
+    comm().batch_p2p(two);
+    EXPECT_EQ(ra.get(), a.get());
+    EXPECT_EQ(rb.get(), b.get());
+    const P2POp lonely[] = {P2POp::send(a.tensor(), 0)};
+    EXPECT_THROW(comm().batch_p2p(lonely), engine::Error);
     return;
   }
   for (bool blocking : {true, false}) {
