@@ -182,9 +182,12 @@ class Communicator {
   std::shared_ptr<double> wait_seconds_ = std::make_shared<double>(0.0);
 };
 
-// One communicator per grid axis plus the world, as a launcher holds them.
+// One communicator per grid axis, as a launcher holds them for device
+// traffic. No world communicator: nothing moves device bytes across the whole
+// world, and an NCCL one would cost its initialisation and buffers for
+// nothing (the host-side world is an MpiCommunicator of the launcher's).
 struct GridComms {
-  std::unique_ptr<Communicator> world, tp, dp, pp;
+  std::unique_ptr<Communicator> tp, dp, pp;
   Communicator& axis(Axis a) const;
   // Bytes sent per axis since the last reset: "tp 1.50 MiB, dp 3.00 MiB, pp 12.0 KiB"
   std::string bytes_summary() const;

@@ -405,7 +405,6 @@ void check_grid_matches(const ProcessGrid& grid, MPI_Comm world) {
 GridComms make_mpi_comms(const ProcessGrid& grid, MPI_Comm world) {
   check_grid_matches(grid, world);
   GridComms comms;
-  comms.world = std::make_unique<MpiCommunicator>(world, "world");
   // Every rank splits along the three axes in the same order (collective).
   // Key = my coordinate on the axis, so group rank == axis coordinate.
   comms.tp = MpiCommunicator::split(world, grid.group_color(Axis::kTp), grid.tp_rank(), "tp");

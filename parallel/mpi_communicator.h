@@ -77,7 +77,7 @@ class MpiCommunicator final : public Communicator {
   std::shared_ptr<StagingPool> staging_;  // shared with operations in flight
 };
 
-// Communicators for the world and the three axes of `grid`, all over `world`
+// Communicators for the three axes of `grid`, all over `world`
 // (which must be the communicator the grid's ranks come from). Collective over
 // `world`: every rank calls it once, in the same place.
 GridComms make_mpi_comms(const ProcessGrid& grid, MPI_Comm world = MPI_COMM_WORLD);

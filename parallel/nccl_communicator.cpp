@@ -77,7 +77,14 @@ NcclCommunicator::NcclCommunicator(MPI_Comm group, std::string name) : Communica
   check_mpi(MPI_Comm_dup(group, &mpi_comm_), "MPI_Comm_dup", this->name());
   MPI_Comm_size(mpi_comm_, &size_);
   MPI_Comm_rank(mpi_comm_, &rank_);
-  check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags",
+  // The highest priority the device offers: when a collective and compute
+  // kernels are both ready, the collective's blocks are scheduled first, so
+  // the transfer that overlaps the backward is not starved by it (PyTorch's
+  // NCCL process group offers the same as its is_high_priority_stream option).
+  int least = 0, greatest = 0;
+  check_cuda(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange",
+             this->name());
+  check_cuda(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest), "cudaStreamCreateWithPriority",
              this->name());
   check_cuda(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "cudaEventCreateWithFlags",
              this->name());
@@ -199,7 +206,6 @@ void NcclCommunicator::do_barrier() {
 GridComms make_nccl_comms(const ProcessGrid& grid, MPI_Comm world) {
   check_grid_matches(grid, world);
   GridComms comms;
-  comms.world = std::make_unique<NcclCommunicator>(world, "world");
   // Same order on every rank: each ncclCommInitRank blocks until its whole
   // group has joined.
   auto make = [&](Axis axis) {

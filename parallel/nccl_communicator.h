@@ -84,7 +84,7 @@ class NcclCommunicator final : public Communicator {
   int rank_ = 0;
 };
 
-// NCCL communicators for the world and the three axes of `grid`, each
+// NCCL communicators for the three axes of `grid`, each
 // bootstrapped over the matching MPI_Comm_split of `world`. Collective.
 GridComms make_nccl_comms(const ProcessGrid& grid, MPI_Comm world = MPI_COMM_WORLD);
 

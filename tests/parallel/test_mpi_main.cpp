@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
     const int pp = world_size % 4 == 0 ? 2 : 1;
     parallel::ProcessGrid grid(world_size, world_rank, tp, pp);
     parallel::GridComms comms = parallel::make_mpi_comms(grid, MPI_COMM_WORLD);
+    parallel::MpiCommunicator world(MPI_COMM_WORLD, "world");
     // A second world communicator used as one pipeline of world_size stages.
     parallel::MpiCommunicator all_stages(MPI_COMM_WORLD, "pp_world");
 
@@ -37,7 +38,7 @@ int main(int argc, char** argv) {
     std::vector<engine::DeviceType> devices = {engine::DeviceType::kCpu};
     if (engine::cuda_device_count() > 0) devices.push_back(engine::DeviceType::kCuda);  // staged through host
     for (engine::DeviceType device : devices)
-      for (parallel::Communicator* c : {comms.world.get(), comms.tp.get(), comms.dp.get(), comms.pp.get()})
+      for (parallel::Communicator* c : {static_cast<parallel::Communicator*>(&world), comms.tp.get(), comms.dp.get(), comms.pp.get()})
         parallel_test::comms_under_test().push_back(
             {c->name() + "_size" + std::to_string(c->size()) + "_" + engine::device_name(device), c, device});
     parallel_test::pipeline_comms() = {&all_stages, comms.pp.get()};
