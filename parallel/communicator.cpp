@@ -4,7 +4,9 @@
 #include "parallel/communicator.h"
 
 #include <chrono>
+#include <memory>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 #include "engine/buffer.h"
@@ -18,6 +20,23 @@ namespace {
 class CompletedOp final : public PendingOp {
  public:
   void wait() override {}
+};
+
+// A batch of a group of one with receives not yet matched by a send to itself.
+class SelfRecvOp final : public PendingOp {
+ public:
+  SelfRecvOp(std::vector<std::shared_ptr<bool>> matched, std::string comm_name)
+      : matched_(std::move(matched)), comm_name_(std::move(comm_name)) {}
+  ~SelfRecvOp() override = default;  // never waits: nothing is in flight
+  void wait() override {
+    for (const auto& m : matched_)
+      ENGINE_CHECK(*m, comm_name_, " recv: waited for a message to itself that was never sent (MPI would wait "
+                   "forever)");
+  }
+
+ private:
+  std::vector<std::shared_ptr<bool>> matched_;
+  std::string comm_name_;
 };
 
 // factor * (n-1)/n * bytes, rounded down: what a ring sends (communicator.h).
@@ -206,19 +225,46 @@ CommHandle Communicator::batch_p2p_async(std::span<const P2POp> ops) {
 }
 
 CommHandle Communicator::exchange_with_self(std::span<const P2POp> ops) {
-  // Matched in order, as MPI matches one source's messages: the i-th send
-  // lands in the i-th receive.
-  std::vector<const Tensor*> sends, recvs;
-  for (const P2POp& op : ops) (op.kind == P2POp::Kind::kSend ? sends : recvs).push_back(&op.tensor);
-  ENGINE_CHECK(sends.size() == recvs.size(), name_, " send/recv: a group of one posts ", sends.size(),
-               " send(s) and ", recvs.size(), " receive(s) to itself; each send needs its receive");
-  for (std::size_t i = 0; i < sends.size(); ++i) {
-    ENGINE_CHECK(sends[i]->bytes() == recvs[i]->bytes() && sends[i]->dtype() == recvs[i]->dtype(), name_,
-                 " send/recv to itself: message ", i, " sends ", sends[i]->describe(), " into ",
-                 recvs[i]->describe());
-    copy_tensor(*recvs[i], *sends[i]);
+  // Matched in posting order, across calls, as MPI matches one source's
+  // messages: the i-th send to myself lands in the i-th receive from myself,
+  // whichever is posted first (a ring posts recv_async, then send_async). A
+  // send posted first is copied aside at once, since a completed send's
+  // buffer is the caller's again.
+  SelfQueue& q = *self_queue_;
+  bool all_matched = true;
+  for (const P2POp& op : ops) {
+    if (op.kind == P2POp::Kind::kSend) {
+      if (!q.recvs.empty()) {
+        SelfQueue::Recv recv = std::move(q.recvs.front());
+        q.recvs.pop_front();
+        ENGINE_CHECK(recv.tensor.bytes() == op.tensor.bytes() && recv.tensor.dtype() == op.tensor.dtype(), name_,
+                     " send/recv to itself: ", op.tensor.describe(), " sent into ", recv.tensor.describe());
+        copy_tensor(recv.tensor, op.tensor);
+        *recv.matched = true;
+      } else {
+        SelfQueue::Send copy{engine::Buffer(op.tensor.device(), op.tensor.bytes()), op.tensor};
+        copy.tensor = copy.buffer.as_tensor(op.tensor.shape(), op.tensor.dtype());
+        copy_tensor(copy.tensor, op.tensor);
+        q.sends.push_back(std::move(copy));
+      }
+    } else if (!q.sends.empty()) {
+      const SelfQueue::Send& send = q.sends.front();
+      ENGINE_CHECK(send.tensor.bytes() == op.tensor.bytes() && send.tensor.dtype() == op.tensor.dtype(), name_,
+                   " send/recv to itself: ", send.tensor.describe(), " sent into ", op.tensor.describe());
+      copy_tensor(op.tensor, send.tensor);
+      q.sends.pop_front();
+    } else {
+      q.recvs.push_back({op.tensor, std::make_shared<bool>(false)});
+      all_matched = false;
+    }
   }
-  return completed_op();
+  if (all_matched) return completed_op();
+  // Receives still waiting for their send: the handle completes once every
+  // one of them has been matched by a later send; waiting before that would
+  // wait forever in MPI, and is an error here.
+  std::vector<std::shared_ptr<bool>> pending;
+  for (const SelfQueue::Recv& r : q.recvs) pending.push_back(r.matched);
+  return std::make_unique<SelfRecvOp>(std::move(pending), name_);
 }
 
 CommHandle Communicator::send_async(const Tensor& t, int peer) {
@@ -252,12 +298,12 @@ std::string GridComms::bytes_summary() const {
 }
 
 void GridComms::reset_bytes_sent() {
-  for (Communicator* c : {world.get(), tp.get(), dp.get(), pp.get()})
+  for (Communicator* c : {tp.get(), dp.get(), pp.get()})
     if (c) c->reset_bytes_sent();
 }
 
 void GridComms::reset_wait_seconds() {
-  for (Communicator* c : {world.get(), tp.get(), dp.get(), pp.get()})
+  for (Communicator* c : {tp.get(), dp.get(), pp.get()})
     if (c) c->reset_wait_seconds();
 }
 

@@ -58,11 +58,13 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "engine/buffer.h"
 #include "engine/tensor.h"
 #include "parallel/process_grid.h"
 
@@ -172,8 +174,22 @@ class Communicator {
   void count(std::uint64_t bytes) { bytes_sent_ += bytes; }
   // Wraps a backend's handle so that its wait() adds to wait_seconds_.
   CommHandle timed(CommHandle op) const;
-  // A group of one's send/recv batch: each send copied into its receive.
+  // A group of one's send/recv batch: each send copied into its receive,
+  // matched in posting order across calls (self_queue_ holds the unmatched).
   CommHandle exchange_with_self(std::span<const P2POp> ops);
+  struct SelfQueue {
+    struct Send {
+      engine::Buffer buffer;  // a copy of the sent bytes
+      Tensor tensor;          // over buffer
+    };
+    struct Recv {
+      Tensor tensor;
+      std::shared_ptr<bool> matched;
+    };
+    std::deque<Send> sends;
+    std::deque<Recv> recvs;
+  };
+  std::unique_ptr<SelfQueue> self_queue_ = std::make_unique<SelfQueue>();
 
   std::string name_;
   std::uint64_t bytes_sent_ = 0;
