@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "engine/check.h"
@@ -64,15 +65,23 @@ void onebit_momentum_update(float* m, const float* g, std::int64_t n, double bet
     m[i] = static_cast<float>(beta1 * static_cast<double>(m[i]) + (1.0 - beta1) * grad_scale * static_cast<double>(g[i]));
 }
 
+double adam_ratio_bound(double beta1, double beta2) {
+  const double r = beta1 * beta1 / beta2;
+  if (r >= 1.0) return std::numeric_limits<double>::infinity();
+  return std::max(1.0, (1.0 - beta1) / std::sqrt((1.0 - beta2) * (1.0 - r)));
+}
+
 void onebit_param_update(float* p, const float* m, const float* v, std::int64_t n, const OneBitUpdateHyper& h,
                          float* working) {
   // p, m, v, working: (n). Double arithmetic like the AdamW op.
-  const double lr = h.lr, eps = h.eps, wd = h.weight_decay, bias1 = h.bias1, bias2 = h.bias2;
+  const double lr = h.lr, eps = h.eps, wd = h.weight_decay, bias1 = h.bias1, bias2 = h.bias2,
+               max_ratio = h.max_ratio;
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
   for (std::int64_t i = 0; i < n; ++i) {
     const double pi = static_cast<double>(p[i]);
     const double vi = static_cast<double>(v[i]);
-    const double adam = vi > 0.0 ? (static_cast<double>(m[i]) / bias1) / (std::sqrt(vi / bias2) + eps) : 0.0;
+    const double ratio = vi > 0.0 ? (static_cast<double>(m[i]) / bias1) / (std::sqrt(vi / bias2) + eps) : 0.0;
+    const double adam = std::clamp(ratio, -max_ratio, max_ratio);
     p[i] = static_cast<float>(pi - lr * (adam + wd * pi));
     if (working) working[i] = p[i];
   }
@@ -212,6 +221,7 @@ void OneBitAdam::compression_step(double lr, double grad_scale) {
   h.eps = config_.adam.eps;
   h.bias1 = 1.0 - std::pow(config_.adam.beta1, static_cast<double>(steps_));
   h.bias2 = 1.0 - std::pow(config_.adam.beta2, static_cast<double>(config_.freeze_step));
+  h.max_ratio = adam_ratio_bound(config_.adam.beta1, config_.adam.beta2);
   for (const ParamSegment& s : segments_) {
     h.weight_decay = s.decay ? config_.adam.weight_decay : 0.0;
     float* working = working_is_host_f32 ? params_.working.data_as<float>() + s.offset : nullptr;

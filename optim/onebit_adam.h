@@ -98,6 +98,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -129,13 +130,32 @@ struct CompressionGroup {
 void onebit_momentum_update(float* m, const float* g, std::int64_t n, double beta1, double grad_scale);
 
 // The compression-stage parameter update over n elements:
-//   if v > 0: p -= lr * ( (m / bias1) / (sqrt(v / bias2) + eps) + wd p )
+//   if v > 0: p -= lr * ( clamp((m / bias1) / (sqrt(v / bias2) + eps), +-max_ratio) + wd p )
 //   else      p -= lr * wd p                 (never had a gradient; see above)
 // bias1 = 1 - b1^t, bias2 = 1 - b2^freeze_step. `working` (may be null)
 // receives the new p as f32.
+//
+// max_ratio: the largest |m_hat / sqrt(v_hat)| AdamW itself can ever reach
+// (adam_ratio_bound). After the freeze the momentum comes out of the 1-bit
+// exchange, whose magnitude is its chunk's scale, not the element's own:
+// for an element whose gradient is zero in theory and ~1e-11 in practice
+// (the attention key bias: softmax ignores a shift shared by all keys) the
+// frozen variance is ~1e-22 and m / sqrt(v) was ~1e5, so such biases took
+// steps of thousands of times the learning rate (key-bias norm 0.25 -> 1,300
+// after a freeze at step 10) and dragged the query and key weights with them.
+// Clamped, no element ever steps further than AdamW could.
 struct OneBitUpdateHyper {
   double lr = 0, eps = 1e-8, weight_decay = 0, bias1 = 1, bias2 = 1;
+  double max_ratio = std::numeric_limits<double>::infinity();
 };
+
+// sup over steps of |m_hat_t / sqrt(v_hat_t)| in Adam with betas (b1, b2),
+// whatever the gradients: by Cauchy-Schwarz on m_t = (1 - b1) sum_i b1^(t-i)
+// g_i against v_t = (1 - b2) sum_i b2^(t-i) g_i^2, |m_t| / sqrt(v_t) <=
+// (1 - b1) / sqrt((1 - b2) (1 - b1^2 / b2)); with the bias corrections the
+// ratio is exactly 1 at t = 1 and rises towards that value. 1.165 for
+// (0.9, 0.95), 7.27 for (0.9, 0.999). Infinite when b1^2 >= b2 (no bound).
+double adam_ratio_bound(double beta1, double beta2);
 void onebit_param_update(float* p, const float* m, const float* v, std::int64_t n, const OneBitUpdateHyper& h,
                          float* working);
 

@@ -56,6 +56,42 @@ TEST(OneBitAdamLocal, ParamUpdateUsesFrozenCorrectedVarianceAndHoldsUntrainedEle
   EXPECT_FLOAT_EQ(p[2], 0.5f * (1 - 0.01 * 0.1));
 }
 
+// The ratio bound is AdamW's own ceiling: a long run of identical gradients
+// (the worst case for |m| / sqrt(v)) approaches it from below and never
+// passes it; the clamp leaves ratios under it untouched.
+TEST(OneBitAdamLocal, RatioBoundIsAdamsCeilingAndClampsOnlyBeyondIt) {
+  const double b1 = 0.9, b2 = 0.95;
+  const double bound = adam_ratio_bound(b1, b2);
+  EXPECT_NEAR(bound, 0.1 / std::sqrt(0.05 * (1 - 0.81 / 0.95)), 1e-12);
+  EXPECT_NEAR(bound, 1.1650, 1e-4);
+  EXPECT_NEAR(adam_ratio_bound(0.9, 0.999), 7.2703, 1e-4);
+  EXPECT_TRUE(std::isinf(adam_ratio_bound(0.99, 0.9)));
+  // AdamW on the gradient sequence that maximises the ratio at step t
+  // (g_i proportional to (b1/b2)^(t-i), Cauchy-Schwarz's equality case).
+  for (int t : {1, 5, 50, 500}) {
+    double m = 0, v = 0;
+    for (int i = 1; i <= t; ++i) {
+      const double g = std::pow(b1 / b2, t - i);
+      m = b1 * m + (1 - b1) * g;
+      v = b2 * v + (1 - b2) * g * g;
+    }
+    const double ratio = (m / (1 - std::pow(b1, t))) / std::sqrt(v / (1 - std::pow(b2, t)));
+    EXPECT_LE(ratio, bound + 1e-12) << "t = " << t;
+    if (t == 500) EXPECT_GT(ratio, 0.99 * bound) << "t = " << t << ": the bound is tight";
+  }
+  // Clamped: an element whose momentum dwarfs its frozen variance (the
+  // attention key bias: gradient ~1e-11) steps by lr * bound, not ~1e5 lr.
+  std::vector<float> p = {0.0f, 0.0f, 0.0f}, m = {1e-3f, -1e-3f, 1e-4f}, v = {1e-22f, 1e-22f, 1e-7f};
+  OneBitUpdateHyper h;
+  h.lr = 0.01;
+  h.max_ratio = bound;
+  onebit_param_update(p.data(), m.data(), v.data(), 3, h, nullptr);
+  EXPECT_FLOAT_EQ(p[0], static_cast<float>(-0.01 * bound));
+  EXPECT_FLOAT_EQ(p[1], static_cast<float>(0.01 * bound));
+  // 1e-4 / sqrt(1e-7) = 0.316: under the bound, the plain update.
+  EXPECT_FLOAT_EQ(p[2], static_cast<float>(-0.01 * (1e-4 / (std::sqrt(1e-7) + 1e-8))));
+}
+
 TEST(OneBitAdam, WarmupIsAdamWThenFirstCompressionStepMatchesHand) {
   // 70 elements (three sign words, the last partly used), decay on the first 40.
   const int n = 70;
