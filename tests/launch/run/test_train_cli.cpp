@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "launch/resilience/exit_codes.h"
@@ -125,6 +126,28 @@ TEST_F(TrainCli, InitFromAHuggingFaceFolderOfAnotherShape) {
   const Outcome fp16 = run_train(dir_, base_args(dir_) + " --save-hf " + (dir_ / "hf2") + " --save-hf-dtype fp16");
   EXPECT_NE(fp16.exit_code, 0);
   EXPECT_NE(fp16.output.find("--save-hf-dtype: fp16 not in {fp32,bf16}"), std::string::npos) << fp16.output;
+}
+
+// --save-hf exports the run's tokenizer (AutoTokenizer reads the folder); a
+// byte-level run's folder has none, and one line says so and how to get one.
+TEST_F(TrainCli, SaveHfExportsTheTokenizerOrSaysThereIsNone) {
+  const std::string tokenizer = TOKENIZER_DATA_DIR "/tiny_bpe.json";  // 600 tokens, <|endoftext|> = 0
+  const Outcome with = run_train(dir_, base_args(dir_) + " --checkpoint-dir " + (dir_ / "run1") + " --tokenizer " +
+                                           tokenizer + " --save-hf " + (dir_ / "hf"));
+  ASSERT_EQ(with.exit_code, 0) << with.output;
+  for (const char* file : {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json",
+                           "tokenizer_config.json"})
+    EXPECT_TRUE(std::filesystem::exists(dir_ / (std::string("hf/") + file))) << file;
+  EXPECT_EQ(with.output.find("has no tokenizer"), std::string::npos) << with.output;
+  std::ifstream config(dir_ / "hf/tokenizer_config.json");
+  EXPECT_EQ(nlohmann::json::parse(config)["eos_token"], "<|endoftext|>");
+
+  const Outcome without = run_train(dir_, base_args(dir_) + " --checkpoint-dir " + (dir_ / "run2") + " --save-hf " +
+                                              (dir_ / "hf_bytes"));
+  ASSERT_EQ(without.exit_code, 0) << without.output;
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "hf_bytes/generation_config.json"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "hf_bytes/tokenizer.json"));
+  EXPECT_NE(without.output.find("has no tokenizer: the run had no --tokenizer"), std::string::npos) << without.output;
 }
 
 TEST_F(TrainCli, ZeroConfigurationsThatCannotWork) {
