@@ -262,6 +262,31 @@ void write_hf_gpt2(const std::string& dir, const GptConfig& config, const ParamR
                                                                       {"clean_up_tokenization_spaces", false}});
 }
 
+std::string hf_config_path(const std::string& path) {
+  if (std::filesystem::is_directory(path)) return (std::filesystem::path(path) / "config.json").string();
+  return (std::filesystem::path(path).parent_path() / "config.json").string();
+}
+
+std::optional<GptConfig> read_hf_config_shape(const std::string& path) try {
+  if (!is_hf_model_path(path)) return std::nullopt;
+  const nlohmann::json config = read_config(hf_config_path(path));
+  if (!config.is_object()) return std::nullopt;
+  for (const char* key : {"n_layer", "n_head", "n_embd", "n_positions", "vocab_size"}) {
+    if (!config.contains(key)) return std::nullopt;
+    ENGINE_CHECK(json_integer(config[key], 1, std::numeric_limits<std::int64_t>::max()), "--init-from '", path,
+                 "': its config.json has ", key, " ", json_excerpt(config[key]), ", expected a positive integer");
+  }
+  GptConfig shape;
+  shape.n_layer = config["n_layer"].get<std::int64_t>();
+  shape.n_head = config["n_head"].get<std::int64_t>();
+  shape.n_embd = config["n_embd"].get<std::int64_t>();
+  shape.max_seq_len = config["n_positions"].get<std::int64_t>();
+  shape.vocab_size = config["vocab_size"].get<std::int64_t>();
+  return shape;
+} catch (const engine::Error& e) {
+  throw engine::Error(printable_text(e.what()));
+}
+
 // (Function-try-blocks: a message may quote the folder's tensor names and
 // config.json's bytes, which must print on one line as valid UTF-8.)
 void check_hf_gpt2(const std::string& path, const GptConfig& expected) try {

@@ -66,6 +66,16 @@ struct HfTokenizer {
 void write_hf_gpt2(const std::string& dir, const model::GptConfig& config, const model::ParamRegistry& registry,
                    const float* master, SafetensorsDType dtype, const HfTokenizer& tokenizer = {});
 
+// The model shape a Hugging Face folder's config.json gives (n_layer, n_head,
+// n_embd, n_positions, vocab_size), for --init-from without --model: nullopt
+// when `path` is not a Hugging Face model, has no config.json beside it, or
+// the config lacks one of those keys. A key that is not a positive integer is
+// refused on one line.
+std::optional<model::GptConfig> read_hf_config_shape(const std::string& path);
+// The config.json that read_hf_config_shape reads: DIR/config.json for a
+// folder, else the one beside the file.
+std::string hf_config_path(const std::string& path);
+
 // Refuses, on one line naming the tensor and both shapes, a file whose
 // tensors do not make `expected` (and a config.json beside it whose n_head
 // differs); also a missing or unexpected tensor.

@@ -452,3 +452,25 @@ TEST_F(HfGpt2, EndOfTextOutsideTheVocabularyIsRefusedBeforeWriting) {
   EXPECT_NE(missing.find("none.json"), std::string::npos) << missing;
   EXPECT_FALSE(std::filesystem::exists(dir_ / "hf/model.safetensors"));
 }
+
+// --init-from without --model reads the shape from config.json.
+TEST_F(HfGpt2, ConfigShapeIsReadFromTheFolder) {
+  write_hf_gpt2(dir_ / "hf", config_, registry_, master_.data(), SafetensorsDType::kF32);
+  const std::optional<model::GptConfig> shape = read_hf_config_shape(dir_ / "hf");
+  ASSERT_TRUE(shape.has_value());
+  EXPECT_TRUE(*shape == config_) << shape->describe();
+  EXPECT_TRUE(read_hf_config_shape(dir_ / "hf/model.safetensors") == config_) << "config.json beside the file";
+  EXPECT_EQ(hf_config_path(dir_ / "hf"), dir_ / "hf/config.json");
+
+  write_llmc_model(dir_ / "model.bin", config_, registry_, master_.data());
+  EXPECT_FALSE(read_hf_config_shape(dir_ / "model.bin").has_value()) << "not a Hugging Face model";
+  std::filesystem::create_directories(dir_ / "bare");
+  std::filesystem::copy_file(dir_ / "hf/model.safetensors", dir_ / "bare/model.safetensors");
+  EXPECT_FALSE(read_hf_config_shape(dir_ / "bare").has_value()) << "no config.json";
+  write_bytes(dir_ / "bare/config.json", R"({"n_layer": 2, "n_head": 2})");
+  EXPECT_FALSE(read_hf_config_shape(dir_ / "bare").has_value()) << "a config.json without the sizes";
+  write_bytes(dir_ / "bare/config.json", R"({"n_layer": 2, "n_head": 2, "n_embd": "32", "n_positions": 16, "vocab_size": 200})");
+  const std::string e = error_of([&] { read_hf_config_shape(dir_ / "bare"); });
+  EXPECT_NE(e.find("config.json has n_embd \"32\", expected a positive integer"), std::string::npos) << e;
+  EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+}
