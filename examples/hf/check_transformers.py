@@ -20,6 +20,12 @@ padded to 256 by the engine), on the CPU:
            training loss (before any update) and its --eval-only loss equal
            transformers' losses on the same sequences.
 
+  tokenizer  a BPE learned by `prepare --train-tokenizer`, then `train
+           --tokenizer --save-hf`: AutoTokenizer loads the folder, encodes
+           "hello world" as the engine's `prepare --tokenizer` did, has
+           <|endoftext|> as bos and eos; generate() runs with the exported
+           generation_config.json, and so does pipeline("text-generation").
+
 With --folder, one folder written by `train --save-hf`: transformers' loss on
 --val-data against the engine's --eval-only loss of the same folder.
 
@@ -272,6 +278,72 @@ def check_import(args, train_bin, val_bin, val_tokens):
     return results
 
 
+def run_prepare(args, *flags):
+    cmd = [args.prepare, *map(str, flags)]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"FAIL  {' '.join(cmd)} exited {out.returncode}:\n{out.stdout}{out.stderr}")
+    print("      $ " + " ".join(cmd), flush=True)
+
+
+def check_tokenizer(args):
+    """A tokenizer learned by `prepare --train-tokenizer`, trained on, and
+    exported by `train --tokenizer --save-hf`: AutoTokenizer encodes as the
+    engine does, bos/eos are <|endoftext|>, generate() and pipeline() run."""
+    print("== tokenizer: prepare --train-tokenizer, train --tokenizer --save-hf, AutoTokenizer and pipeline",
+          flush=True)
+    import glob
+    text_dir, hello_dir = os.path.join(args.work, "text"), os.path.join(args.work, "hello")
+    os.makedirs(text_dir, exist_ok=True)
+    os.makedirs(hello_dir, exist_ok=True)
+    words = "hello world the quick brown fox jumps over a lazy dog while engines train small models".split()
+    rng = np.random.default_rng(1)
+    with open(os.path.join(text_dir, "corpus.txt"), "w") as f:
+        for _ in range(400):
+            f.write(" ".join(rng.choice(words, 10)) + ".\n")
+    with open(os.path.join(hello_dir, "hello.txt"), "w") as f:
+        f.write("hello world")
+    shards, tokenizer = os.path.join(args.work, "tok_shards"), os.path.join(args.work, "tok_shards", "t_tokenizer.json")
+    run_prepare(args, "--input", text_dir, "--output-dir", shards, "--name", "t", "--train-tokenizer", 300)
+    # The engine's own encoding of "hello world": a shard of that text alone
+    # (<|endoftext|> first, as prepare starts every document with it).
+    run_prepare(args, "--input", hello_dir, "--output-dir", os.path.join(args.work, "hello_shards"), "--name", "h",
+                "--tokenizer", tokenizer, "--val-fraction", 0)
+    hello = read_shard(glob.glob(os.path.join(args.work, "hello_shards", "h_train_*.bin"))[0]).tolist()
+    eot = json.load(open(tokenizer))["added_tokens"][0]
+    check(eot["content"] == "<|endoftext|>" and hello[0] == eot["id"],
+          f"the engine's shard of 'hello world' starts with <|endoftext|> (id {eot['id']}): {hello}")
+    engine_ids = hello[1:]
+
+    folder = os.path.join(args.work, "hf_tok")
+    run_engine(args, "--model", "gpt-micro", "--tokenizer", tokenizer, "--micro-batch", B, "--seq-len", T, "--steps", 5,
+               "--train-data", os.path.join(shards, "t_train_*.bin"), "--save-hf", folder)
+    for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+        check(os.path.exists(os.path.join(folder, name)), f"--save-hf wrote {name}")
+    check(open(os.path.join(folder, "tokenizer.json"), "rb").read() == open(tokenizer, "rb").read(),
+          "tokenizer.json is the run's, byte for byte")
+
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    ids = tok.encode("hello world")
+    check(len(ids) > 0 and ids == engine_ids, f"AutoTokenizer encodes 'hello world' as the engine does: "
+                                              f"{ids} (engine {engine_ids})")
+    check(tok.bos_token == "<|endoftext|>" and tok.eos_token == "<|endoftext|>" and tok.eos_token_id == eot["id"],
+          f"bos/eos are <|endoftext|>: {tok.bos_token!r} {tok.eos_token!r} id {tok.eos_token_id}")
+    model, _ = load(folder, torch.float32)
+    check(model.generation_config.eos_token_id == eot["id"] and model.generation_config.bos_token_id == eot["id"],
+          f"generation_config.json read: bos {model.generation_config.bos_token_id}, "
+          f"eos {model.generation_config.eos_token_id}")
+    with torch.no_grad():
+        inputs = tok("hello world", return_tensors="pt")
+        out = model.generate(**inputs, max_new_tokens=8, do_sample=False, pad_token_id=eot["id"])
+    check(out.shape[0] == 1 and out.shape[1] > len(ids) and out[0, :len(ids)].tolist() == ids,
+          f"generate() with the exported generation_config: {tok.decode(out[0])!r}")
+    pipe = transformers.pipeline("text-generation", model=folder, device="cpu")
+    text = pipe("hello world", max_new_tokens=8, do_sample=False)[0]["generated_text"]
+    check(isinstance(text, str) and text.startswith("hello world"), f"pipeline('text-generation') runs: {text!r}")
+    return {"hello_world_ids": ids}
+
+
 def check_folder(args):
     """One --save-hf folder: transformers' loss on --val-data against the
     engine's --eval-only loss of the same folder."""
@@ -292,6 +364,7 @@ def main():
     global T
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--train", required=True, help="the engine's train binary (build/launch/train)")
+    parser.add_argument("--prepare", help="the engine's prepare binary (default: beside --train)")
     parser.add_argument("--folder", help="check this --save-hf folder only (with --val-data)")
     parser.add_argument("--val-data", help="token shard to score --folder on")
     parser.add_argument("--val-tokens", type=int, default=16 * 64, help="tokens scored (default 1024)")
@@ -301,6 +374,7 @@ def main():
     parser.add_argument("--json", help="also write the compared numbers here")
     args = parser.parse_args()
     T = args.seq_len
+    args.prepare = args.prepare or os.path.join(os.path.dirname(os.path.abspath(args.train)), "prepare")
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, numpy {np.__version__}", flush=True)
     torch.set_num_threads(1)
     transformers.utils.logging.disable_progress_bar()
@@ -318,7 +392,8 @@ def main():
             write_shard(train_bin, np.cumsum(rng.integers(-2, 3, 20000)) % VOCAB)
             write_shard(val_bin, np.cumsum(rng.integers(-2, 3, 4000)) % VOCAB)
             results = {**check_export(args, train_bin, val_bin, args.val_tokens),
-                       **check_import(args, train_bin, val_bin, args.val_tokens)}
+                       **check_import(args, train_bin, val_bin, args.val_tokens),
+                       **check_tokenizer(args)}
     results.update(torch=torch.__version__, transformers=transformers.__version__)
     if args.json:
         with open(args.json, "w") as f:

@@ -4,7 +4,9 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <set>
+#include <sstream>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -79,9 +81,18 @@ std::string file_prefix(const SafetensorsShards& file) {
   return "";
 }
 
-// config.json beside the safetensors file, if any.
-nlohmann::json sibling_config(const std::string& safetensors_path) {
-  const std::filesystem::path config = std::filesystem::path(safetensors_path).parent_path() / "config.json";
+// GPT-2's end-of-text token (as launch/data/bpe_tokenizer.h's kEndOfText,
+// a folder this one may not include).
+constexpr const char* kEndOfText = "<|endoftext|>";
+
+void write_json(const std::filesystem::path& path, const nlohmann::ordered_json& value) {
+  AtomicFile file(path.string());
+  file.write(value.dump(2) + "\n");
+  file.commit();
+}
+
+// A config.json, if it exists (else null).
+nlohmann::json read_config(const std::filesystem::path& config) {
   if (!std::filesystem::exists(config)) return nullptr;
   const std::string not_regular = regular_file_problem(config);  // a FIFO would block the read
   ENGINE_CHECK(not_regular.empty(), "'", config.string(), "' beside the model ", not_regular);
@@ -94,6 +105,11 @@ nlohmann::json sibling_config(const std::string& safetensors_path) {
     ENGINE_CHECK(false, "'", config.string(), "' beside the model is not valid JSON (", e.what(), ")");
   }
   return nullptr;
+}
+
+// config.json beside the safetensors file, if any.
+nlohmann::json sibling_config(const std::string& safetensors_path) {
+  return read_config(std::filesystem::path(safetensors_path).parent_path() / "config.json");
 }
 
 void check_file(const SafetensorsShards& file, const GptConfig& expected, const std::vector<HfTensor>& tensors) {
@@ -153,7 +169,23 @@ std::string hf_safetensors_file(const std::string& path) {
 }
 
 void write_hf_gpt2(const std::string& dir, const GptConfig& config, const ParamRegistry& registry, const float* master,
-                   SafetensorsDType dtype) {
+                   SafetensorsDType dtype, const HfTokenizer& tokenizer) {
+  // The tokenizer first: a problem with it leaves no half-written folder.
+  std::optional<std::int64_t> end_of_text = tokenizer.end_of_text;
+  if (tokenizer.tokenizer_json.empty() && config.vocab_size == 50257) end_of_text = 50256;
+  ENGINE_CHECK(!end_of_text || (*end_of_text >= 0 && *end_of_text < config.vocab_size), "--save-hf: the tokenizer's ",
+               kEndOfText, " id ", end_of_text.value_or(0), " is outside the model's vocabulary of ", config.vocab_size);
+  std::string tokenizer_bytes;
+  if (!tokenizer.tokenizer_json.empty()) {
+    const std::string not_regular = regular_file_problem(tokenizer.tokenizer_json);
+    ENGINE_CHECK(not_regular.empty(), "--save-hf: the tokenizer '", tokenizer.tokenizer_json, "' ", not_regular);
+    std::ifstream in(tokenizer.tokenizer_json, std::ios::binary);
+    ENGINE_CHECK(in.good(), "--save-hf: cannot read the tokenizer '", tokenizer.tokenizer_json, "'");
+    std::ostringstream bytes;
+    bytes << in.rdbuf();
+    ENGINE_CHECK(!in.bad(), "--save-hf: error reading the tokenizer '", tokenizer.tokenizer_json, "'");
+    tokenizer_bytes = bytes.str();
+  }
   std::filesystem::create_directories(dir);
   std::vector<SafetensorsOutput> outputs;
   for (const HfTensor& t : hf_tensors(config, registry)) {
@@ -194,16 +226,65 @@ void write_hf_gpt2(const std::string& dir, const GptConfig& config, const ParamR
       {"torch_dtype", dtype == SafetensorsDType::kBF16 ? "bfloat16" : "float32"},
       {"use_cache", true},
       {"vocab_size", config.vocab_size}};
-  // GPT-2's tokenizer: <|endoftext|> begins and ends documents. Another
-  // vocabulary has no token we know to be one: null, which GPT2Config would
-  // otherwise default to 50256, an id outside it (transformers warns on
-  // loading, and generate() would wait for a token that cannot come).
-  const bool gpt2_vocabulary = config.vocab_size == 50257;
-  c["bos_token_id"] = gpt2_vocabulary ? nlohmann::ordered_json(50256) : nlohmann::ordered_json(nullptr);
-  c["eos_token_id"] = c["bos_token_id"];
-  AtomicFile json((std::filesystem::path(dir) / "config.json").string());
-  json.write(c.dump(2) + "\n");
-  json.commit();
+  // <|endoftext|> begins and ends documents: its id in the run's tokenizer;
+  // without one, GPT-2's 50256 when the vocabulary is GPT-2's. Else null,
+  // which GPT2Config would otherwise default to 50256, an id outside the
+  // vocabulary (transformers warns on loading, and generate() would wait for
+  // a token that cannot come).
+  const nlohmann::ordered_json id = end_of_text ? nlohmann::ordered_json(*end_of_text) : nlohmann::ordered_json(nullptr);
+  c["bos_token_id"] = id;
+  c["eos_token_id"] = id;
+  const std::filesystem::path folder(dir);
+  write_json(folder / "config.json", c);
+  // What generate() starts from and stops at (GenerationConfig).
+  write_json(folder / "generation_config.json", nlohmann::ordered_json{{"bos_token_id", id}, {"eos_token_id", id}});
+  if (tokenizer.tokenizer_json.empty()) {
+    // Not another run's tokenizer beside this model.
+    for (const char* stale : {"tokenizer.json", "tokenizer_config.json"}) std::filesystem::remove(folder / stale);
+    return;
+  }
+
+  // The run's tokenizer.json as it is, and what AutoTokenizer reads beside
+  // it: the generic fast tokenizer (it takes tokenizer.json as written,
+  // add_prefix_space included, where GPT2Tokenizer would re-set it from its
+  // own arguments), the special tokens, the longest input the model takes.
+  AtomicFile copy((folder / "tokenizer.json").string());
+  copy.write(tokenizer_bytes);
+  copy.commit();
+  const nlohmann::ordered_json special =
+      end_of_text ? nlohmann::ordered_json(kEndOfText) : nlohmann::ordered_json(nullptr);
+  write_json(folder / "tokenizer_config.json", nlohmann::ordered_json{{"tokenizer_class", "PreTrainedTokenizerFast"},
+                                                                      {"bos_token", special},
+                                                                      {"eos_token", special},
+                                                                      {"unk_token", nullptr},
+                                                                      {"pad_token", nullptr},
+                                                                      {"model_max_length", config.max_seq_len},
+                                                                      {"clean_up_tokenization_spaces", false}});
+}
+
+std::string hf_config_path(const std::string& path) {
+  if (std::filesystem::is_directory(path)) return (std::filesystem::path(path) / "config.json").string();
+  return (std::filesystem::path(path).parent_path() / "config.json").string();
+}
+
+std::optional<GptConfig> read_hf_config_shape(const std::string& path) try {
+  if (!is_hf_model_path(path)) return std::nullopt;
+  const nlohmann::json config = read_config(hf_config_path(path));
+  if (!config.is_object()) return std::nullopt;
+  for (const char* key : {"n_layer", "n_head", "n_embd", "n_positions", "vocab_size"}) {
+    if (!config.contains(key)) return std::nullopt;
+    ENGINE_CHECK(json_integer(config[key], 1, std::numeric_limits<std::int64_t>::max()), "--init-from '", path,
+                 "': its config.json has ", key, " ", json_excerpt(config[key]), ", expected a positive integer");
+  }
+  GptConfig shape;
+  shape.n_layer = config["n_layer"].get<std::int64_t>();
+  shape.n_head = config["n_head"].get<std::int64_t>();
+  shape.n_embd = config["n_embd"].get<std::int64_t>();
+  shape.max_seq_len = config["n_positions"].get<std::int64_t>();
+  shape.vocab_size = config["vocab_size"].get<std::int64_t>();
+  return shape;
+} catch (const engine::Error& e) {
+  throw engine::Error(printable_text(e.what()));
 }
 
 // (Function-try-blocks: a message may quote the folder's tensor names and

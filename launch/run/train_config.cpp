@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <utility>
@@ -11,6 +12,7 @@
 #include "engine/check.h"
 #include "launch/data/bpe_tokenizer.h"
 #include "launch/data/llmc_tokenizer.h"
+#include "launch/formats/hf_gpt2.h"
 #include "launch/run/json_config.h"
 #include "model/partition.h"
 #include "parallel/process_grid.h"
@@ -80,8 +82,10 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
   app.set_config("--config", "", "JSON file of flag values (keys are flag names; command-line flags override it)");
 
   const char* kModel = "Model";
-  app.add_option("--model", c.preset, "Model preset: gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, gpt-micro, gpt-demo")
-      ->group(kModel)->capture_default_str();
+  app.add_option("--model", c.preset,
+                 "Model preset: gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, gpt-micro, gpt-demo (default: the shape "
+                 "in --init-from's config.json, else gpt-demo)")
+      ->group(kModel);
   app.add_option("--n-layer", c.n_layer, "Override the preset's number of layers")->group(kModel);
   app.add_option("--n-head", c.n_head, "Override the preset's number of attention heads")->group(kModel);
   app.add_option("--n-embd", c.n_embd, "Override the preset's width")->group(kModel);
@@ -89,7 +93,7 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--max-seq-len", c.max_seq_len, "Override the preset's position-table length")->group(kModel);
   app.add_option("--init-from", c.init_from,
                  "Start from a GPT-2 model: an llm.c model file, or a Hugging Face folder (model.safetensors) or "
-                 ".safetensors file")
+                 ".safetensors file; without --model, the shape comes from the folder's config.json")
       ->group(kModel);
 
   const char* kBatch = "Batch";
@@ -263,7 +267,11 @@ void TrainConfig::resolve(int cuda_devices, int world) {
       log_file_from_run_dir = true;
     }
   }
-  model = model::gpt_preset(preset);
+  // --init-from a Hugging Face folder: its config.json gives the shape.
+  const std::optional<model::GptConfig> init_shape = init_from.empty() ? std::nullopt : read_hf_config_shape(init_from);
+  const bool shape_from_init = preset.empty() && init_shape.has_value();
+  if (preset.empty() && !shape_from_init) preset = "gpt-demo";
+  model = shape_from_init ? *init_shape : model::gpt_preset(preset);
   if (n_layer) model.n_layer = n_layer;
   if (n_head) model.n_head = n_head;
   if (n_embd) model.n_embd = n_embd;
@@ -279,9 +287,23 @@ void TrainConfig::resolve(int cuda_devices, int world) {
                  "' only decodes (give its tokenizer.json, or no prompt)");
     ENGINE_CHECK(vocab_size == 0 || vocab_size >= needed, "--vocab-size ", vocab_size, " is smaller than --tokenizer '",
                  tokenizer, "' needs (", needed, " tokens)");
-    if (vocab_size == 0) model.vocab_size = needed;
+    ENGINE_CHECK(!shape_from_init || vocab_size != 0 || needed <= model.vocab_size, "--tokenizer '", tokenizer,
+                 "' has ", needed, " tokens, more than the vocabulary of --init-from '", init_from, "' (",
+                 hf_config_path(init_from), ": vocab_size ", model.vocab_size, ")");
+    if (vocab_size == 0 && !shape_from_init) model.vocab_size = needed;
   }
   if (max_seq_len) model.max_seq_len = max_seq_len;
+  model_source = shape_from_init ? hf_config_path(init_from) : preset;
+  if (init_shape && !(model == *init_shape)) {
+    std::string asked = shape_from_init ? "" : "--model " + preset;
+    for (const auto& [flag, value] : {std::pair<const char*, std::int64_t>{"--n-layer", n_layer}, {"--n-head", n_head},
+                                      {"--n-embd", n_embd}, {"--vocab-size", vocab_size}, {"--max-seq-len", max_seq_len}})
+      if (value) asked += (asked.empty() ? "" : " ") + std::string(flag) + " " + std::to_string(value);
+    if (!tokenizer.empty() && !shape_from_init && vocab_size == 0) asked += " with --tokenizer's vocabulary";
+    ENGINE_CHECK(false, "--init-from '", init_from, "' holds a model of another shape: its config.json says ",
+                 init_shape->describe(), ", ", asked, " asks for ", model.describe(),
+                 " (leave out --model and the shape flags to take the folder's)");
+  }
   model.validate();
 
   // A NaN or infinite flag value would pass every range check below (all
@@ -389,7 +411,7 @@ void TrainConfig::resolve(int cuda_devices, int world) {
 
 std::string TrainConfig::describe() const {
   std::ostringstream out;
-  out << "model      " << preset << ": " << model.describe() << ", " << model.num_parameters() << " parameters\n"
+  out << "model      " << model_source << ": " << model.describe() << ", " << model.num_parameters() << " parameters\n"
       << "batch      " << micro_batch << " x " << seq_len << " tokens per micro-batch, " << grad_accum
       << " micro-batches per data-parallel rank, " << batch_tokens << " tokens per step, " << steps << " steps\n"
       << "optimizer  " << (onebit ? "1-bit Adam (AdamW for " + std::to_string(freeze_step) +
@@ -437,6 +459,7 @@ std::string resolved_config_json(const TrainConfig& config) {
   for (const auto& [flag, value] : floating_options(copy)) out[flag] = *value;
   // How to start, not what to run; and paths that follow from --run-dir.
   for (const char* how : {"resume", "overwrite", "eval-only"}) out.erase(how);
+  if (config.preset.empty()) out.erase("model");  // the shape of --init-from's config.json
   if (config.checkpoint_dir_from_run_dir) out.erase("checkpoint-dir");
   if (config.log_file_from_run_dir) out.erase("log-file");
   return out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";

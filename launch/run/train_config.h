@@ -19,7 +19,11 @@ namespace launch {
 
 struct TrainConfig {
   // Model: a preset, optionally overridden per dimension (0 = the preset's).
-  std::string preset = "gpt-demo";
+  // No preset: the shape of --init-from's config.json (a Hugging Face
+  // folder), else gpt-demo. A preset or override that disagrees with that
+  // config.json is refused.
+  std::string preset;
+  std::string model_source;  // resolved: the preset's name, or the config.json the shape came from
   std::int64_t n_layer = 0, n_head = 0, n_embd = 0, vocab_size = 0, max_seq_len = 0;
 
   // Batch. The global batch is counted in tokens; with micro-batches of B

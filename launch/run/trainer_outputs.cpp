@@ -89,9 +89,26 @@ void Trainer::write_outputs(RunSummary& summary) {
     out_ << "model      written to " << config_.save_model << " (llm.c GPT-2 format)\n";
   }
   if (!config_.save_hf.empty()) {
-    write_hf_gpt2(config_.save_hf, config_.model, whole_registry, whole.data(), parse_hf_dtype(config_.save_hf_dtype));
+    // The run's tokenizer.json goes with the model; llm.c's tokenizer file
+    // (decoding only) and the byte tokenizer have none to give.
+    HfTokenizer tokenizer;
+    if (!config_.tokenizer.empty() && !LlmcTokenizer::is_llmc_file(config_.tokenizer)) {
+      tokenizer.tokenizer_json = config_.tokenizer;
+      tokenizer.end_of_text = BpeTokenizer::from_file(config_.tokenizer).token_to_id(kEndOfText);
+    }
+    write_hf_gpt2(config_.save_hf, config_.model, whole_registry, whole.data(), parse_hf_dtype(config_.save_hf_dtype),
+                  tokenizer);
     out_ << "model      written to " << config_.save_hf << " (Hugging Face GPT-2: model.safetensors, config.json, "
-         << config_.save_hf_dtype << ")\n";
+         << "generation_config.json" << (tokenizer.tokenizer_json.empty() ? "" : ", tokenizer.json, tokenizer_config.json")
+         << ", " << config_.save_hf_dtype << ")\n";
+    if (tokenizer.tokenizer_json.empty())
+      out_ << "model      " << config_.save_hf << " has no tokenizer: "
+           << (config_.tokenizer.empty()
+                   ? "the run had no --tokenizer; give `train --tokenizer FILE`, the tokenizer.json its shards "
+                     "were made with (`prepare --tokenizer FILE` or `--train-tokenizer N`), to export it with the "
+                     "model\n"
+                   : "llm.c's tokenizer file only decodes; give `train --tokenizer` the tokenizer.json the "
+                     "shards were made with to export it with the model\n");
   }
   if (config_.sample_tokens == 0) return;
   if (grid_.tp_size() == 1 && grid_.pp_size() == 1 && !store_->weights_sharded()) {

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -362,4 +363,114 @@ TEST_F(HfGpt2, InconsistentShardIndexIsRefusedOnOneLine) {
 
   e = refusal("no_map", [](nlohmann::json& index) { index.erase("weight_map"); });
   EXPECT_NE(e.find("has no \"weight_map\" object"), std::string::npos) << e;
+}
+
+namespace {
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+// tiny_bpe.json with its <|endoftext|> (id 0) taken out: a byte-level BPE
+// with no token known to begin or end a document.
+std::string tokenizer_without_end_of_text(const std::string& path) {
+  nlohmann::ordered_json t = nlohmann::ordered_json::parse(read_bytes(TOKENIZER_DATA_DIR "/tiny_bpe.json"));
+  t["added_tokens"] = nlohmann::ordered_json::array();
+  t["model"]["vocab"].erase("<|endoftext|>");
+  write_bytes(path, t.dump(2));
+  return path;
+}
+
+}  // namespace
+
+// The folder AutoTokenizer, generate() and pipeline() read: the run's
+// tokenizer.json as it was, tokenizer_config.json naming <|endoftext|> as bos
+// and eos, and its id in config.json and generation_config.json.
+TEST_F(HfGpt2, WritesTheTokenizerAndGenerationConfig) {
+  const std::string tokenizer = TOKENIZER_DATA_DIR "/tiny_bpe.json";  // <|endoftext|> is id 0
+  write_hf_gpt2(dir_ / "hf", config_, registry_, master_.data(), SafetensorsDType::kF32, {tokenizer, 0});
+  EXPECT_EQ(read_bytes(dir_ / "hf/tokenizer.json"), read_bytes(tokenizer)) << "copied byte for byte";
+  const nlohmann::json t = read_json(dir_ / "hf/tokenizer_config.json");
+  EXPECT_EQ(t["tokenizer_class"], "PreTrainedTokenizerFast");  // takes tokenizer.json as written
+  EXPECT_EQ(t["bos_token"], "<|endoftext|>");
+  EXPECT_EQ(t["eos_token"], "<|endoftext|>");
+  EXPECT_EQ(t["model_max_length"], 16);
+  const nlohmann::json c = read_json(dir_ / "hf/config.json");
+  EXPECT_EQ(c["bos_token_id"], 0);
+  EXPECT_EQ(c["eos_token_id"], 0);
+  const nlohmann::json g = read_json(dir_ / "hf/generation_config.json");
+  EXPECT_EQ(g, (nlohmann::json{{"bos_token_id", 0}, {"eos_token_id", 0}}));
+}
+
+// A tokenizer without <|endoftext|>: every bos/eos null (transformers loads
+// the folder with no special tokens; generate() then runs to max_new_tokens).
+TEST_F(HfGpt2, TokenizerWithoutEndOfTextWritesNullBosAndEos) {
+  const std::string tokenizer = tokenizer_without_end_of_text(dir_ / "no_eot.json");
+  write_hf_gpt2(dir_ / "hf", config_, registry_, master_.data(), SafetensorsDType::kF32, {tokenizer, std::nullopt});
+  EXPECT_EQ(read_bytes(dir_ / "hf/tokenizer.json"), read_bytes(tokenizer));
+  const nlohmann::json t = read_json(dir_ / "hf/tokenizer_config.json");
+  EXPECT_TRUE(t.contains("bos_token") && t["bos_token"].is_null());
+  EXPECT_TRUE(t.contains("eos_token") && t["eos_token"].is_null());
+  EXPECT_TRUE(read_json(dir_ / "hf/config.json")["bos_token_id"].is_null());
+  const nlohmann::json g = read_json(dir_ / "hf/generation_config.json");
+  EXPECT_TRUE(g["bos_token_id"].is_null());
+  EXPECT_TRUE(g["eos_token_id"].is_null());
+}
+
+// No tokenizer (a byte-level run): no tokenizer files, a generation_config.json
+// all the same; GPT-2's vocabulary keeps GPT-2's 50256.
+TEST_F(HfGpt2, WithoutATokenizerWritesNoTokenizerFiles) {
+  // Over a folder that had one: the old tokenizer does not stay beside the new model.
+  write_hf_gpt2(dir_ / "hf", config_, registry_, master_.data(), SafetensorsDType::kF32,
+                {TOKENIZER_DATA_DIR "/tiny_bpe.json", 0});
+  ASSERT_TRUE(std::filesystem::exists(dir_ / "hf/tokenizer.json"));
+  write_hf_gpt2(dir_ / "hf", config_, registry_, master_.data(), SafetensorsDType::kF32);
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "hf/tokenizer.json"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "hf/tokenizer_config.json"));
+  EXPECT_TRUE(read_json(dir_ / "hf/generation_config.json")["eos_token_id"].is_null());
+
+  model::GptConfig gpt2 = config_;
+  gpt2.vocab_size = 50257;
+  const model::ParamRegistry registry = model::build_gpt_registry(gpt2);
+  const std::vector<float> master(static_cast<std::size_t>(registry.total_numel()), 0.0f);
+  write_hf_gpt2(dir_ / "gpt2", gpt2, registry, master.data(), SafetensorsDType::kBF16);
+  EXPECT_EQ(read_json(dir_ / "gpt2/config.json")["eos_token_id"], 50256);
+  EXPECT_EQ(read_json(dir_ / "gpt2/generation_config.json")["bos_token_id"], 50256);
+}
+
+TEST_F(HfGpt2, EndOfTextOutsideTheVocabularyIsRefusedBeforeWriting) {
+  const std::string e = error_of([&] {
+    write_hf_gpt2(dir_ / "hf", config_, registry_, master_.data(), SafetensorsDType::kF32,
+                  {TOKENIZER_DATA_DIR "/gpt2.json", 50256});
+  });
+  EXPECT_NE(e.find("<|endoftext|> id 50256 is outside the model's vocabulary of 200"), std::string::npos) << e;
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "hf/model.safetensors"));
+  const std::string missing = error_of([&] {
+    write_hf_gpt2(dir_ / "hf", config_, registry_, master_.data(), SafetensorsDType::kF32, {dir_ / "none.json", 0});
+  });
+  EXPECT_NE(missing.find("none.json"), std::string::npos) << missing;
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "hf/model.safetensors"));
+}
+
+// --init-from without --model reads the shape from config.json.
+TEST_F(HfGpt2, ConfigShapeIsReadFromTheFolder) {
+  write_hf_gpt2(dir_ / "hf", config_, registry_, master_.data(), SafetensorsDType::kF32);
+  const std::optional<model::GptConfig> shape = read_hf_config_shape(dir_ / "hf");
+  ASSERT_TRUE(shape.has_value());
+  EXPECT_TRUE(*shape == config_) << shape->describe();
+  EXPECT_TRUE(read_hf_config_shape(dir_ / "hf/model.safetensors") == config_) << "config.json beside the file";
+  EXPECT_EQ(hf_config_path(dir_ / "hf"), dir_ / "hf/config.json");
+
+  write_llmc_model(dir_ / "model.bin", config_, registry_, master_.data());
+  EXPECT_FALSE(read_hf_config_shape(dir_ / "model.bin").has_value()) << "not a Hugging Face model";
+  std::filesystem::create_directories(dir_ / "bare");
+  std::filesystem::copy_file(dir_ / "hf/model.safetensors", dir_ / "bare/model.safetensors");
+  EXPECT_FALSE(read_hf_config_shape(dir_ / "bare").has_value()) << "no config.json";
+  write_bytes(dir_ / "bare/config.json", R"({"n_layer": 2, "n_head": 2})");
+  EXPECT_FALSE(read_hf_config_shape(dir_ / "bare").has_value()) << "a config.json without the sizes";
+  write_bytes(dir_ / "bare/config.json", R"({"n_layer": 2, "n_head": 2, "n_embd": "32", "n_positions": 16, "vocab_size": 200})");
+  const std::string e = error_of([&] { read_hf_config_shape(dir_ / "bare"); });
+  EXPECT_NE(e.find("config.json has n_embd \"32\", expected a positive integer"), std::string::npos) << e;
+  EXPECT_EQ(e.find('\n'), std::string::npos) << e;
 }

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "launch/resilience/exit_codes.h"
@@ -120,11 +121,63 @@ TEST_F(TrainCli, InitFromAHuggingFaceFolderOfAnotherShape) {
   const Outcome saved = run_train(dir_, base_args(dir_) + " --checkpoint-dir " + (dir_ / "hf_run") + " --save-hf " +
                                             (dir_ / "hf") + " --save-hf-dtype bf16");
   ASSERT_EQ(saved.exit_code, 0) << saved.output;
+  // Its config.json says the shape: a --model or shape flag that disagrees is refused naming both.
+  expect_refused(base_args(dir_) + " --n-embd 64 --init-from " + (dir_ / "hf"),
+                 "holds a model of another shape: its config.json says L=2 H=2 C=32 V=256(256) T=64, --model "
+                 "gpt-micro --n-embd 64 asks for L=2 H=2 C=64 V=256(256) T=64");
+  expect_refused(base_args(dir_) + " --model gpt-demo --init-from " + (dir_ / "hf"), "--model gpt-demo asks for");
+  // Without config.json, the tensors tell.
+  std::filesystem::remove(dir_ / "hf/config.json");
   expect_refused(base_args(dir_) + " --n-embd 64 --init-from " + (dir_ / "hf"),
                  "tensor 'transformer.wte.weight' is [256, 32], this run's model");
   const Outcome fp16 = run_train(dir_, base_args(dir_) + " --save-hf " + (dir_ / "hf2") + " --save-hf-dtype fp16");
   EXPECT_NE(fp16.exit_code, 0);
   EXPECT_NE(fp16.output.find("--save-hf-dtype: fp16 not in {fp32,bf16}"), std::string::npos) << fp16.output;
+}
+
+// --init-from a Hugging Face folder without --model: the shape comes from its
+// config.json (n_layer, n_head, n_embd, n_positions, vocab_size).
+TEST_F(TrainCli, InitFromAHuggingFaceFolderTakesItsShapeWithoutModel) {
+  const std::string common = "--micro-batch 2 --seq-len 16 --steps 2 --device cpu --peak-tflops 1 --train-data " +
+                             (dir_ / "train_*.bin");
+  const Outcome saved = run_train(dir_, base_args(dir_) + " --checkpoint-dir " + (dir_ / "hf_run") + " --save-hf " +
+                                            (dir_ / "hf"));
+  ASSERT_EQ(saved.exit_code, 0) << saved.output;
+  // gpt-micro's shape, not gpt-demo's (the default without --init-from).
+  const Outcome loaded = run_train(dir_, common + " --init-from " + (dir_ / "hf"));
+  EXPECT_EQ(loaded.exit_code, 0) << loaded.output;
+  EXPECT_NE(loaded.output.find("model      " + (dir_ / "hf/config.json") + ": L=2 H=2 C=32 V=256(256) T=64"),
+            std::string::npos) << loaded.output;
+  // A shape flag that agrees is fine.
+  const Outcome agreeing = run_train(dir_, common + " --n-layer 2 --init-from " + (dir_ / "hf"));
+  EXPECT_EQ(agreeing.exit_code, 0) << agreeing.output;
+  // Without --model and with a disagreeing flag: refused naming both.
+  const Outcome deeper = run_train(dir_, common + " --n-layer 3 --init-from " + (dir_ / "hf"));
+  EXPECT_NE(deeper.exit_code, 0);
+  EXPECT_NE(deeper.output.find("its config.json says L=2 H=2 C=32 V=256(256) T=64, --n-layer 3 asks for L=3"),
+            std::string::npos) << deeper.output;
+}
+
+// --save-hf exports the run's tokenizer (AutoTokenizer reads the folder); a
+// byte-level run's folder has none, and one line says so and how to get one.
+TEST_F(TrainCli, SaveHfExportsTheTokenizerOrSaysThereIsNone) {
+  const std::string tokenizer = TOKENIZER_DATA_DIR "/tiny_bpe.json";  // 600 tokens, <|endoftext|> = 0
+  const Outcome with = run_train(dir_, base_args(dir_) + " --checkpoint-dir " + (dir_ / "run1") + " --tokenizer " +
+                                           tokenizer + " --save-hf " + (dir_ / "hf"));
+  ASSERT_EQ(with.exit_code, 0) << with.output;
+  for (const char* file : {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json",
+                           "tokenizer_config.json"})
+    EXPECT_TRUE(std::filesystem::exists(dir_ / (std::string("hf/") + file))) << file;
+  EXPECT_EQ(with.output.find("has no tokenizer"), std::string::npos) << with.output;
+  std::ifstream config(dir_ / "hf/tokenizer_config.json");
+  EXPECT_EQ(nlohmann::json::parse(config)["eos_token"], "<|endoftext|>");
+
+  const Outcome without = run_train(dir_, base_args(dir_) + " --checkpoint-dir " + (dir_ / "run2") + " --save-hf " +
+                                              (dir_ / "hf_bytes"));
+  ASSERT_EQ(without.exit_code, 0) << without.output;
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "hf_bytes/generation_config.json"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "hf_bytes/tokenizer.json"));
+  EXPECT_NE(without.output.find("has no tokenizer: the run had no --tokenizer"), std::string::npos) << without.output;
 }
 
 TEST_F(TrainCli, ZeroConfigurationsThatCannotWork) {
