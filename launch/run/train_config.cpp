@@ -151,6 +151,11 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
                  "Resume from 'latest' (in --checkpoint-dir), a checkpoint directory, or 'auto': the latest "
                  "checkpoint if there is one, else start fresh (for restarts under launch/supervise)")
       ->group(kCkpt);
+  add_switch(app, "--reset-schedule", c.reset_schedule,
+             "With --resume: follow this run's learning-rate schedule (--steps, --lr, --lr-schedule, "
+             "--min-lr-ratio, --warmup-steps) from the checkpoint's step where it differs from the one the "
+             "checkpoint recorded (without it, such a resume is refused)")
+      ->group(kCkpt);
   app.add_option("--keep-checkpoints", c.keep_checkpoints,
                  "Keep the newest K checkpoints, deleting older ones once a newer one is complete (0 = keep all)")
       ->group(kCkpt)->capture_default_str();
@@ -436,7 +441,7 @@ std::string resolved_config_json(const TrainConfig& config) {
   // shortest text that reads back exactly.
   for (const auto& [flag, value] : floating_options(copy)) out[flag] = *value;
   // How to start, not what to run; and paths that follow from --run-dir.
-  for (const char* how : {"resume", "overwrite", "eval-only"}) out.erase(how);
+  for (const char* how : {"resume", "reset-schedule", "overwrite", "eval-only"}) out.erase(how);
   if (config.checkpoint_dir_from_run_dir) out.erase("checkpoint-dir");
   if (config.log_file_from_run_dir) out.erase("log-file");
   return out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
