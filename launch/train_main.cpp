@@ -14,6 +14,7 @@
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
+#include <cstdio>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -117,6 +118,10 @@ int train(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Each line as it is written, also to a pipe or a file (a log collector,
+  // `| tee`): stdout would otherwise hold the start-up lines back in a block
+  // until the first step, after any error stderr printed at once.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   const int exit_code = train(argc, argv);

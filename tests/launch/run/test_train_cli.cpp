@@ -9,9 +9,12 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <sstream>
 
 #include "launch/resilience/exit_codes.h"
+#include "launch/run/metrics.h"
+#include "tests/launch/process_harness.h"
 #include "tests/launch/training_fixture.h"
 
 using namespace test_support;
@@ -255,4 +258,52 @@ TEST(TrainCliMpi, BadGridExitsNonZeroWithOneMessageOnEveryRankCount) {
     EXPECT_EQ(count, 1u) << c.flags << " on " << c.ranks << " ranks: expected '" << c.message << "' once in:\n" << out;
     EXPECT_LT(seconds, 30.0) << c.flags << " on " << c.ranks << " ranks took " << seconds << " s";
   }
+}
+
+// The step line says how long the run has taken and how long it will take
+// (elapsed since start-up, ETA from the mean step time leaving the first
+// out), compactly; the JSONL has both in seconds (issue 36, item 8).
+TEST(TrainCliOutput, StepLineHasElapsedAndEta) {
+  TempDir dir("train_cli_eta");
+  write_corpus(dir);
+  const Outcome ok = run_train(dir, "--model gpt-micro --micro-batch 2 --seq-len 16 --steps 3 --device cpu "
+                                    "--peak-tflops 1 --train-data " + (dir / "train_*.bin") + " --log-file " +
+                                    (dir / "m.jsonl"));
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  const std::regex line(R"(step 3/3 \| .* \| mem [^|]+ \| elapsed [0-9]+s eta 0s)");
+  EXPECT_TRUE(std::regex_search(ok.output, line)) << ok.output;
+  EXPECT_TRUE(std::regex_search(ok.output, std::regex(R"(step 1/3 \| .* \| elapsed [0-9]+s eta [0-9]+s)"))) << ok.output;
+  std::ifstream in(dir / "m.jsonl");
+  int steps = 0;
+  for (std::string text; std::getline(in, text);) {
+    const nlohmann::json r = nlohmann::json::parse(text);
+    if (!r.contains("loss")) continue;
+    ++steps;
+    EXPECT_TRUE(r["elapsed_s"].is_number() && r["elapsed_s"].get<double>() > 0) << text;
+    EXPECT_TRUE(r["eta_s"].is_number() && r["eta_s"].get<double>() >= 0) << text;
+    if (r["step"] == 3) EXPECT_EQ(r["eta_s"].get<double>(), 0.0) << text;
+  }
+  EXPECT_EQ(steps, 3);
+  EXPECT_EQ(launch::MetricsLog::format_compact_duration(62.4), "1m02s");
+  EXPECT_EQ(launch::MetricsLog::format_compact_duration(3 * 3600 + 7 * 60 + 20), "3h07m");
+  EXPECT_EQ(launch::MetricsLog::format_compact_duration(4.6), "5s");
+}
+
+// Each line reaches a pipe as it is printed, not in a block with the first
+// step line: the start-up lines are there while the CPU peak is measured (an
+// empty cache: about a second), before step 1 (issue 36, item 8).
+TEST(TrainCliOutput, StartUpLinesReachAPipeBeforeTheFirstStep) {
+  TempDir dir("train_cli_pipe");
+  write_corpus(dir);
+  Child train({"sh", "-c",
+               std::string(TRAIN_BIN) + " --model gpt-micro --micro-batch 2 --seq-len 16 --steps 2 --device cpu "
+               "--train-data '" + (dir / "train_*.bin") + "' | cat"},
+              dir / "piped.out", dir / "piped.err", {"ENGINE_CACHE_DIR=" + (dir / "cache")});
+  std::string seen;
+  ASSERT_TRUE(wait_until([&] { return (seen = read_text(dir / "piped.out")).find("model ") != std::string::npos; }, 120))
+      << read_text(dir / "piped.err");
+  EXPECT_EQ(seen.find("step 1/2"), std::string::npos)
+      << "the start-up lines arrived only with the first step line:\n" << seen;
+  EXPECT_EQ(train.wait(120), 0) << train.err();
+  EXPECT_NE(train.out().find("step 2/2"), std::string::npos) << train.out();
 }
