@@ -79,6 +79,9 @@ int train(int argc, char** argv) {
   try {
     config.resolve(config.device == "cpu" ? 0 : engine::cuda_device_count(), world);
     failure = launch::kExitBadInput;
+    // Before the run folder's lock and the output probes: a resume that
+    // finds nothing writes nothing.
+    launch::check_resume_source(config);
     // --eval-only writes nothing in the folder: it may score a running job's checkpoints.
     if (rank == 0 && !config.run_dir.empty() && !config.eval_only) run_folder_lock.emplace(config.run_dir);
     launch::check_inputs(config);

@@ -125,8 +125,10 @@ void Trainer::resume() {
     for (const std::string& note : notes) std::cerr << "warning: " << note << std::endl;
   }
   // Failures every rank agrees on are job-wide errors: printed once.
+  // Nothing to resume from is bad input (train_main.cpp refuses it before
+  // anything is written; here it can only be a folder emptied since).
   error = first_error(*host_world_, error);
-  if (!error.empty()) throw JobError(kExitFailed, error);
+  if (!error.empty()) throw JobError(kExitBadInput, error);
   candidates = split_lines(broadcast_string(*host_world_, join_lines(candidates)));
   if (candidates.empty()) {  // --resume auto with nothing saved yet
     if (is_logger()) {

@@ -4,6 +4,7 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -306,4 +307,28 @@ TEST(TrainCliOutput, StartUpLinesReachAPipeBeforeTheFirstStep) {
       << "the start-up lines arrived only with the first step line:\n" << seen;
   EXPECT_EQ(train.wait(120), 0) << train.err();
   EXPECT_NE(train.out().find("step 2/2"), std::string::npos) << train.out();
+}
+
+// A resume that finds nothing is bad input (exit 65, one line) and writes
+// nothing: no run folder, no metrics file, so a fresh start in that folder
+// is not refused as another run's (issue 36, item 10).
+TEST(TrainCliResume, ResumeThatFindsNothingWritesNothing) {
+  TempDir dir("train_cli_resume_nothing");
+  write_corpus(dir);
+  const std::string run = "--model gpt-micro --micro-batch 2 --seq-len 16 --steps 2 --device cpu --peak-tflops 1 "
+                          "--train-data " + (dir / "train_*.bin");
+  const std::pair<std::string, std::string> cases[] = {
+      {" --run-dir " + (dir / "run"), dir / "run"},
+      {" --checkpoint-dir " + (dir / "ckpt") + " --log-file " + (dir / "m.jsonl"), dir / "m.jsonl"}};
+  for (const auto& [where, output] : cases) {
+    const Outcome failed = run_train(dir, run + where + " --resume latest");
+    EXPECT_EQ(failed.exit_code, launch::kExitBadInput) << where << "\n" << failed.output;
+    EXPECT_NE(failed.output.find("error: --resume latest: no checkpoint to resume from"), std::string::npos)
+        << failed.output;
+    EXPECT_EQ(std::count(failed.output.begin(), failed.output.end(), '\n'), 1) << failed.output;
+    EXPECT_FALSE(std::filesystem::exists(output)) << "a failed resume wrote " << output;
+    EXPECT_FALSE(std::filesystem::exists(dir / "ckpt")) << "a failed resume created the checkpoint folder";
+    const Outcome fresh = run_train(dir, run + where);
+    EXPECT_EQ(fresh.exit_code, 0) << where << "\n" << fresh.output;
+  }
 }
