@@ -332,3 +332,32 @@ TEST(TrainCliResume, ResumeThatFindsNothingWritesNothing) {
     EXPECT_EQ(fresh.exit_code, 0) << where << "\n" << fresh.output;
   }
 }
+
+// The step line's `mem` (the JSONL's peak_memory_bytes) is what the memory
+// plan says a step holds, byte for byte, also after start-up measured the
+// CPU peak (an empty cache: its GEMM operands, 48 MiB, are freed before step
+// 1 and not counted) (issue 36, item 4).
+TEST(TrainCliMemory, StepPeakEqualsThePlanAfterTheCpuPeakProbe) {
+  TempDir dir("train_cli_mem");
+  write_corpus(dir);
+  const std::string log = dir / "out.log";
+  const std::string command = "ENGINE_CACHE_DIR=" + (dir / "cache") + " timeout 120 " + std::string(TRAIN_BIN) +
+                              " --model gpt-micro --micro-batch 2 --seq-len 16 --steps 2 --device cpu --train-data " +
+                              (dir / "train_*.bin") + " --log-file " + (dir / "m.jsonl") + " > " + log + " 2>&1";
+  const int status = std::system(command.c_str());
+  const std::string out = read_text(log);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
+  ASSERT_NE(out.find("measured"), std::string::npos) << "the CPU peak was not measured:\n" << out;
+  std::ifstream in(dir / "m.jsonl");
+  std::int64_t planned = -1;
+  int steps = 0;
+  for (std::string text; std::getline(in, text);) {
+    const nlohmann::json r = nlohmann::json::parse(text);
+    if (r.value("event", "") == "memory") planned = r["planned"]["total"].get<std::int64_t>();
+    if (!r.contains("loss")) continue;
+    ++steps;
+    ASSERT_GT(planned, 0) << "no memory event before the steps";
+    EXPECT_EQ(r["peak_memory_bytes"].get<std::int64_t>(), planned) << text << "\n" << out;
+  }
+  EXPECT_EQ(steps, 2);
+}
