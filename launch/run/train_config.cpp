@@ -395,10 +395,11 @@ void TrainConfig::resolve(int cuda_devices, int world) {
 std::string TrainConfig::describe() const {
   std::ostringstream out;
   out << "model      " << preset << ": " << model.describe() << ", " << model.num_parameters() << " parameters\n"
-      << "batch      " << micro_batch << " x " << seq_len << " tokens per micro-batch, " << grad_accum
-      << " micro-batches per data-parallel rank, " << batch_tokens << " tokens per step, " << steps << " steps\n"
-      << "optimizer  " << (onebit ? "1-bit Adam (AdamW for " + std::to_string(freeze_step) +
-                                        " steps, then frozen variance and 1-bit compressed momentum over dp) "
+      << "batch      " << micro_batch << " x " << seq_len << " tokens per micro-batch, "
+      << counted(grad_accum, "micro-batch", "micro-batches") << " per data-parallel rank, "
+      << batch_tokens << " tokens per step, " << counted(steps, "step") << "\n"
+      << "optimizer  " << (onebit ? "1-bit Adam (AdamW for " + counted(freeze_step, "step") +
+                                        ", then frozen variance and 1-bit compressed momentum over dp) "
                                   : std::string("AdamW "))
       << "beta=(" << beta1 << ", " << beta2 << ") eps=" << adam_eps << " wd=" << weight_decay
       << ", clip " << (grad_clip > 0 ? std::to_string(grad_clip) : std::string("off")) << ", lr "
@@ -419,11 +420,15 @@ std::string TrainConfig::describe() const {
                                                          : "");
   if (!checkpoint_dir.empty())
     out << "\ncheckpoint " << checkpoint_dir << " every "
-        << (checkpoint_interval ? std::to_string(checkpoint_interval) + " steps" : std::string("run (at the end)"))
+        << (checkpoint_interval ? counted(checkpoint_interval, "step") : std::string("run (at the end)"))
         << ", keep " << (keep_checkpoints ? std::to_string(keep_checkpoints) : std::string("all"))
         << (async_checkpoint ? ", written in the background" : ", written synchronously")
         << (resume.empty() ? "" : ", resume " + resume);
   return out.str();
+}
+
+std::string counted(std::int64_t n, const std::string& noun, const std::string& plural) {
+  return std::to_string(n) + " " + (n == 1 ? noun : plural.empty() ? noun + "s" : plural);
 }
 
 std::string resolved_config_json(const TrainConfig& config) {

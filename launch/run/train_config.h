@@ -149,4 +149,8 @@ void add_train_options(CLI::App& app, TrainConfig& config);
 // flags that say how to start (--resume, --overwrite, --eval-only, --config).
 std::string resolved_config_json(const TrainConfig& config);
 
+// "1 step", "2 steps": a count with its noun, plural unless it is 1 (`plural`
+// when it is not the noun and an s: "micro-batches").
+std::string counted(std::int64_t n, const std::string& noun, const std::string& plural = "");
+
 }  // namespace launch

@@ -239,9 +239,10 @@ void Trainer::report_summary(RunSummary& summary) {
 
   char line[256];
   std::snprintf(line, sizeof line,
-                "summary    %s after step %lld of %lld: %lld steps and %s tokens this run, wall %s (steps %s)",
+                "summary    %s after step %lld of %lld: %s and %s tokens this run, wall %s (steps %s)",
                 summary.exit_code == kExitDone ? "done" : "stopped", static_cast<long long>(steps_done),
-                static_cast<long long>(config_.steps), static_cast<long long>(summary.losses.size()),
+                static_cast<long long>(config_.steps),
+                counted(static_cast<std::int64_t>(summary.losses.size()), "step").c_str(),
                 format_count(static_cast<double>(summary.tokens)).c_str(),
                 format_duration(summary.wall_seconds).c_str(), format_duration(summary.train_seconds).c_str());
   out_ << line << "\n";

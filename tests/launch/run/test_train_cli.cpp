@@ -285,6 +285,10 @@ TEST(TrainCliOutput, StepLineHasElapsedAndEta) {
     if (r["step"] == 3) EXPECT_EQ(r["eta_s"].get<double>(), 0.0) << text;
   }
   EXPECT_EQ(steps, 3);
+  // Counts agree with their nouns (issue 36, item 12).
+  EXPECT_NE(ok.output.find(" tokens per micro-batch, 1 micro-batch per data-parallel rank,"), std::string::npos) << ok.output;
+  EXPECT_EQ(launch::counted(1, "step"), "1 step");
+  EXPECT_EQ(launch::counted(2, "micro-batch", "micro-batches"), "2 micro-batches");
   EXPECT_EQ(launch::MetricsLog::format_compact_duration(62.4), "1m02s");
   EXPECT_EQ(launch::MetricsLog::format_compact_duration(3 * 3600 + 7 * 60 + 20), "3h07m");
   EXPECT_EQ(launch::MetricsLog::format_compact_duration(4.6), "5s");
