@@ -14,6 +14,7 @@
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
+#include <cstdio>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -78,6 +79,9 @@ int train(int argc, char** argv) {
   try {
     config.resolve(config.device == "cpu" ? 0 : engine::cuda_device_count(), world);
     failure = launch::kExitBadInput;
+    // Before the run folder's lock and the output probes: a resume that
+    // finds nothing writes nothing.
+    launch::check_resume_source(config);
     // --eval-only writes nothing in the folder: it may score a running job's checkpoints.
     if (rank == 0 && !config.run_dir.empty() && !config.eval_only) run_folder_lock.emplace(config.run_dir);
     launch::check_inputs(config);
@@ -117,6 +121,10 @@ int train(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Each line as it is written, also to a pipe or a file (a log collector,
+  // `| tee`): stdout would otherwise hold the start-up lines back in a block
+  // until the first step, after any error stderr printed at once.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   const int exit_code = train(argc, argv);

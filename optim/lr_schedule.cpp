@@ -31,8 +31,8 @@ std::string LrSchedule::describe() const {
   if (kind == Kind::kConstant)
     out << "constant " << max_lr;
   else
-    out << "cosine " << max_lr << " -> " << min_lr << " over " << total_steps << " steps";
-  if (warmup_steps > 0) out << ", linear warm-up " << warmup_steps << " steps";
+    out << "cosine " << max_lr << " -> " << min_lr << " over " << total_steps << (total_steps == 1 ? " step" : " steps");
+  if (warmup_steps > 0) out << ", linear warm-up " << warmup_steps << (warmup_steps == 1 ? " step" : " steps");
   return out.str();
 }
 

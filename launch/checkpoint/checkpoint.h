@@ -4,6 +4,7 @@
 // Layout of a checkpoint directory (ARCHITECTURE.md: names, global shapes and
 // splits are the contract, so a later run may resume under another layout):
 //   <dir>/step_00000100/state.json       step, run identity, layout, sampler RNG,
+//                                        learning-rate schedule (lr_schedule),
 //                                        the shard indexes, every file's size and
 //                                        XXH3 checksum, and its own checksum
 //   <dir>/step_00000100/rank_00003.json  index of one rank's slices: per tensor
@@ -68,6 +69,7 @@ struct TrainingState {
   nlohmann::json run;             // what must match on resume (model, batch, seed, data)
   nlohmann::json layout;          // tp, pp, dp, zero of the writing run (information)
   nlohmann::json optimizer;       // optimizer name and settings (null: AdamW, or a checkpoint from before)
+  nlohmann::json lr_schedule;     // the learning-rate schedule it follows (null: a checkpoint from before it was recorded)
 };
 
 // A rank's own state that differs across data-parallel ranks, so the shards

@@ -260,6 +260,7 @@ TrainingState load_checkpoint(const std::string& step_dir, const nlohmann::json&
   out.run = found_run;
   out.layout = state.layout;
   out.optimizer = state.optimizer;
+  out.lr_schedule = state.lr_schedule;
   return out;
 }
 

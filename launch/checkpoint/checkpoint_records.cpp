@@ -111,6 +111,7 @@ StateRecord parse_state(const nlohmann::json& state, const std::string& step_dir
     damaged(fields.where(), ": \"run\" is ", json_excerpt(out.run), ", expected an object (the run's identity)");
   out.layout = state.value("layout", nlohmann::json());
   out.optimizer = state.value("optimizer", nlohmann::json());
+  out.lr_schedule = state.value("lr_schedule", nlohmann::json());  // checked field by field where it is compared
   // Every file the checkpoint lists, each name inside the folder: names
   // come from the file, and a '..', an absolute path or a link leading out
   // would have the reader open any file the user can.

@@ -46,7 +46,7 @@ struct StateRecord {
   std::int64_t step = 0;
   std::int64_t optimizer_steps = -1;
   std::string sampler_rng;
-  nlohmann::json run, layout, optimizer;
+  nlohmann::json run, layout, optimizer, lr_schedule;
   std::vector<std::string> shards;                                // shard index names
   std::map<std::string, FileEntry> files;                         // every file, each inside the folder
   std::map<std::string, std::vector<std::string>> rank_extras;    // tag -> index names

@@ -132,6 +132,7 @@ void write_state_and_rename(const std::string& checkpoint_dir, const std::string
                           {"shards", shards},
                           {"files", files}};
   if (!state.optimizer.is_null()) index["optimizer"] = state.optimizer;
+  if (!state.lr_schedule.is_null()) index["lr_schedule"] = state.lr_schedule;
   if (!extras.empty()) index["rank_extras"] = extras;
   index["checksum"] = state_checksum(index);
   AtomicFile state_file((fs::path(temp_dir) / kStateFile).string());

@@ -6,8 +6,10 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "engine/check.h"
+#include "launch/checkpoint/checkpoint.h"
 #include "launch/data/data_loader.h"
 #include "launch/formats/hf_gpt2.h"
 #include "launch/formats/llmc_model.h"
@@ -35,6 +37,12 @@ void probe_writable_dir(const std::filesystem::path& dir, const char* flag) {
   std::filesystem::remove(probe, error);
 }
 }  // namespace
+
+void check_resume_source(const TrainConfig& config) {
+  if (config.resume.empty()) return;
+  std::vector<std::string> notes;  // printed by the trainer, which looks again
+  resume_candidates(config.resume, config.checkpoint_dir, notes);
+}
 
 void check_inputs(const TrainConfig& config) {
   const int T = static_cast<int>(config.seq_len), V = static_cast<int>(config.model.vocab_size);

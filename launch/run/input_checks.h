@@ -15,4 +15,11 @@ namespace launch {
 // reported once and every rank exits (train_main.cpp).
 void check_inputs(const TrainConfig& config);
 
+// --resume latest (or DIR) with nothing to resume from, or --resume auto over a
+// `latest` with no intact checkpoint: refused (bad input) before the job
+// writes anything, so that a fresh start in the folder is not then refused as
+// another run's (issue 36, item 10). Damage found only by loading a
+// checkpoint is the trainer's to handle (Trainer::resume).
+void check_resume_source(const TrainConfig& config);
+
 }  // namespace launch

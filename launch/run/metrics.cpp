@@ -20,18 +20,31 @@ MetricsLog::MetricsLog(const std::string& path) : path_(path) {
   ENGINE_CHECK(file_.good(), "cannot open metrics file '", path, "' for appending: ", std::strerror(errno));
 }
 
+std::string MetricsLog::format_compact_duration(double seconds) {
+  const long long s = seconds > 0 ? static_cast<long long>(seconds + 0.5) : 0;
+  char text[48];
+  if (s >= 3600)
+    std::snprintf(text, sizeof text, "%lldh%02lldm", s / 3600, s / 60 % 60);
+  else if (s >= 60)
+    std::snprintf(text, sizeof text, "%lldm%02llds", s / 60, s % 60);
+  else
+    std::snprintf(text, sizeof text, "%llds", s);
+  return text;
+}
+
 std::string MetricsLog::format_line(const StepMetrics& m) {
-  char line[352];
+  char line[416];
   // HFU only where it differs from MFU: with recomputation (JSONL always has it).
   char hfu[32] = "";
   if (m.recompute) std::snprintf(hfu, sizeof hfu, " | HFU %.1f%%", m.hfu * 100.0);
   const int width = static_cast<int>(std::to_string(m.steps).size());
   std::snprintf(line, sizeof line,
                 "step %*lld/%lld | loss %.4f | norm %.3f | lr %.2e | %.1f ms | %.0f tok/s | %.2f TFLOP/s | "
-                "MFU %.1f%%%s | mem %s",
+                "MFU %.1f%%%s | mem %s | elapsed %s eta %s",
                 width, static_cast<long long>(m.step), static_cast<long long>(m.steps), m.loss, m.grad_norm, m.lr,
                 m.step_seconds * 1e3, m.tokens_per_second, m.tflops_per_device, m.mfu * 100.0, hfu,
-                engine::format_bytes(m.peak_memory_bytes).c_str());
+                engine::format_bytes(m.peak_memory_bytes).c_str(), format_compact_duration(m.elapsed_seconds).c_str(),
+                format_compact_duration(m.eta_seconds).c_str());
   std::string out = line;
   if (m.parallel) {
     char par[160];
@@ -62,7 +75,9 @@ void MetricsLog::record(const StepMetrics& m) {
                       {"mfu", m.mfu},
                       {"hfu", m.hfu},
                       {"peak_memory_bytes", m.peak_memory_bytes},
-                      {"peak_rss_bytes", m.peak_rss_bytes}};
+                      {"peak_rss_bytes", m.peak_rss_bytes},
+                      {"elapsed_s", m.elapsed_seconds},
+                      {"eta_s", m.eta_seconds}};
   if (m.val_loss) j["val_loss"] = *m.val_loss;
   if (m.skipped) j["skipped"] = true;  // non-finite values are written as null
   if (m.parallel) {

@@ -25,6 +25,8 @@ struct StepMetrics {
   std::uint64_t peak_memory_bytes = 0;  // engine-held bytes on the compute device, high-water mark
   std::uint64_t peak_rss_bytes = 0;     // process resident set, high-water mark
   std::optional<double> val_loss;
+  double elapsed_seconds = 0;  // since the trainer started (this process: start-up included)
+  double eta_seconds = 0;      // the steps left x the mean step time so far (the first left out once there is another)
   // Parallel runs.
   double bubble_fraction = 0;           // pipeline bubble of the schedule, (pp-1)/(m+pp-1)
   double comm_bytes_tp = 0, comm_bytes_dp = 0, comm_bytes_pp = 0;  // sent this step, all ranks together
@@ -66,6 +68,8 @@ class MetricsLog {
   // Any other record without step figures ({"event": "stopped", ...}).
   void record_event(const nlohmann::json& event);
   static std::string format_line(const StepMetrics& m);
+  // "42s", "1m02s", "3h07m": compact enough for the step line.
+  static std::string format_compact_duration(double seconds);
 
  private:
   void check_written();  // a failed write (disk full) is an error, never silently lost

@@ -31,7 +31,7 @@ NonFiniteGuard::Verdict NonFiniteGuard::judge(std::int64_t step, double loss, do
     throw JobError(kExitFailed, what.str() + "; stopping without applying or saving it (--on-nonfinite stop; try a "
                                              "lower --lr or --grad-clip, or --on-nonfinite skip)");
   if (++skipped_in_a_row_ <= max_skipped_) return Verdict::kSkip;
-  what << ", the " << skipped_in_a_row_ << "th non-finite step in a row (--max-skipped-steps " << max_skipped_ << ")";
+  what << ", " << skipped_in_a_row_ << " non-finite steps in a row (--max-skipped-steps " << max_skipped_ << ")";
   problem_ = what.str();
   return Verdict::kSkipLimit;
 }

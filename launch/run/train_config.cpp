@@ -155,6 +155,11 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
                  "Resume from 'latest' (in --checkpoint-dir), a checkpoint directory, or 'auto': the latest "
                  "checkpoint if there is one, else start fresh (for restarts under launch/supervise)")
       ->group(kCkpt);
+  add_switch(app, "--reset-schedule", c.reset_schedule,
+             "With --resume: follow this run's learning-rate schedule (--steps, --lr, --lr-schedule, "
+             "--min-lr-ratio, --warmup-steps) from the checkpoint's step where it differs from the one the "
+             "checkpoint recorded (without it, such a resume is refused)")
+      ->group(kCkpt);
   app.add_option("--keep-checkpoints", c.keep_checkpoints,
                  "Keep the newest K checkpoints, deleting older ones once a newer one is complete (0 = keep all)")
       ->group(kCkpt)->capture_default_str();
@@ -412,10 +417,11 @@ void TrainConfig::resolve(int cuda_devices, int world) {
 std::string TrainConfig::describe() const {
   std::ostringstream out;
   out << "model      " << model_source << ": " << model.describe() << ", " << model.num_parameters() << " parameters\n"
-      << "batch      " << micro_batch << " x " << seq_len << " tokens per micro-batch, " << grad_accum
-      << " micro-batches per data-parallel rank, " << batch_tokens << " tokens per step, " << steps << " steps\n"
-      << "optimizer  " << (onebit ? "1-bit Adam (AdamW for " + std::to_string(freeze_step) +
-                                        " steps, then frozen variance and 1-bit compressed momentum over dp) "
+      << "batch      " << micro_batch << " x " << seq_len << " tokens per micro-batch, "
+      << counted(grad_accum, "micro-batch", "micro-batches") << " per data-parallel rank, "
+      << batch_tokens << " tokens per step, " << counted(steps, "step") << "\n"
+      << "optimizer  " << (onebit ? "1-bit Adam (AdamW for " + counted(freeze_step, "step") +
+                                        ", then frozen variance and 1-bit compressed momentum over dp) "
                                   : std::string("AdamW "))
       << "beta=(" << beta1 << ", " << beta2 << ") eps=" << adam_eps << " wd=" << weight_decay
       << ", clip " << (grad_clip > 0 ? std::to_string(grad_clip) : std::string("off")) << ", lr "
@@ -436,11 +442,15 @@ std::string TrainConfig::describe() const {
                                                          : "");
   if (!checkpoint_dir.empty())
     out << "\ncheckpoint " << checkpoint_dir << " every "
-        << (checkpoint_interval ? std::to_string(checkpoint_interval) + " steps" : std::string("run (at the end)"))
+        << (checkpoint_interval ? counted(checkpoint_interval, "step") : std::string("run (at the end)"))
         << ", keep " << (keep_checkpoints ? std::to_string(keep_checkpoints) : std::string("all"))
         << (async_checkpoint ? ", written in the background" : ", written synchronously")
         << (resume.empty() ? "" : ", resume " + resume);
   return out.str();
+}
+
+std::string counted(std::int64_t n, const std::string& noun, const std::string& plural) {
+  return std::to_string(n) + " " + (n == 1 ? noun : plural.empty() ? noun + "s" : plural);
 }
 
 std::string resolved_config_json(const TrainConfig& config) {
@@ -458,7 +468,7 @@ std::string resolved_config_json(const TrainConfig& config) {
   // shortest text that reads back exactly.
   for (const auto& [flag, value] : floating_options(copy)) out[flag] = *value;
   // How to start, not what to run; and paths that follow from --run-dir.
-  for (const char* how : {"resume", "overwrite", "eval-only"}) out.erase(how);
+  for (const char* how : {"resume", "reset-schedule", "overwrite", "eval-only"}) out.erase(how);
   if (config.preset.empty()) out.erase("model");  // the shape of --init-from's config.json
   if (config.checkpoint_dir_from_run_dir) out.erase("checkpoint-dir");
   if (config.log_file_from_run_dir) out.erase("log-file");

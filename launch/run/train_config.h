@@ -68,6 +68,10 @@ struct TrainConfig {
   std::string checkpoint_dir;
   std::int64_t checkpoint_interval = 0;  // steps; 0 = only at the end (when checkpoint_dir is set)
   std::string resume;                     // "", "latest", "auto" (latest if any, else fresh), or a directory
+  // A resumed checkpoint records its learning-rate schedule; a run whose
+  // schedule differs (another --steps, --lr, ...) is refused unless this is
+  // set, and then follows its own schedule from the checkpoint's step.
+  bool reset_schedule = false;
   std::string init_from;                  // llm.c GPT-2 model file, or Hugging Face folder / .safetensors, to start from
   // A save that fails (disk full) keeps the previous checkpoint and training
   // goes on; this many failures in a row stop the run.
@@ -148,5 +152,9 @@ void add_train_options(CLI::App& app, TrainConfig& config);
 // the value this run uses (dp, seq-len, device ... as resolved), except the
 // flags that say how to start (--resume, --overwrite, --eval-only, --config).
 std::string resolved_config_json(const TrainConfig& config);
+
+// "1 step", "2 steps": a count with its noun, plural unless it is 1 (`plural`
+// when it is not the noun and an s: "micro-batches").
+std::string counted(std::int64_t n, const std::string& noun, const std::string& plural = "");
 
 }  // namespace launch

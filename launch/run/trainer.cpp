@@ -263,6 +263,10 @@ RunSummary Trainer::run_steps() {
   summary.first_step = start_step_;
   PeakFlops peak = PeakFlops::for_run(config_, gpu_,
                                       host_world_->comm(), is_logger() ? &out_ : nullptr);
+  // The step line's `mem` is the steps' own peak: start-up's temporaries (the
+  // CPU peak probe's three 16 MiB GEMM operands, freed by now) would put it
+  // above the memory plan, which counts what a step holds (issue 36, item 4).
+  engine::reset_peak_memory(config_.device_type);
   const StepFlops flops = step_flops(config_);
   for (std::int64_t step = start_step_; step < config_.steps; ++step) {
     parallel::watchdog_set_step(step + 1);

@@ -208,6 +208,10 @@ class Trainer {
   std::int64_t last_saved_step_ = -1;  // the checkpoint written or resumed from last
   double mfu_sum_ = 0, hfu_sum_ = 0;   // over this run's steps but its first
   std::int64_t mfu_steps_ = 0;
+  // Step times for the step line's ETA: the first step's, and the sum over
+  // this run's later steps (the first warms caches and allocators up).
+  double first_step_seconds_ = 0, later_steps_seconds_ = 0;
+  std::int64_t later_steps_ = 0;
 };
 
 }  // namespace launch

@@ -18,6 +18,7 @@
 #include "launch/resilience/job_error.h"
 #include "launch/resilience/rank_agreement.h"
 #include "launch/resilience/stop_request.h"
+#include "optim/lr_schedule.h"
 #include "parallel/watchdog.h"
 
 namespace launch {
@@ -42,6 +43,63 @@ std::string join_lines(const std::vector<std::string>& lines) {
   for (const std::string& l : lines) out += (out.empty() ? "" : "\n") + l;
   return out;
 }
+
+// The learning-rate schedule a checkpoint records: what the learning rate of
+// every later step follows from. A resume under another --steps would
+// otherwise reshape the cosine silently (issue 36, item 5).
+nlohmann::json schedule_record(const optim::LrSchedule& s) {
+  return {{"kind", s.kind == optim::LrSchedule::Kind::kConstant ? "constant" : "cosine"},
+          {"max_lr", s.max_lr},
+          {"min_lr", s.min_lr},
+          {"warmup_steps", s.warmup_steps},
+          {"total_steps", s.total_steps}};
+}
+
+// The recorded schedule read back; a field of the wrong type is bad input.
+optim::LrSchedule schedule_from_record(const nlohmann::json& r, const std::string& dir) {
+  const auto bad = [&] {
+    return JobError(kExitBadInput, "checkpoint '" + dir + "': its \"lr_schedule\" is " + r.dump().substr(0, 200) +
+                                       ", expected {kind, max_lr, min_lr, warmup_steps, total_steps}");
+  };
+  if (!r.is_object()) throw bad();
+  optim::LrSchedule s;
+  try {
+    const std::string kind = r.at("kind").get<std::string>();
+    if (kind != "cosine" && kind != "constant") throw bad();
+    s.kind = optim::parse_lr_kind(kind);
+    if (!r.at("max_lr").is_number() || !r.at("min_lr").is_number() || !r.at("warmup_steps").is_number_integer() ||
+        !r.at("total_steps").is_number_integer())
+      throw bad();
+    s.max_lr = r.at("max_lr").get<double>();
+    s.min_lr = r.at("min_lr").get<double>();
+    s.warmup_steps = r.at("warmup_steps").get<std::int64_t>();
+    s.total_steps = r.at("total_steps").get<std::int64_t>();
+  } catch (const nlohmann::json::exception&) {
+    throw bad();
+  }
+  return s;
+}
+
+// Where two schedules give different learning rates, as "--flag theirs vs
+// ours" items; empty when they agree at every step. A constant schedule does
+// not depend on --steps or the floor.
+std::string schedule_differences(const optim::LrSchedule& saved, const optim::LrSchedule& now) {
+  std::ostringstream out;
+  const auto item = [&](const char* flag, const auto& a, const auto& b) {
+    if (a == b) return;
+    out << (out.tellp() > 0 ? ", " : "") << flag << " " << a << " (checkpoint) vs " << b << " (this run)";
+  };
+  const auto kind = [](const optim::LrSchedule& s) { return s.kind == optim::LrSchedule::Kind::kConstant ? "constant" : "cosine"; };
+  item("--lr-schedule", std::string(kind(saved)), std::string(kind(now)));
+  item("--lr", saved.max_lr, now.max_lr);
+  item("--warmup-steps", saved.warmup_steps, now.warmup_steps);
+  if (saved.kind == optim::LrSchedule::Kind::kCosine && now.kind == optim::LrSchedule::Kind::kCosine) {
+    item("--steps", saved.total_steps, now.total_steps);
+    item("minimum lr", saved.min_lr, now.min_lr);
+  }
+  return out.str();
+}
+
 std::vector<std::string> split_lines(const std::string& text) {
   std::vector<std::string> out;
   std::istringstream in(text);
@@ -67,8 +125,10 @@ void Trainer::resume() {
     for (const std::string& note : notes) std::cerr << "warning: " << note << std::endl;
   }
   // Failures every rank agrees on are job-wide errors: printed once.
+  // Nothing to resume from is bad input (train_main.cpp refuses it before
+  // anything is written; here it can only be a folder emptied since).
   error = first_error(*host_world_, error);
-  if (!error.empty()) throw JobError(kExitFailed, error);
+  if (!error.empty()) throw JobError(kExitBadInput, error);
   candidates = split_lines(broadcast_string(*host_world_, join_lines(candidates)));
   if (candidates.empty()) {  // --resume auto with nothing saved yet
     if (is_logger()) {
@@ -140,6 +200,26 @@ void Trainer::finish_resume(const std::string& dir, const TrainingState& state, 
   if (state.step > config_.steps && !config_.eval_only)
     throw JobError(kExitUsage, "checkpoint '" + dir + "' is at step " + std::to_string(state.step) +
                                    ", past --steps " + std::to_string(config_.steps));
+  bool schedule_reset = false;
+  if (!config_.eval_only) {
+    if (state.lr_schedule.is_null()) {
+      if (is_logger())
+        std::cerr << "warning: checkpoint '" << dir << "' does not record its learning-rate schedule (written before "
+                  << "schedules were recorded): this run's (" << config_.lr_schedule.describe()
+                  << ") is followed from step " << state.step << std::endl;
+    } else {
+      const optim::LrSchedule saved = schedule_from_record(state.lr_schedule, dir);
+      const std::string differences = schedule_differences(saved, config_.lr_schedule);
+      if (!differences.empty() && !config_.reset_schedule)
+        throw JobError(kExitUsage, "checkpoint '" + dir + "' follows another learning-rate schedule: " + differences +
+                                       "; resume with the checkpoint's values, or give --reset-schedule to follow "
+                                       "this run's from step " + std::to_string(state.step));
+      schedule_reset = !differences.empty();
+      if (schedule_reset && is_logger())
+        out_ << "schedule   --reset-schedule: from step " << state.step << " the learning rate follows this run's "
+             << config_.lr_schedule.describe() << " instead of the checkpoint's " << saved.describe() << "\n";
+    }
+  }
   if (!state.sampler_rng.empty()) {
     std::istringstream in(state.sampler_rng);
     in >> sampler_rng_;
@@ -157,7 +237,8 @@ void Trainer::finish_resume(const std::string& dir, const TrainingState& state, 
                                    {"step", state.step},
                                    {"from", dir},
                                    {"attempt", restart_count()},
-                                   {"damaged_skipped", damage_reports.size()}});
+                                   {"damaged_skipped", damage_reports.size()},
+                                   {"schedule_reset", schedule_reset}});
 }
 
 // ---- saving -----------------------------------------------------------------------------
@@ -184,6 +265,7 @@ void Trainer::start_save(std::int64_t steps_done) {
                   {"zero", config_.zero},
                   {"sequence_parallel", config_.sequence_parallel}};
   state.optimizer = optimizer_checkpoint_->describe(steps_done);
+  state.lr_schedule = schedule_record(config_.lr_schedule);
   std::ostringstream rng;
   rng << sampler_rng_;
   state.sampler_rng = rng.str();

@@ -41,6 +41,15 @@ StepMetrics Trainer::step_metrics(std::int64_t step, double loss, double norm, d
   m.grad_norm = norm;
   m.lr = lr;
   m.step_seconds = seconds;
+  m.elapsed_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  if (step == start_step_) {
+    first_step_seconds_ = seconds;
+  } else {
+    later_steps_seconds_ += seconds;
+    ++later_steps_;
+  }
+  const double mean_step = later_steps_ > 0 ? later_steps_seconds_ / static_cast<double>(later_steps_) : first_step_seconds_;
+  m.eta_seconds = mean_step * static_cast<double>(config_.steps - m.step);
   m.tokens_per_second = static_cast<double>(config_.batch_tokens) / seconds;
   m.tflops_per_device = flops.model / seconds / devices / 1e12;
   const PeakFlops::Utilization used = peak.utilization(m.step, flops, seconds, devices, is_logger() ? &out_ : nullptr);
@@ -247,9 +256,10 @@ void Trainer::report_summary(RunSummary& summary) {
 
   char line[256];
   std::snprintf(line, sizeof line,
-                "summary    %s after step %lld of %lld: %lld steps and %s tokens this run, wall %s (steps %s)",
+                "summary    %s after step %lld of %lld: %s and %s tokens this run, wall %s (steps %s)",
                 summary.exit_code == kExitDone ? "done" : "stopped", static_cast<long long>(steps_done),
-                static_cast<long long>(config_.steps), static_cast<long long>(summary.losses.size()),
+                static_cast<long long>(config_.steps),
+                counted(static_cast<std::int64_t>(summary.losses.size()), "step").c_str(),
                 format_count(static_cast<double>(summary.tokens)).c_str(),
                 format_duration(summary.wall_seconds).c_str(), format_duration(summary.train_seconds).c_str());
   out_ << line << "\n";

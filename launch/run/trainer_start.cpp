@@ -145,11 +145,11 @@ void Trainer::report_start() {
 void Trainer::report_paths() {
   if (val_data_) {
     const std::int64_t n = validation_sequences();
-    out_ << "validation " << n * config_.seq_len << " tokens (the first " << n << " sequences of " << config_.seq_len
+    out_ << "validation " << n * config_.seq_len << " tokens (the first " << counted(n, "sequence") << " of " << config_.seq_len
          << ") of " << config_.val_data;
     if (n < config_.val_tokens / config_.seq_len)
       out_ << ": all it holds, fewer than --val-tokens " << config_.val_tokens;
-    out_ << (config_.eval_only ? "" : config_.val_interval > 0 ? ", every " + std::to_string(config_.val_interval) + " steps and at the end" : ", at the end") << "\n";
+    out_ << (config_.eval_only ? "" : config_.val_interval > 0 ? ", every " + counted(config_.val_interval, "step") + " and at the end" : ", at the end") << "\n";
   }
   if (config_.eval_only) return;
   const RunPaths paths = run_paths(config_);

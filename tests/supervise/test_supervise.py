@@ -374,6 +374,33 @@ class SuperviseTest(unittest.TestCase):
                 f"of {report['wall_s']:.1f} s wall; 2 attempts, 1 restart; 1 unparsable line(s) skipped)\n")
         self.assertIn(line, r.stderr)
 
+    def test_goodput_counts_only_steps_a_checkpoint_kept(self):
+        # A job that never finishes: the steps after its last checkpoint are lost work.
+        ckpt = lambda n: {"event": "checkpoint", "step": n, "seconds": 0.01}
+        attempts = [
+            {"exit": 1, "records": [step(1, 0.5), step(2, 0.25), ckpt(2), step(3, 4.0)]},
+            {"exit": 1, "records": [{"event": "resume", "step": 2}, step(3, 1.0), step(4, 8.0)]},
+        ]
+        r = self.run_supervise(["--max-restarts", "1", "--backoff", "0.05", "--metrics", self.metrics], attempts)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        report = self.load_report()
+        self.assertEqual(report["outcome"], "gave_up")
+        self.assertEqual((report["useful_s"], report["steps"], report["steps_not_kept"]), (0.75, 2, 3))
+        self.assertIn("3 step(s) after the last checkpoint not counted", r.stderr)
+        # Stopped on request: the checkpoint it wrote as it stopped keeps its steps.
+        os.unlink(self.metrics)
+        attempts = [{"exit": 75, "records": [step(1, 0.5), step(2, 0.25), ckpt(2),
+                                             {"event": "stopped", "step": 2}]}]
+        r = self.run_supervise(["--metrics", self.metrics], attempts)
+        self.assertEqual(r.returncode, 75, r.stderr)
+        report = self.load_report()
+        self.assertEqual((report["useful_s"], report["steps"], report["steps_not_kept"]), (0.75, 2, 0))
+        # A resume that found nothing (exit 65) wrote no records: no goodput claimed.
+        os.unlink(self.metrics)
+        r = self.run_supervise(["--metrics", self.metrics], [{"exit": 65}])
+        self.assertEqual(r.returncode, 65, r.stderr)
+        self.assertIsNone(self.load_report()["goodput"])
+
     def test_records_from_before_supervise_are_left_out(self):
         with open(self.metrics, "w") as f:
             f.write(json.dumps(step(1, 100.0)) + "\n" + json.dumps(step(2, 100.0)) + "\n")

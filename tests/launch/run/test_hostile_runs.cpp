@@ -111,8 +111,9 @@ TEST_F(HostileRuns, RefusedResumeLeavesConfigJsonAlone) {
   EXPECT_NE(run(wrong, "wrong"), 0) << read_text(out("wrong"));
   EXPECT_NE(read_text(err("wrong")).find("different run"), std::string::npos) << read_text(err("wrong"));
   EXPECT_EQ(read_text(folder + "/config.json"), saved) << "the refused start rewrote config.json";
-  // The saved configuration continues the run as it is.
-  const std::string right = "--config " + folder + "/config.json --steps 4 --resume auto";
+  // The saved configuration continues the run as it is (longer: with a new
+  // learning-rate schedule, which --reset-schedule accepts).
+  const std::string right = "--config " + folder + "/config.json --steps 4 --reset-schedule --resume auto";
   EXPECT_EQ(run(right, "right"), 0) << read_text(err("right"));
   EXPECT_NE(read_text(out("right")).find("resumed    from"), std::string::npos) << read_text(out("right"));
 }

@@ -4,15 +4,19 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 
 #include "launch/resilience/exit_codes.h"
+#include "launch/run/metrics.h"
+#include "tests/launch/process_harness.h"
 #include "tests/launch/training_fixture.h"
 
 using namespace test_support;
@@ -308,4 +312,109 @@ TEST(TrainCliMpi, BadGridExitsNonZeroWithOneMessageOnEveryRankCount) {
     EXPECT_EQ(count, 1u) << c.flags << " on " << c.ranks << " ranks: expected '" << c.message << "' once in:\n" << out;
     EXPECT_LT(seconds, 30.0) << c.flags << " on " << c.ranks << " ranks took " << seconds << " s";
   }
+}
+
+// The step line says how long the run has taken and how long it will take
+// (elapsed since start-up, ETA from the mean step time leaving the first
+// out), compactly; the JSONL has both in seconds (issue 36, item 8).
+TEST(TrainCliOutput, StepLineHasElapsedAndEta) {
+  TempDir dir("train_cli_eta");
+  write_corpus(dir);
+  const Outcome ok = run_train(dir, "--model gpt-micro --micro-batch 2 --seq-len 16 --steps 3 --device cpu "
+                                    "--peak-tflops 1 --train-data " + (dir / "train_*.bin") + " --log-file " +
+                                    (dir / "m.jsonl"));
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  const std::regex line(R"(step 3/3 \| .* \| mem [^|]+ \| elapsed [0-9]+s eta 0s)");
+  EXPECT_TRUE(std::regex_search(ok.output, line)) << ok.output;
+  EXPECT_TRUE(std::regex_search(ok.output, std::regex(R"(step 1/3 \| .* \| elapsed [0-9]+s eta [0-9]+s)"))) << ok.output;
+  std::ifstream in(dir / "m.jsonl");
+  int steps = 0;
+  for (std::string text; std::getline(in, text);) {
+    const nlohmann::json r = nlohmann::json::parse(text);
+    if (!r.contains("loss")) continue;
+    ++steps;
+    EXPECT_TRUE(r["elapsed_s"].is_number() && r["elapsed_s"].get<double>() > 0) << text;
+    EXPECT_TRUE(r["eta_s"].is_number() && r["eta_s"].get<double>() >= 0) << text;
+    if (r["step"] == 3) EXPECT_EQ(r["eta_s"].get<double>(), 0.0) << text;
+  }
+  EXPECT_EQ(steps, 3);
+  // Counts agree with their nouns (issue 36, item 12).
+  EXPECT_NE(ok.output.find(" tokens per micro-batch, 1 micro-batch per data-parallel rank,"), std::string::npos) << ok.output;
+  EXPECT_EQ(launch::counted(1, "step"), "1 step");
+  EXPECT_EQ(launch::counted(2, "micro-batch", "micro-batches"), "2 micro-batches");
+  EXPECT_EQ(launch::MetricsLog::format_compact_duration(62.4), "1m02s");
+  EXPECT_EQ(launch::MetricsLog::format_compact_duration(3 * 3600 + 7 * 60 + 20), "3h07m");
+  EXPECT_EQ(launch::MetricsLog::format_compact_duration(4.6), "5s");
+}
+
+// Each line reaches a pipe as it is printed, not in a block with the first
+// step line: the start-up lines are there while the CPU peak is measured (an
+// empty cache: about a second), before step 1 (issue 36, item 8).
+TEST(TrainCliOutput, StartUpLinesReachAPipeBeforeTheFirstStep) {
+  TempDir dir("train_cli_pipe");
+  write_corpus(dir);
+  Child train({"sh", "-c",
+               std::string(TRAIN_BIN) + " --model gpt-micro --micro-batch 2 --seq-len 16 --steps 2 --device cpu "
+               "--train-data '" + (dir / "train_*.bin") + "' | cat"},
+              dir / "piped.out", dir / "piped.err", {"ENGINE_CACHE_DIR=" + (dir / "cache")});
+  std::string seen;
+  ASSERT_TRUE(wait_until([&] { return (seen = read_text(dir / "piped.out")).find("model ") != std::string::npos; }, 120))
+      << read_text(dir / "piped.err");
+  EXPECT_EQ(seen.find("step 1/2"), std::string::npos)
+      << "the start-up lines arrived only with the first step line:\n" << seen;
+  EXPECT_EQ(train.wait(120), 0) << train.err();
+  EXPECT_NE(train.out().find("step 2/2"), std::string::npos) << train.out();
+}
+
+// A resume that finds nothing is bad input (exit 65, one line) and writes
+// nothing: no run folder, no metrics file, so a fresh start in that folder
+// is not refused as another run's (issue 36, item 10).
+TEST(TrainCliResume, ResumeThatFindsNothingWritesNothing) {
+  TempDir dir("train_cli_resume_nothing");
+  write_corpus(dir);
+  const std::string run = "--model gpt-micro --micro-batch 2 --seq-len 16 --steps 2 --device cpu --peak-tflops 1 "
+                          "--train-data " + (dir / "train_*.bin");
+  const std::pair<std::string, std::string> cases[] = {
+      {" --run-dir " + (dir / "run"), dir / "run"},
+      {" --checkpoint-dir " + (dir / "ckpt") + " --log-file " + (dir / "m.jsonl"), dir / "m.jsonl"}};
+  for (const auto& [where, output] : cases) {
+    const Outcome failed = run_train(dir, run + where + " --resume latest");
+    EXPECT_EQ(failed.exit_code, launch::kExitBadInput) << where << "\n" << failed.output;
+    EXPECT_NE(failed.output.find("error: --resume latest: no checkpoint to resume from"), std::string::npos)
+        << failed.output;
+    EXPECT_EQ(std::count(failed.output.begin(), failed.output.end(), '\n'), 1) << failed.output;
+    EXPECT_FALSE(std::filesystem::exists(output)) << "a failed resume wrote " << output;
+    EXPECT_FALSE(std::filesystem::exists(dir / "ckpt")) << "a failed resume created the checkpoint folder";
+    const Outcome fresh = run_train(dir, run + where);
+    EXPECT_EQ(fresh.exit_code, 0) << where << "\n" << fresh.output;
+  }
+}
+
+// The step line's `mem` (the JSONL's peak_memory_bytes) is what the memory
+// plan says a step holds, byte for byte, also after start-up measured the
+// CPU peak (an empty cache: its GEMM operands, 48 MiB, are freed before step
+// 1 and not counted) (issue 36, item 4).
+TEST(TrainCliMemory, StepPeakEqualsThePlanAfterTheCpuPeakProbe) {
+  TempDir dir("train_cli_mem");
+  write_corpus(dir);
+  const std::string log = dir / "out.log";
+  const std::string command = "ENGINE_CACHE_DIR=" + (dir / "cache") + " timeout 120 " + std::string(TRAIN_BIN) +
+                              " --model gpt-micro --micro-batch 2 --seq-len 16 --steps 2 --device cpu --train-data " +
+                              (dir / "train_*.bin") + " --log-file " + (dir / "m.jsonl") + " > " + log + " 2>&1";
+  const int status = std::system(command.c_str());
+  const std::string out = read_text(log);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
+  ASSERT_NE(out.find("measured"), std::string::npos) << "the CPU peak was not measured:\n" << out;
+  std::ifstream in(dir / "m.jsonl");
+  std::int64_t planned = -1;
+  int steps = 0;
+  for (std::string text; std::getline(in, text);) {
+    const nlohmann::json r = nlohmann::json::parse(text);
+    if (r.value("event", "") == "memory") planned = r["planned"]["total"].get<std::int64_t>();
+    if (!r.contains("loss")) continue;
+    ++steps;
+    ASSERT_GT(planned, 0) << "no memory event before the steps";
+    EXPECT_EQ(r["peak_memory_bytes"].get<std::int64_t>(), planned) << text << "\n" << out;
+  }
+  EXPECT_EQ(steps, 2);
 }
