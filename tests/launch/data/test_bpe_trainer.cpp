@@ -214,7 +214,11 @@ TEST(BpeTrainer, OneLongWordTrainsInBoundedTime) {
     const launch::LearnedBpe bpe = trainer.train(vocab_size);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     EXPECT_EQ(static_cast<int>(bpe.tokens.size()), vocab_size) << name;
+#if defined(__SANITIZE_ADDRESS__)
+    EXPECT_LT(seconds, 10.0) << name;  // AddressSanitizer: some 5x slower
+#else
     EXPECT_LT(seconds, 2.0) << name;
+#endif
   }
 }
 
