@@ -124,8 +124,11 @@ void print_table(const launch::PlanRequest& r, const std::vector<launch::Predict
             << r.devices << " devices of " << r.cluster.name << " running " << r.software << " (" << engine::format_bytes(static_cast<std::size_t>(r.cluster.memory_bytes))
             << " each): " << ranked.size() << " layouts, " << fitting << " fit\n";
   std::cout << "flops      " << model::flops_convention(r.attention) << "\n";
+  // Exposed, not sent: ZeRO-3 sends the most bytes but hides most of them behind compute.
+  std::cout << "comm       exposed: seconds of tensor-parallel, pipeline and data-parallel communication not hidden "
+               "behind compute, not the bytes sent\n";
   std::cout << std::left << std::setw(6) << "rank" << std::setw(44) << "layout" << std::right << std::setw(11) << "step"
-            << std::setw(9) << "MFU" << std::setw(10) << "TFLOP/s" << std::setw(11) << "compute" << std::setw(11) << "comm"
+            << std::setw(9) << "MFU" << std::setw(10) << "TFLOP/s" << std::setw(11) << "compute" << std::setw(14) << "exposed comm"
             << std::setw(11) << "bubble" << std::setw(12) << "memory" << "\n";
   int shown = 0;
   for (const auto& p : ranked) {
@@ -138,7 +141,7 @@ void print_table(const launch::PlanRequest& r, const std::vector<launch::Predict
     tf << std::fixed << std::setprecision(1) << p.tflops_per_device;
     std::cout << std::left << std::setw(6) << shown << std::setw(44) << layout_text(p) << std::right << std::setw(11)
               << seconds_text(p.step_seconds) << std::setw(9) << mfu.str() << std::setw(10) << tf.str() << std::setw(11)
-              << seconds_text(p.compute_seconds) << std::setw(11) << seconds_text(p.exposed_comm_seconds) << std::setw(11)
+              << seconds_text(p.compute_seconds) << std::setw(14) << seconds_text(p.exposed_comm_seconds) << std::setw(11)
               << seconds_text(p.bubble_seconds) << std::setw(12) << engine::format_bytes(p.memory_bytes_per_device)
               << (p.fits ? "" : "  does not fit") << "\n";
   }

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <queue>
 #include <sstream>
 
 #include "engine/check.h"
@@ -21,6 +22,10 @@ using json = nlohmann::json;
 // A pre-token cache bigger than this is cleared rather than grown: a corpus
 // of many gigabytes has an unbounded tail of rare words.
 constexpr std::size_t kMaxCacheEntries = 1 << 20;
+// Only pre-tokens up to this many bytes are cached (tokenizers caches words
+// under 256 characters): a long one is rare, and caching it would let a
+// corpus of long "words" hold gigabytes in the cache.
+constexpr std::size_t kMaxCachedWordBytes = 256;
 
 std::uint64_t pair_key(std::int32_t a, std::int32_t b) {
   return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) | static_cast<std::uint32_t>(b);
@@ -40,6 +45,60 @@ std::vector<std::string_view> utf8_chars(std::string_view s) {
   return chars;
 }
 
+using MergeTable = std::unordered_map<std::uint64_t, std::pair<std::int32_t, std::int32_t>>;  // (a, b) -> (rank, merged id)
+
+// Applies merges to one pre-token's symbols until no adjacent pair has one:
+// each time the pair of lowest rank, leftmost among equal ranks (the order of
+// tokenizers' word.rs merge_all and of GPT-2's encoder.py). The symbols form
+// a doubly linked list over their starting positions and every adjacent pair
+// with a merge is a candidate (rank, position) in a min-heap; a candidate is
+// stale, and skipped when popped, if its left symbol was merged away or the
+// pair now at its position has another rank. Every pair that exists has a
+// candidate in the heap, and a candidate passes the check only if its pair is
+// there now, so the first one that passes is the pair a scan of the whole
+// word would pick. Each merge pushes at most two candidates: O(n log n) for
+// n bytes, where a scan per merge was O(n^2) (issue 37: one 120 kB word took
+// 10 s).
+void merge_symbols(const MergeTable& merges, std::vector<std::int32_t>& symbols) {
+  const std::size_t n = symbols.size();
+  if (n < 2) return;
+  constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
+  std::vector<std::size_t> prev(n), next(n);
+  std::vector<bool> alive(n, true);
+  for (std::size_t i = 0; i < n; ++i) {
+    prev[i] = i == 0 ? kNone : i - 1;
+    next[i] = i + 1 == n ? kNone : i + 1;
+  }
+  using Candidate = std::pair<std::int32_t, std::size_t>;  // (rank, position of the left symbol)
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> queue;
+  auto rank_at = [&](std::size_t i) -> const std::pair<std::int32_t, std::int32_t>* {
+    if (i == kNone || next[i] == kNone) return nullptr;
+    const auto it = merges.find(pair_key(symbols[i], symbols[next[i]]));
+    return it == merges.end() ? nullptr : &it->second;
+  };
+  auto push = [&](std::size_t i) {
+    if (const auto* m = rank_at(i)) queue.push({m->first, i});
+  };
+  for (std::size_t i = 0; i + 1 < n; ++i) push(i);
+  while (!queue.empty()) {
+    const auto [rank, i] = queue.top();
+    queue.pop();
+    if (!alive[i]) continue;
+    const auto* m = rank_at(i);
+    if (m == nullptr || m->first != rank) continue;  // stale: the pair at i changed
+    const std::size_t j = next[i];
+    symbols[i] = m->second;
+    alive[j] = false;
+    next[i] = next[j];
+    if (next[j] != kNone) prev[next[j]] = i;
+    push(i);
+    if (prev[i] != kNone) push(prev[i]);
+  }
+  std::size_t w = 0;
+  for (std::size_t i = 0; i != kNone; i = next[i]) symbols[w++] = symbols[i];
+  symbols.resize(w);
+}
+
 }  // namespace
 
 struct BpeTokenizer::Impl {
@@ -47,7 +106,7 @@ struct BpeTokenizer::Impl {
   std::unordered_map<std::string, std::int32_t> vocab;
   std::vector<std::string> id_to_token;  // "" where no token has the id
   std::vector<bool> id_is_added;
-  std::unordered_map<std::uint64_t, std::pair<std::int32_t, std::int32_t>> merges;  // (a, b) -> (rank, merged id)
+  MergeTable merges;
   std::vector<std::pair<std::string, std::int32_t>> added;  // content, id
   std::int32_t byte_ids[256];
   std::unordered_map<std::string, std::uint8_t> unicode_to_byte;
@@ -55,7 +114,12 @@ struct BpeTokenizer::Impl {
   bool use_regex = true;
   bool ignore_merges = false;
   Gpt2Splitter splitter;
-  mutable std::unordered_map<std::string, std::vector<std::int32_t>> cache;
+  // Pre-token -> ids; searched with a string_view, without a copy per pre-token.
+  struct StringHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  mutable std::unordered_map<std::string, std::vector<std::int32_t>, StringHash, std::equal_to<>> cache;
 };
 
 BpeTokenizer::BpeTokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -246,8 +310,7 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<std::int32_t
 // One pre-token: bytes -> byte tokens -> merges by rank -> ids.
 void BpeTokenizer::encode_word(std::string_view word, std::vector<std::int32_t>& out) const {
   Impl& t = *impl_;
-  const std::string key(word);
-  if (const auto hit = t.cache.find(key); hit != t.cache.end()) {
+  if (const auto hit = t.cache.find(word); hit != t.cache.end()) {
     out.insert(out.end(), hit->second.begin(), hit->second.end());
     return;
   }
@@ -264,28 +327,12 @@ void BpeTokenizer::encode_word(std::string_view word, std::vector<std::int32_t>&
                    " has no token in the vocab (not a complete byte-level vocabulary)");
       symbols.push_back(t.byte_ids[byte]);
     }
-    // The pair of lowest rank, leftmost among equals, is merged until no
-    // adjacent pair has a merge: the order of tokenizers' priority queue and
-    // of GPT-2's encoder.py. Pre-tokens are short, so a scan per merge is fine.
-    for (;;) {
-      std::int32_t best_rank = std::numeric_limits<std::int32_t>::max(), merged = -1;
-      std::size_t best_at = 0;
-      for (std::size_t i = 0; i + 1 < symbols.size(); ++i) {
-        const auto it = t.merges.find(pair_key(symbols[i], symbols[i + 1]));
-        if (it != t.merges.end() && it->second.first < best_rank) {
-          best_rank = it->second.first;
-          merged = it->second.second;
-          best_at = i;
-        }
-      }
-      if (merged < 0) break;
-      symbols[best_at] = merged;
-      symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(best_at) + 1);
-    }
+    merge_symbols(t.merges, symbols);
   }
   out.insert(out.end(), symbols.begin(), symbols.end());
+  if (word.size() > kMaxCachedWordBytes) return;
   if (t.cache.size() >= kMaxCacheEntries) t.cache.clear();
-  t.cache.emplace(key, std::move(symbols));
+  t.cache.emplace(std::string(word), std::move(symbols));
 }
 
 namespace {

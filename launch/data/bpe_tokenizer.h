@@ -28,9 +28,10 @@
 //      nothing; each run of such bytes becomes a pre-token of its own.
 //   3. Map each byte to its printable stand-in (GPT-2's bytes_to_unicode,
 //      byte_level.h).
-//   4. Apply merges by rank (lowest first, leftmost among equal ranks) and
+//   4. Apply merges by rank (lowest first, leftmost among equal ranks; a
+//      min-heap of candidate pairs, O(n log n) in the pre-token's length) and
 //      look the symbols up in the vocabulary. Results are cached per
-//      pre-token.
+//      pre-token of up to 256 bytes.
 // Decoding: ids -> token strings -> bytes through the inverse byte map; added
 // tokens give their content verbatim; the bytes are not required to be valid
 // UTF-8. An id that is in no table gives U+FFFD (like ByteTokenizer).

@@ -39,31 +39,40 @@ struct PopsLater {
   }
 };
 
-struct PairChange {
-  PairKey pair;
-  int change;  // -1 or +1 occurrence in the word
-};
+}  // namespace
 
 // Merges every (c1, c2) of `word` left to right into `replacement` and
 // reports the pairs that lost or gained an occurrence: word.rs `Word::merge`
-// step for step (the merged pair itself is not reported, as there).
-void merge_word(std::vector<std::int32_t>& word, std::int32_t c1, std::int32_t c2, std::int32_t replacement,
-                std::vector<PairChange>& changes) {
-  for (std::size_t i = 0; i < word.size(); ++i) {
-    if (word[i] != c1 || i + 1 >= word.size() || word[i + 1] != c2) continue;
-    const std::int32_t second = word[i + 1];
-    if (i > 0) {
-      changes.push_back({pair_key(word[i - 1], c1), -1});
-      changes.push_back({pair_key(word[i - 1], replacement), +1});
+// step for step (the merged pair itself is not reported, as there). word.rs
+// removes each merged pair from the middle of a vector, O(n) per occurrence
+// and so O(n^2) for one long word ("aaaa..."); here one pass copies each
+// symbol once, reading ahead of where it writes: the symbol before a pair is
+// the last one written (perhaps a replacement, as in word.rs), the one after
+// it the next one read, so the changes are the same, in the same order.
+void bpe_merge_word(std::vector<std::int32_t>& word, std::int32_t c1, std::int32_t c2, std::int32_t replacement,
+                    std::vector<BpePairChange>& changes) {
+  const std::size_t n = word.size();
+  std::size_t w = 0;
+  for (std::size_t r = 0; r < n;) {
+    if (word[r] != c1 || r + 1 >= n || word[r + 1] != c2) {
+      word[w++] = word[r++];
+      continue;
     }
-    word[i] = replacement;
-    word.erase(word.begin() + static_cast<std::ptrdiff_t>(i) + 1);
-    if (i + 1 < word.size()) {
-      changes.push_back({pair_key(second, word[i + 1]), -1});
-      changes.push_back({pair_key(replacement, word[i + 1]), +1});
+    if (w > 0) {
+      changes.push_back({pair_key(word[w - 1], c1), -1});
+      changes.push_back({pair_key(word[w - 1], replacement), +1});
     }
+    if (r + 2 < n) {
+      changes.push_back({pair_key(c2, word[r + 2]), -1});
+      changes.push_back({pair_key(replacement, word[r + 2]), +1});
+    }
+    word[w++] = replacement;
+    r += 2;
   }
+  word.resize(w);
 }
+
+namespace {
 
 // A set of word indices (tokenizers' HashSet<usize>): sorted, no repeats.
 void make_set(std::vector<std::int32_t>& words) {
@@ -141,7 +150,7 @@ LearnedBpe BpeTrainer::train(int vocab_size) const {
   push_updates();
 
   // 5. Merges until the vocabulary is full.
-  std::vector<PairChange> changes;
+  std::vector<BpePairChange> changes;
   while (static_cast<int>(ids.size()) < vocab_size && !queue.empty()) {
     Candidate top = queue.top();
     queue.pop();
@@ -163,8 +172,8 @@ LearnedBpe BpeTrainer::train(int vocab_size) const {
     positions[top.positions] = {};
     for (const std::int32_t w : where) {
       changes.clear();
-      merge_word(words[w], a, b, new_id, changes);
-      for (const PairChange& c : changes) {
+      bpe_merge_word(words[w], a, b, new_id, changes);
+      for (const BpePairChange& c : changes) {
         pair_counts[c.pair] += c.change * counts[w];
         if (c.change > 0) where_to_update[c.pair].push_back(w);
       }

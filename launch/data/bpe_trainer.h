@@ -51,6 +51,20 @@ struct LearnedBpe {
   std::string to_json() const;
 };
 
+// A pair of adjacent symbols, (left id << 32) | right id, that lost (-1) or
+// gained (+1) one occurrence in a word.
+struct BpePairChange {
+  std::uint64_t pair;
+  int change;
+};
+
+// One step of training inside one word (tokenizers' word.rs Word::merge):
+// merges every (c1, c2) left to right into `replacement` and appends to
+// `changes` the pairs around each merge that lost or gained an occurrence,
+// in word.rs's order. Linear in the word's length. Public for its test.
+void bpe_merge_word(std::vector<std::int32_t>& word, std::int32_t c1, std::int32_t c2, std::int32_t replacement,
+                    std::vector<BpePairChange>& changes);
+
 class BpeTrainer {
  public:
   // Smallest vocabulary: the 256 bytes and <|endoftext|>, no merges.

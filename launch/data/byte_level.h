@@ -15,9 +15,12 @@ namespace launch {
 
 // GPT-2's pattern, compiled once with PCRE2 (UTF + UCP, JIT when available):
 //   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+// Linear in the text's length with or without the JIT.
 class Gpt2Splitter {
  public:
-  Gpt2Splitter();
+  // jit = false: PCRE2's interpreter only, what runs where the JIT is
+  // unavailable (for tests).
+  explicit Gpt2Splitter(bool jit = true);
   ~Gpt2Splitter();
   Gpt2Splitter(Gpt2Splitter&& other) noexcept;
   Gpt2Splitter& operator=(Gpt2Splitter&& other) noexcept;
@@ -27,7 +30,8 @@ class Gpt2Splitter {
   // Calls on_piece for every pre-token of `text`, in order; together they are
   // `text`. Invalid UTF-8 (our input is bytes, Rust's is always valid)
   // matches nothing; each run of such bytes becomes a pre-token of its own,
-  // as tokenizers' "isolated" split keeps the gaps between matches.
+  // as tokenizers' "isolated" split keeps the gaps between matches. Throws
+  // engine::Error (one line) if PCRE2 gives up on a match.
   void split(std::string_view text, const std::function<void(std::string_view)>& on_piece) const;
 
  private:

@@ -5,6 +5,9 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <sys/stat.h>
+#include <utility>
 
 #include "engine/check.h"
 
@@ -24,8 +27,23 @@ std::string read_file(const fs::path& path) {
 
 }  // namespace
 
-std::vector<InputFile> collect_inputs(const std::vector<std::string>& inputs) {
-  std::vector<InputFile> files;
+InputFiles collect_inputs(const std::vector<std::string>& inputs) {
+  InputFiles out;
+  std::map<std::pair<dev_t, ino_t>, fs::path> seen;  // each file taken, by identity after symlinks -> its path
+  auto add = [&](const fs::path& file, bool named) {
+    struct stat st {};
+    ENGINE_CHECK(::stat(file.c_str(), &st) == 0, "cannot stat input '", file.string(), "': ", std::strerror(errno));
+    const auto [it, added] = seen.emplace(std::pair<dev_t, ino_t>{st.st_dev, st.st_ino}, file);
+    if (!added) {
+      if (out.duplicates++ == 0) {
+        // Appended piece by piece: GCC 12's -Wrestrict misfires on "'" + a temporary.
+        out.first_duplicate.append("'").append(file.string()).append("' (the same file as '");
+        out.first_duplicate.append(it->second.string()).append("')");
+      }
+      return;
+    }
+    out.files.push_back({file, static_cast<std::int64_t>(st.st_size), named});
+  };
   for (const std::string& input : inputs) {
     const fs::path path(input);
     std::error_code error;
@@ -37,13 +55,13 @@ std::vector<InputFile> collect_inputs(const std::vector<std::string>& inputs) {
         if (entry.is_regular_file(error)) found.push_back(entry.path());
       }
       std::sort(found.begin(), found.end());
-      for (const fs::path& file : found) files.push_back({file, static_cast<std::int64_t>(fs::file_size(file)), false});
+      for (const fs::path& file : found) add(file, false);
     } else {
       ENGINE_CHECK(fs::is_regular_file(status), "input '", input, "' is neither a regular file nor a directory");
-      files.push_back({path, static_cast<std::int64_t>(fs::file_size(path)), true});
+      add(path, true);
     }
   }
-  return files;
+  return out;
 }
 
 std::optional<std::string> read_text_file(const InputFile& file, std::string& why_skipped) {

@@ -39,7 +39,12 @@ int run(const Options& options) {
                  ": a byte-level BPE needs ", launch::BpeTrainer::kMinVocab, " tokens at least (the 256 bytes and ",
                  launch::kEndOfText, ") and ", launch::BpeTrainer::kMaxVocab, " at most (the shards' uint16 ids)");
   }
-  const std::vector<InputFile> files = collect_inputs(options.inputs);
+  const InputFiles inputs = collect_inputs(options.inputs);
+  const std::vector<InputFile>& files = inputs.files;
+  // fortune's folder lists each text again as a NAME.u8 symlink: read once.
+  if (inputs.duplicates > 0)
+    std::cerr << "prepare: note: " << inputs.duplicates << " path(s) skipped as a file already listed (symlink, hard "
+              << "link or repeated path), e.g. " << inputs.first_duplicate << "\n";
   std::int64_t total_bytes = 0;
   for (const InputFile& file : files) total_bytes += file.bytes;
   ENGINE_CHECK(!files.empty(), "no files found in the inputs (", options.inputs.size(), " path(s) given)");

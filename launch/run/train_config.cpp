@@ -416,26 +416,40 @@ void TrainConfig::resolve(int cuda_devices, int world) {
 
 std::string TrainConfig::describe() const {
   std::ostringstream out;
-  out << "model      " << model_source << ": " << model.describe() << ", " << model.num_parameters() << " parameters\n"
-      << "batch      " << micro_batch << " x " << seq_len << " tokens per micro-batch, "
-      << counted(grad_accum, "micro-batch", "micro-batches") << " per data-parallel rank, "
-      << batch_tokens << " tokens per step, " << counted(steps, "step") << "\n"
-      << "optimizer  " << (onebit ? "1-bit Adam (AdamW for " + counted(freeze_step, "step") +
-                                        ", then frozen variance and 1-bit compressed momentum over dp) "
-                                  : std::string("AdamW "))
-      << "beta=(" << beta1 << ", " << beta2 << ") eps=" << adam_eps << " wd=" << weight_decay
-      << ", clip " << (grad_clip > 0 ? std::to_string(grad_clip) : std::string("off")) << ", lr "
-      << lr_schedule.describe() << "\n"
-      << "data       train " << train_data << (val_data.empty() ? "" : ", val " + val_data)
-      << (shuffle ? ", shuffled" : ", in order") << "\n"
-      << "layout     world " << world_size << " = tp " << tp << " x dp " << dp << " x pp " << pp << ", " << comm
+  out << "model      " << model_source << ": " << model.describe() << ", " << model.num_parameters() << " parameters\n";
+  if (eval_only) {
+    // Scoring a model: no training data, optimizer, steps, gradient reduction,
+    // recomputation (backward only) or checkpoint schedule to speak of.
+    out << "batch      " << micro_batch << " x " << seq_len << " tokens per micro-batch\n"
+        << "data       val " << val_data << "\n";
+  } else {
+    out << "batch      " << micro_batch << " x " << seq_len << " tokens per micro-batch, "
+        << counted(grad_accum, "micro-batch", "micro-batches") << " per data-parallel rank, "
+        << batch_tokens << " tokens per step, " << counted(steps, "step") << "\n"
+        << "optimizer  " << (onebit ? "1-bit Adam (AdamW for " + counted(freeze_step, "step") +
+                                          ", then frozen variance and 1-bit compressed momentum over dp) "
+                                    : std::string("AdamW "))
+        << "beta=(" << beta1 << ", " << beta2 << ") eps=" << adam_eps << " wd=" << weight_decay
+        << ", clip " << (grad_clip > 0 ? std::to_string(grad_clip) : std::string("off")) << ", lr "
+        << lr_schedule.describe() << "\n"
+        << "data       train " << train_data << (val_data.empty() ? "" : ", val " + val_data)
+        << (shuffle ? ", shuffled" : ", in order") << "\n";
+  }
+  out << "layout     world " << world_size << " = tp " << tp << " x dp " << dp << " x pp " << pp << ", " << comm
       << " communicator" << (pp > 1 ? ", pipeline " + pipeline_schedule : std::string())
-      << (dp > 1 ? std::string(", gradient reduction ") + (overlap_grad_reduce ? "overlapped" : "after backward") : std::string())
+      << (dp > 1 && !eval_only ? std::string(", gradient reduction ") + (overlap_grad_reduce ? "overlapped" : "after backward") : std::string())
       << (zero > 0 ? ", ZeRO stage " + std::to_string(zero) : std::string())
       << (sequence_parallel ? ", sequence parallel" : "")
       << "\n"
-      << "device     " << device << ", precision " << model::precision_name(precision_mode) << ", seed " << seed
-      << "\n"
+      << "device     " << device << ", precision " << model::precision_name(precision_mode);
+  if (eval_only) {
+    out << "\nscoring    "
+        << (!init_from.empty() ? "the model file " + init_from
+            : resume == "latest" ? "the latest checkpoint in " + checkpoint_dir
+                                 : "the checkpoint " + resume);
+    return out.str();
+  }
+  out << ", seed " << seed << "\n"
       << "recompute  " << model::recompute_name(recompute_mode)
       << (recompute_mode == model::Recompute::kSelective ? " (attention core rerun in backward)"
           : recompute_mode == model::Recompute::kFull    ? " (each block's forward rerun in backward)"

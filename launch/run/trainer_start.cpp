@@ -138,7 +138,8 @@ void Trainer::report_start() {
   memory_ = report_memory(is_logger() ? &out_ : nullptr, *host_world_, planned_memory(), allocated_memory(),
                           *data_parallel_, *optimizer_, notes);
   if (!config_.eval_only) metrics_.record_event(memory_.event());
-  if (is_logger()) out_ << "flops      " << model::flops_convention(config_.attention_flops_mode) << "\n";
+  // The FLOP convention is MFU's, which only training steps report.
+  if (is_logger() && !config_.eval_only) out_ << "flops      " << model::flops_convention(config_.attention_flops_mode) << "\n";
   if (is_logger()) report_paths();
 }
 

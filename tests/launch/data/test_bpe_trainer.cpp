@@ -6,10 +6,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/check.h"
@@ -147,6 +150,76 @@ TEST(BpeTrainer, RefusesSizesItCannotGiveOnOneLine) {
   EXPECT_THAT(message, HasSubstr("a byte-level BPE of 982 tokens: the text gives only 981"));
   EXPECT_EQ(message.find('\n'), std::string::npos) << message;
   EXPECT_THAT(error_of("", 300), HasSubstr("the text gives only 257"));
+}
+
+// word.rs's Word::merge as it is written there (and as bpe_trainer.cpp had it
+// before issue 37): each merged pair removed from the middle of the vector,
+// O(n) per occurrence. The reference for bpe_merge_word.
+void reference_merge_word(std::vector<std::int32_t>& word, std::int32_t c1, std::int32_t c2, std::int32_t replacement,
+                          std::vector<launch::BpePairChange>& changes) {
+  auto key = [](std::int32_t a, std::int32_t b) {
+    return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) | static_cast<std::uint32_t>(b);
+  };
+  for (std::size_t i = 0; i < word.size(); ++i) {
+    if (word[i] != c1 || i + 1 >= word.size() || word[i + 1] != c2) continue;
+    const std::int32_t second = word[i + 1];
+    if (i > 0) {
+      changes.push_back({key(word[i - 1], c1), -1});
+      changes.push_back({key(word[i - 1], replacement), +1});
+    }
+    word[i] = replacement;
+    word.erase(word.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+    if (i + 1 < word.size()) {
+      changes.push_back({key(second, word[i + 1]), -1});
+      changes.push_back({key(replacement, word[i + 1]), +1});
+    }
+  }
+}
+
+TEST(BpeTrainer, MergeWordEqualsWordRsMergeOnRandomWords) {
+  for (std::uint32_t seed = 1; seed <= 2000; ++seed) {
+    std::mt19937 rng(seed);
+    const int letters = 1 + static_cast<int>(rng() % 4);  // few symbols: many overlapping pairs ("aaa")
+    std::vector<std::int32_t> word(rng() % 40);
+    for (std::int32_t& s : word) s = static_cast<std::int32_t>(rng() % letters);
+    const auto c1 = static_cast<std::int32_t>(rng() % letters), c2 = static_cast<std::int32_t>(rng() % letters);
+    // The replacement is sometimes a symbol already in the word (a merge that remade an existing string).
+    const auto replacement = static_cast<std::int32_t>(rng() % 3 == 0 ? rng() % letters : 100 + rng() % 5);
+    std::vector<std::int32_t> ours = word, theirs = word;
+    std::vector<launch::BpePairChange> our_changes, their_changes;
+    launch::bpe_merge_word(ours, c1, c2, replacement, our_changes);
+    reference_merge_word(theirs, c1, c2, replacement, their_changes);
+    ASSERT_EQ(ours, theirs) << "seed " << seed;
+    ASSERT_EQ(our_changes.size(), their_changes.size()) << "seed " << seed;
+    for (std::size_t i = 0; i < our_changes.size(); ++i) {
+      ASSERT_EQ(our_changes[i].pair, their_changes[i].pair) << "seed " << seed << ", change " << i;
+      ASSERT_EQ(our_changes[i].change, their_changes[i].change) << "seed " << seed << ", change " << i;
+    }
+  }
+}
+
+// One 200 kB pre-token: word.rs's merge, one vector erase per occurrence, took
+// O(n^2) for its first merge of "aaaa...". A guard, not a benchmark.
+TEST(BpeTrainer, OneLongWordTrainsInBoundedTime) {
+  constexpr std::size_t kBytes = 200 * 1000;
+  std::mt19937 rng(37);
+  std::string letters(kBytes, 'a');
+  for (char& c : letters) c = static_cast<char>('a' + rng() % 26);
+  for (const auto& [name, text, vocab_size] : {std::tuple{"one letter repeated", std::string(kBytes, 'a'), 267},
+                                               std::tuple{"random letters", letters, 400}}) {
+    const auto start = std::chrono::steady_clock::now();
+    BpeTrainer trainer;
+    trainer.add_text(text);
+    EXPECT_EQ(trainer.distinct_words(), 1) << name;
+    const launch::LearnedBpe bpe = trainer.train(vocab_size);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_EQ(static_cast<int>(bpe.tokens.size()), vocab_size) << name;
+#if defined(__SANITIZE_ADDRESS__)
+    EXPECT_LT(seconds, 10.0) << name;  // AddressSanitizer: some 5x slower
+#else
+    EXPECT_LT(seconds, 2.0) << name;
+#endif
+  }
 }
 
 }  // namespace

@@ -529,6 +529,30 @@ TEST(Prepare, SummaryCountsOnlyTokenizedBytes) {
                         " bytes tokenized; 1 file(s) skipped (1000 bytes)\n"));
 }
 
+// A folder that lists a text again through a symlink (fortune's "art.u8 ->
+// art") or a hard link, and a file named twice: each file is read once, and
+// one note says how many paths were left out.
+TEST(Prepare, ReadsEachFileOnceThroughSymlinksHardLinksAndRepeats) {
+  TempDir dir;
+  const std::string a = "The art file.\n", b = "Another text.\n";
+  write_text(dir.file("in/art"), a);
+  write_text(dir.file("in/zeta"), b);
+  fs::create_symlink("art", dir.file("in/art.u8"));
+  fs::create_hard_link(dir.file("in/zeta"), dir.file("in/zeta.link"));
+  const std::string log = dir.file("log.txt");
+  ASSERT_EQ(run_command(std::string(PREPARE_BIN) + " --input " + dir.file("in") + " " + dir.file("in/art") +
+                        " --output-dir " + dir.file("out") + " --val-fraction 0 --name t >" + log + " 2>&1"),
+            0)
+      << std::string(read_bytes(log).data(), read_bytes(log).size());
+  EXPECT_EQ(decode_shards(dir.file("out/t_train_*.bin")), a + b);  // sorted paths: art, art.u8, zeta, zeta.link
+  const std::vector<char> log_bytes = read_bytes(log);
+  const std::string printed(log_bytes.begin(), log_bytes.end());
+  EXPECT_THAT(printed, HasSubstr("prepare: note: 3 path(s) skipped as a file already listed (symlink, hard link or "
+                                 "repeated path), e.g. '" + dir.file("in/art.u8") + "' (the same file as '" +
+                                 dir.file("in/art") + "')\n"));
+  EXPECT_THAT(printed, HasSubstr("prepare: 2 text file(s), " + std::to_string(a.size() + b.size()) + " bytes"));
+}
+
 TEST(Prepare, FailsWithNonZeroExitOnBadInput) {
   TempDir dir;
   const std::string prepare = PREPARE_BIN;

@@ -41,4 +41,19 @@ TEST(PlanCli, RefusesNonFiniteAndNegativeFailureRates) {
   EXPECT_EQ(ok.exit_code, 0) << ok.output;
 }
 
+// The communication column is the exposed time (issue 36): named so, since
+// ZeRO-3 would otherwise look like the layout that sends least.
+TEST(PlanCli, TableNamesTheCommunicationColumnExposed) {
+  const Outcome out = run_plan(kBase + " --all");
+  ASSERT_EQ(out.exit_code, 0) << out.output;
+  const std::size_t header = out.output.find("\nrank ");
+  ASSERT_NE(header, std::string::npos) << out.output;
+  const std::string line = out.output.substr(header + 1, out.output.find('\n', header + 1) - header - 1);
+  EXPECT_NE(line.find("compute  exposed comm     bubble"), std::string::npos) << line;
+  EXPECT_NE(out.output.find("comm       exposed: "), std::string::npos) << out.output;
+  const Outcome json = run_plan(kBase + " --json");
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  EXPECT_NE(json.output.find("\"exposed_comm_seconds\""), std::string::npos) << json.output;
+}
+
 }  // namespace

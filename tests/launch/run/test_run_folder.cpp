@@ -278,7 +278,17 @@ TEST(EvalOnly, ScoresAModelFileOrACheckpointAndWritesNothing) {
   from_file.eval_only = true;
   from_file.run_dir.clear();
   from_file.init_from = dir / "model.bin";
-  EXPECT_NEAR(train_one_process(from_file).final_val_loss, trained.final_val_loss, 1e-6 * trained.final_val_loss);
+  std::string scored;
+  EXPECT_NEAR(train_one_process(from_file, &scored).final_val_loss, trained.final_val_loss,
+              1e-6 * trained.final_val_loss);
+  // Only what an evaluation uses is described (issue 36): no "train ," with an empty path, no optimizer, steps,
+  // recomputation or outputs.
+  EXPECT_NE(scored.find("data       val " + from_file.val_data + "\n"), std::string::npos) << scored;
+  EXPECT_NE(scored.find("scoring    the model file " + from_file.init_from), std::string::npos) << scored;
+  for (const char* training_only :
+       {"data       train", "train ,", "\noptimizer  ", "\nrecompute  ", " steps\n", "\noutputs    ", "\ncheckpoint ",
+        "\nflops      "})
+    EXPECT_EQ(scored.find(training_only), std::string::npos) << "'" << training_only << "' in\n" << scored;
 
   launch::TrainConfig from_checkpoint = folder_config(dir, 3);
   from_checkpoint.eval_only = true;
@@ -287,6 +297,10 @@ TEST(EvalOnly, ScoresAModelFileOrACheckpointAndWritesNothing) {
   std::string printed;
   EXPECT_EQ(train_one_process(from_checkpoint, &printed).final_val_loss, trained.final_val_loss);
   EXPECT_NE(printed.find("the checkpoint of step 3"), std::string::npos) << printed;
+  EXPECT_NE(printed.find("scoring    the latest checkpoint in " + from_checkpoint.run_dir + "/checkpoints\n"),
+            std::string::npos)
+      << printed;
+  EXPECT_EQ(printed.find("data       train"), std::string::npos) << printed;
   EXPECT_EQ(read_text(dir / "run/metrics.jsonl"), metrics_before);
   EXPECT_EQ(read_text(dir / "run/train.log"), log_before);
 
