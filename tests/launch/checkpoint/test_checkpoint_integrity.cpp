@@ -336,6 +336,7 @@ TEST(CheckpointIntegrity, ResumeFallsBackPastDamagedCheckpointsAndContinuesBitFo
     // The run wrote step 6 again, intact.
     launch::TrainConfig third = again;
     third.steps = 6;
+    third.reset_schedule = true;  // a shorter run over the same checkpoints (launch/run: schedules are recorded)
     EXPECT_EQ(train_one_process(third).first_step, 6) << damage.name;
 
     // Named explicitly, a damaged checkpoint is an error, not a fallback.
@@ -358,6 +359,7 @@ TEST(CheckpointIntegrity, ResumeFallsBackPastDamagedCheckpointsAndContinuesBitFo
   again.checkpoint_dir = garbage.string();
   again.resume = "auto";
   again.steps = 8;
+  again.reset_schedule = true;  // its step 6 was written by the 6-step run above
   const launch::RunSummary resumed = train_one_process(again);
   EXPECT_EQ(resumed.first_step, 6);
   // Every checkpoint damaged: a clear error, not a fresh start.
