@@ -112,6 +112,56 @@ nlohmann::json sibling_config(const std::string& safetensors_path) {
   return read_config(std::filesystem::path(safetensors_path).parent_path() / "config.json");
 }
 
+// GPT2Config fields that change what the model computes. Each one the engine
+// computes as GPT-2 does is accepted at GPT-2's value and refused at any
+// other, naming it, rather than loaded and silently computed differently.
+void check_supported_fields(const nlohmann::json& config, const std::string& path) {
+  const auto refuse = [&](const char* key, const std::string& why) {
+    ENGINE_CHECK(false, "model file '", path, "': its config.json has ", key, " ", json_excerpt(config[key]), ", ",
+                 why);
+  };
+  if (config.contains("model_type") && !(config["model_type"].is_string() && config["model_type"] == "gpt2"))
+    refuse("model_type", "and this engine loads GPT-2 models only (\"gpt2\")");
+  if (config.contains("activation_function")) {
+    const nlohmann::json& f = config["activation_function"];
+    // GPT-2's tanh approximation (Hendrycks & Gimpel 2016), as the engine computes it.
+    if (!(f.is_string() && (f == "gelu_new" || f == "gelu_pytorch_tanh")))
+      refuse("activation_function", "but the engine's MLP computes the tanh-approximated GELU (\"gelu_new\") only");
+  }
+  if (config.contains("layer_norm_epsilon")) {
+    const nlohmann::json& e = config["layer_norm_epsilon"];
+    if (!(e.is_number() && std::abs(e.get<double>() - 1e-5) <= 1e-12))
+      refuse("layer_norm_epsilon", "but the engine's layer norms use GPT-2's 1e-5");
+  }
+  const auto refuse_unless = [&](const char* key, bool gpt2_value, const char* what) {
+    if (config.contains(key) && !(config[key].is_boolean() && config[key].get<bool>() == gpt2_value))
+      refuse(key, std::string("but the engine ") + what);
+  };
+  refuse_unless("tie_word_embeddings", true, "ties the output head to the token embedding (wte)");
+  refuse_unless("scale_attn_weights", true, "scales attention scores by 1/sqrt(head size), as GPT-2 does");
+  refuse_unless("scale_attn_by_inverse_layer_idx", false, "does not scale attention by 1/(layer index + 1)");
+  refuse_unless("add_cross_attention", false, "has no cross-attention");
+}
+
+// An lm_head.weight in the file must be wte itself (a tied copy, as some
+// exports write it): an untied head would be dropped, and the model loaded
+// would compute other logits (measured: loss off by 2.3e-2).
+void check_head_is_tied(const SafetensorsShards& file, const std::string& prefix) {
+  if (!file.contains("lm_head.weight")) return;
+  const std::string wte = prefix + "wte.weight";
+  const SafetensorsEntry& head = file.entry("lm_head.weight");
+  ENGINE_CHECK(head.shape == file.entry(wte).shape, "model file '", file.path(), "': its lm_head.weight ",
+               format_shape(head.shape), " is not the shape of ", wte, " ", format_shape(file.entry(wte).shape),
+               ": an untied output head, which the engine (tied to wte) cannot load");
+  std::int64_t n = 1;
+  for (const std::int64_t d : head.shape) n *= d;
+  std::vector<float> a(static_cast<std::size_t>(n)), b(static_cast<std::size_t>(n));
+  file.read_f32("lm_head.weight", a.data());
+  file.read_f32(wte, b.data());
+  ENGINE_CHECK(a == b, "model file '", file.path(), "': its lm_head.weight differs from ", wte,
+               ": an untied output head, which the engine (tied to wte) cannot load");
+}
+
 void check_file(const SafetensorsShards& file, const GptConfig& expected, const std::vector<HfTensor>& tensors) {
   const std::string prefix = file_prefix(file);
   const std::string run = "this run's model (" + expected.describe() + ")";
@@ -131,8 +181,10 @@ void check_file(const SafetensorsShards& file, const GptConfig& expected, const 
                  "model file '", file.path(), "' holds a model of another shape: tensor '", name, "' ",
                  format_shape(entry.shape), " is not part of ", run);
   }
+  check_head_is_tied(file, prefix);
   const nlohmann::json config = sibling_config(file.path());
   if (!config.is_object()) return;
+  check_supported_fields(config, file.path());
   // GPT2Config's sizes: positive integers, or a float (12.0), a string, 2^63
   // or -1 would be read as some other number.
   for (const char* key : {"n_head", "n_layer", "n_embd", "n_positions", "n_ctx", "vocab_size"})

@@ -216,6 +216,71 @@ TEST_F(HfGpt2, ModelOfAnotherShapeNamesTheTensor) {
   EXPECT_NE(e.find("needs [256, 32]"), std::string::npos) << e;
 }
 
+// config.json fields that change what GPT-2 computes: GPT-2's values load,
+// any other is refused naming the field (issue 38), instead of the model
+// being loaded and computed as GPT-2 anyway.
+TEST_F(HfGpt2, ConfigFieldsTheEngineCannotHonourAreRefused) {
+  write_hf_gpt2(dir_ / "hf", config_, registry_, master_.data(), SafetensorsDType::kF32);
+  const std::string path = dir_ / "hf/config.json";
+  const nlohmann::json ours = nlohmann::json::parse(read_bytes(path));
+  const auto with = [&](const char* key, const nlohmann::json& value) {
+    nlohmann::json c = ours;
+    c[key] = value;
+    write_bytes(path, c.dump());
+    return error_of([&] { check_init_model(dir_ / "hf", config_); });
+  };
+  // GPT-2's own values (and the same function under its other name) load.
+  EXPECT_EQ(with("activation_function", "gelu_pytorch_tanh"), "(no error)");
+  EXPECT_EQ(with("layer_norm_epsilon", 1e-5), "(no error)");
+  EXPECT_EQ(with("scale_attn_weights", true), "(no error)");
+  EXPECT_EQ(with("scale_attn_by_inverse_layer_idx", false), "(no error)");
+  EXPECT_EQ(with("reorder_and_upcast_attn", true), "(no error)") << "a numerics flag for fp16, not another model";
+  const std::pair<const char*, nlohmann::json> refused[] = {
+      {"model_type", "llama"},
+      {"activation_function", "relu"},
+      {"activation_function", "gelu"},
+      {"layer_norm_epsilon", 1e-6},
+      {"tie_word_embeddings", false},
+      {"scale_attn_weights", false},
+      {"scale_attn_by_inverse_layer_idx", true},
+      {"add_cross_attention", true},
+      {"layer_norm_epsilon", "1e-5"},
+  };
+  for (const auto& [key, value] : refused) {
+    const std::string e = with(key, value);
+    EXPECT_NE(e.find(std::string("config.json has ") + key + " " + value.dump()), std::string::npos)
+        << key << " = " << value.dump() << ": " << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << "one line: " << e;
+  }
+  write_bytes(path, ours.dump());
+  EXPECT_EQ(error_of([&] { check_init_model(dir_ / "hf", config_); }), "(no error)");
+}
+
+// An lm_head.weight beside wte loads only when it is wte itself.
+TEST_F(HfGpt2, UntiedOutputHeadIsRefused) {
+  write_hf_gpt2(dir_ / "hf", config_, registry_, master_.data(), SafetensorsDType::kF32);
+  const SafetensorsFile ours(dir_ / "hf/model.safetensors");
+  const auto write_with_head = [&](const std::string& folder, float shift) {
+    std::vector<SafetensorsOutput> outputs;
+    for (const auto& [name, entry] : ours.entries())
+      outputs.push_back({name, entry.shape, [&ours, name = name](float* out) { ours.read_f32(name, out); }});
+    const SafetensorsEntry& wte = ours.entry("transformer.wte.weight");
+    outputs.push_back({"lm_head.weight", wte.shape, [&ours, shift, n = wte.shape[0] * wte.shape[1]](float* out) {
+                         ours.read_f32("transformer.wte.weight", out);
+                         out[n - 1] += shift;
+                       }});
+    std::filesystem::create_directories(dir_ / folder);
+    write_safetensors(dir_ / (folder + "/model.safetensors"), outputs, SafetensorsDType::kF32, {{"format", "pt"}});
+    std::filesystem::copy_file(dir_ / "hf/config.json", dir_ / (folder + "/config.json"));
+  };
+  write_with_head("tied", 0.0f);
+  EXPECT_EQ(error_of([&] { check_init_model(dir_ / "tied", config_); }), "(no error)");
+  EXPECT_EQ(read_back(dir_ / "tied"), expected());
+  write_with_head("untied", 0.5f);
+  const std::string e = error_of([&] { check_init_model(dir_ / "untied", config_); });
+  EXPECT_NE(e.find("lm_head.weight differs from transformer.wte.weight"), std::string::npos) << e;
+}
+
 TEST_F(HfGpt2, DamagedFilesAreRefusedClearly) {
   write_hf_gpt2(dir_ / "hf", config_, registry_, master_.data(), SafetensorsDType::kF32);
   const std::string good = read_bytes(dir_ / "hf/model.safetensors");
