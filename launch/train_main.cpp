@@ -75,7 +75,7 @@ int train(int argc, char** argv) {
   // Taken before the input checks, which write probe files there: a second
   // job on the folder is refused before it writes anything, and every rank
   // learns of it through the agreement below.
-  std::optional<launch::RunFolderLock> run_folder_lock;
+  std::optional<launch::RunFolderLock> run_folder_lock, checkpoint_folder_lock;
   try {
     config.resolve(config.device == "cpu" ? 0 : engine::cuda_device_count(), world);
     failure = launch::kExitBadInput;
@@ -85,6 +85,10 @@ int train(int argc, char** argv) {
     // --eval-only writes nothing in the folder: it may score a running job's checkpoints.
     if (rank == 0 && !config.run_dir.empty() && !config.eval_only) run_folder_lock.emplace(config.run_dir);
     launch::check_inputs(config);
+    // A checkpoint folder of its own (not the run folder's) is held too, once
+    // the inputs passed: a refused start leaves no lock file in it.
+    if (rank == 0 && !config.eval_only && !config.checkpoint_dir.empty() && !config.checkpoint_dir_from_run_dir)
+      checkpoint_folder_lock.emplace(config.checkpoint_dir, "--checkpoint-dir");
   } catch (const std::exception& e) {
     error = e.what();
   }

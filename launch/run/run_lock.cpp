@@ -33,13 +33,13 @@ std::string this_holder() {
 
 }  // namespace
 
-RunFolderLock::RunFolderLock(const std::string& run_dir) {
+RunFolderLock::RunFolderLock(const std::string& run_dir, const std::string& flag) {
   std::error_code error;
   std::filesystem::create_directories(run_dir, error);
-  ENGINE_CHECK(!error, "--run-dir '", run_dir, "': cannot create the folder: ", error.message());
+  ENGINE_CHECK(!error, flag, " '", run_dir, "': cannot create the folder: ", error.message());
   const std::string path = (std::filesystem::path(run_dir) / kFileName).string();
   fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  ENGINE_CHECK(fd_ >= 0, "--run-dir '", run_dir, "': cannot open its lock file '", path, "': ", std::strerror(errno));
+  ENGINE_CHECK(fd_ >= 0, flag, " '", run_dir, "': cannot open its lock file '", path, "': ", std::strerror(errno));
   // Not blocking: a second job is refused at once rather than left waiting
   // for the first to end.
   if (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
@@ -47,9 +47,9 @@ RunFolderLock::RunFolderLock(const std::string& run_dir) {
     const std::string holder = why == EWOULDBLOCK ? holder_of(fd_) : "";
     close(fd_);
     fd_ = -1;
-    ENGINE_CHECK(why != EWOULDBLOCK, "--run-dir '", run_dir, "' is in use by another job (", holder,
-                 ", lock file '", path, "'): wait for it to end, or give another --run-dir");
-    ENGINE_FAIL("--run-dir '", run_dir, "': cannot lock '", path, "': ", std::strerror(why));
+    ENGINE_CHECK(why != EWOULDBLOCK, flag, " '", run_dir, "' is in use by another job (", holder,
+                 ", lock file '", path, "'): wait for it to end, or give another ", flag);
+    ENGINE_FAIL(flag, " '", run_dir, "': cannot lock '", path, "': ", std::strerror(why));
   }
   // Ours now: replace whatever an earlier holder wrote.
   const std::string holder = this_holder();

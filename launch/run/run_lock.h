@@ -1,5 +1,6 @@
 // One job per run folder: two jobs started on the same --run-dir would both
-// append to its metrics, rewrite its config and save into its checkpoints.
+// append to its metrics, rewrite its config and save into its checkpoints;
+// a --checkpoint-dir outside a run folder is locked the same way.
 // Rank 0 takes an advisory lock (flock) on DIR/run.lock before anything of
 // the run is written and holds it for the life of the job; the file names
 // the holder (host and pid) for the refusal a second job prints. The kernel
@@ -14,9 +15,12 @@ namespace launch {
 
 class RunFolderLock {
  public:
-  // Creates `run_dir` if needed and locks it; throws engine::Error naming
-  // the folder and the holder ("host h pid 1234") when another job holds it.
-  explicit RunFolderLock(const std::string& run_dir);
+  // Creates `folder` if needed and locks it; throws engine::Error naming
+  // the flag, the folder and the holder ("host h pid 1234") when another
+  // job holds it. `flag`: the option that named the folder, "--run-dir", or
+  // "--checkpoint-dir" for a checkpoint folder outside any run folder (two
+  // jobs saving into one would overwrite each other's checkpoints).
+  explicit RunFolderLock(const std::string& folder, const std::string& flag = "--run-dir");
   ~RunFolderLock();
   RunFolderLock(const RunFolderLock&) = delete;
   RunFolderLock& operator=(const RunFolderLock&) = delete;

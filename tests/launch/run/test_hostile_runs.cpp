@@ -173,6 +173,29 @@ TEST_F(HostileRuns, SecondJobOnOneRunFolderIsRefused) {
   EXPECT_EQ(run(base(2) + " --run-dir " + copied, "copied"), 0) << read_text(err("copied"));
 }
 
+// Without a run folder, two jobs saving into one --checkpoint-dir would
+// overwrite each other's checkpoints: the folder is locked the same way.
+TEST_F(HostileRuns, SecondJobOnOneCheckpointFolderIsRefused) {
+  const std::string folder = dir_ / "ck_shared";
+  const std::string args = base(1000000) + " --checkpoint-dir " + folder + " --checkpoint-interval 1000 --log-file " +
+                           (dir_ / "first.jsonl");
+  Child first(train_argv(args), out("ck_first"), err("ck_first"));
+  ASSERT_TRUE(wait_until([&] { return jsonl_lines(dir_ / "first.jsonl") >= 2; }, 120)) << first.err();
+  EXPECT_EQ(run(base(2) + " --checkpoint-dir " + folder + " --resume auto", "ck_second", 60), kExitBadInput);
+  const std::string said = read_text(out("ck_second")) + read_text(err("ck_second"));
+  EXPECT_NE(said.find("--checkpoint-dir '" + folder + "' is in use by another job"), std::string::npos) << said;
+  EXPECT_NE(said.find("pid " + std::to_string(first.pid())), std::string::npos) << said;
+  EXPECT_EQ(count_lines(said), 1) << said;
+  first.signal(SIGTERM);
+  EXPECT_EQ(first.wait(120), kExitStopped) << first.err();
+  // Held by no one now: the next job is not refused for the lock (it resumes,
+  // or is refused for its own reasons: here --steps 2 is behind the stop's step).
+  run(base(2) + " --checkpoint-dir " + folder + " --resume auto", "ck_after");
+  const std::string after = read_text(out("ck_after")) + read_text(err("ck_after"));
+  EXPECT_EQ(after.find("in use by another job"), std::string::npos) << after;
+  EXPECT_NE(after.find("past --steps 2"), std::string::npos) << after;
+}
+
 // A model that cannot fit in host memory is refused on the CPU as on a GPU:
 // before anything is allocated, within seconds, in one line with the plan's
 // bytes. (Under `ulimit -v` as a safety net: an engine without the check

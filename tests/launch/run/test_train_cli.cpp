@@ -48,7 +48,9 @@ std::string base_args(const TempDir& dir) {
 std::map<std::string, std::string> snapshot(const std::string& root) {
   std::map<std::string, std::string> files;
   for (const auto& e : std::filesystem::recursive_directory_iterator(root)) {
-    if (!e.is_regular_file()) continue;
+    // The folder's lock file names whichever job last held the folder
+    // (launch/run/run_lock.h): not a checkpoint, rewritten by every job.
+    if (!e.is_regular_file() || e.path().filename() == "run.lock") continue;
     std::ifstream in(e.path(), std::ios::binary);
     std::stringstream bytes;
     bytes << in.rdbuf();
