@@ -18,12 +18,14 @@
 // --tokenizer FILE encodes with a byte-level BPE from a Hugging Face
 // tokenizer.json instead (bpe_tokenizer.h, e.g. GPT-2's). Then every document
 // (input file) starts with <|endoftext|> when the tokenizer has that token, as
-// in llm.c's GPT-2 data, and text is cut only at line ends, so that no word or
-// UTF-8 character is cut in two and tokenized differently from the whole: a
-// block is extended to just past the next '\n' (or to the end of the file),
-// and its validation part starts at the first line start at or after the
-// val-fraction point (at the last line start before it when no line follows,
-// at the point itself when the block is one line). The two parts are encoded
+// in llm.c's GPT-2 data, and text is cut only where GPT-2's pre-tokenizer
+// splits anyway, so that nothing is tokenized differently from the whole: just
+// past a '\n' between two printable non-space ASCII characters (a '\n' next to
+// whitespace may belong to a whitespace run: "a\n\n b" pre-tokenizes as "a",
+// "\n\n", " b"). A block is extended to the next such point (or to the end of
+// the file), and its validation part starts at the first such point at or
+// after the val-fraction point (else the last one before it, else a line
+// start, else the point itself when the block is one line). The two parts are encoded
 // apart, so the validation split is text the training split never holds. The
 // shards then hold ids below the tokenizer's vocab_size(), which `train
 // --tokenizer FILE` takes as the model's vocabulary.
@@ -58,7 +60,7 @@ int main(int argc, char** argv) {
       "Writes DIR/NAME_train_000000.bin, ... and DIR/NAME_val_000000.bin, ... (and, with\n"
       "--train-tokenizer, DIR/NAME_tokenizer.json unless --tokenizer-out says where).\n"
       "Split: each input file is cut into 1 MiB blocks; the last val-fraction of every block goes to the\n"
-      "validation split, the rest to training (deterministic, no RNG; with a BPE, cut at line starts).\n"
+      "validation split, the rest to training (deterministic, no RNG; with a BPE, cut only where its pre-tokenizer splits).\n"
       "Files containing NUL bytes are skipped as not text; files are concatenated in order with no\n"
       "separator (with a BPE that has <|endoftext|>, that token starts each file).",
       "prepare");

@@ -23,6 +23,8 @@
 #include "engine/check.h"
 #include "launch/data/bpe_tokenizer.h"
 #include "launch/data/bpe_trainer.h"
+#include "launch/data/byte_level.h"
+#include "launch/data/prepare_split.h"
 #include "launch/data/byte_tokenizer.h"
 #include "launch/data/data_loader.h"
 #include "launch/data/token_shard.h"
@@ -688,3 +690,43 @@ TEST(Prepare, TrainTokenizerLearnsFromTheTrainingSplitAndEncodesWithIt) {
 
 }  // namespace
 }  // namespace launch
+
+// prepare's cuts with a BPE (blocks of 1 MiB and each block's validation
+// start) fall where GPT-2's pre-tokenizer splits anyway, so the parts
+// pre-tokenize exactly as the whole file does. The text is built so that a cut
+// at any line start would land inside whitespace runs ("a\n\n b",
+// indented lines) most of the time (issue 38: a whitespace run cut in two
+// changed 3 of 19.5M ids).
+TEST(PrepareSplit, BpeCutsPreTokenizeAsTheWholeText) {
+  std::mt19937 rng(38);
+  const char* lines[] = {"a\n\n b", "  indented line", "\t\ttabbed", "word", "x\n \n y", "", "   ", "end."};
+  std::string text;
+  while (text.size() < (5u << 19)) {  // 2.5 MiB: three blocks
+    text += lines[rng() % (sizeof lines / sizeof lines[0])];
+    text += '\n';
+  }
+  launch::prepare::Options options;
+  options.tokenizer = "tokenizer.json";  // any: bpe() is what matters
+  options.val_fraction = 0.1;
+  std::vector<std::string_view> parts;
+  launch::prepare::for_each_block(text, options, [&](const launch::prepare::Block& b) {
+    parts.push_back(b.train);
+    parts.push_back(b.val);
+  });
+  ASSERT_GE(parts.size(), 6u);
+  const launch::Gpt2Splitter splitter;
+  const auto pieces = [&](std::string_view t) {
+    std::vector<std::string> out;
+    splitter.split(t, [&](std::string_view p) { out.emplace_back(p); });
+    return out;
+  };
+  std::vector<std::string> joined;
+  std::size_t at = 0;
+  for (std::string_view part : parts) {
+    ASSERT_EQ(part.data(), text.data() + at) << "the parts tile the text in order";
+    at += part.size();
+    for (std::string& p : pieces(part)) joined.push_back(std::move(p));
+  }
+  ASSERT_EQ(at, text.size());
+  EXPECT_TRUE(joined == pieces(text)) << "a cut changed the pre-tokens";
+}
