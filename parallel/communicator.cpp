@@ -231,7 +231,7 @@ CommHandle Communicator::exchange_with_self(std::span<const P2POp> ops) {
   // send posted first is copied aside at once, since a completed send's
   // buffer is the caller's again.
   SelfQueue& q = *self_queue_;
-  bool all_matched = true;
+  std::vector<std::shared_ptr<bool>> unmatched;  // this batch's receives still waiting for a send
   for (const P2POp& op : ops) {
     if (op.kind == P2POp::Kind::kSend) {
       if (!q.recvs.empty()) {
@@ -255,16 +255,14 @@ CommHandle Communicator::exchange_with_self(std::span<const P2POp> ops) {
       q.sends.pop_front();
     } else {
       q.recvs.push_back({op.tensor, std::make_shared<bool>(false)});
-      all_matched = false;
+      unmatched.push_back(q.recvs.back().matched);
     }
   }
-  if (all_matched) return completed_op();
-  // Receives still waiting for their send: the handle completes once every
-  // one of them has been matched by a later send; waiting before that would
-  // wait forever in MPI, and is an error here.
-  std::vector<std::shared_ptr<bool>> pending;
-  for (const SelfQueue::Recv& r : q.recvs) pending.push_back(r.matched);
-  return std::make_unique<SelfRecvOp>(std::move(pending), name_);
+  if (unmatched.empty()) return completed_op();
+  // The handle completes once a later send has matched each of this batch's
+  // waiting receives; waiting before that would wait forever in MPI, and is
+  // an error here.
+  return std::make_unique<SelfRecvOp>(std::move(unmatched), name_);
 }
 
 CommHandle Communicator::send_async(const Tensor& t, int peer) {
