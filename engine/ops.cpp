@@ -147,6 +147,29 @@ void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor&
   ENGINE_DISPATCH(dout, layernorm_backward, dinp, dweight, dbias, dout, inp, weight, mean, rstd);
 }
 
+void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& weight, double eps) {
+  ScopedOpTimer timer("rmsnorm_forward");
+  const std::int64_t C = inp.dim(-1), N = inp.numel() / C;
+  expect_rows(out, N, C, "rmsnorm_forward: out");
+  expect_numel(rstd, N, "rmsnorm_forward: rstd");
+  expect_numel(weight, C, "rmsnorm_forward: weight");
+  ENGINE_CHECK(eps > 0, "rmsnorm_forward: eps ", eps, " must be positive");
+  for (const Tensor* t : {&rstd, &inp, &weight}) expect_device(*t, out.device(), "rmsnorm_forward: operand");
+  ENGINE_DISPATCH(out, rmsnorm_forward, out, rstd, inp, weight, eps);
+}
+
+void rmsnorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dout, const Tensor& inp,
+                      const Tensor& weight, const Tensor& rstd) {
+  ScopedOpTimer timer("rmsnorm_backward");
+  const std::int64_t C = inp.dim(-1), N = inp.numel() / C;
+  expect_rows(dinp, N, C, "rmsnorm_backward: dinp");
+  expect_rows(dout, N, C, "rmsnorm_backward: dout");
+  expect_numel(dweight, C, "rmsnorm_backward: dweight");
+  expect_numel(weight, C, "rmsnorm_backward: weight");
+  expect_numel(rstd, N, "rmsnorm_backward: rstd");
+  ENGINE_DISPATCH(dout, rmsnorm_backward, dinp, dweight, dout, inp, weight, rstd);
+}
+
 void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
                     const Tensor& pre_gelu) {
   ScopedOpTimer timer("matmul_forward");
@@ -205,6 +228,56 @@ void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) {
   ENGINE_DISPATCH(dinp, gelu_backward, dinp, inp, dout);
 }
 
+namespace {
+void check_swiglu(const Tensor& out, const Tensor& inp, const char* op, const char* out_name) {
+  ENGINE_CHECK(out.ndim() >= 1 && out.dim(-1) > 0, op, ": ", out_name, " must be (N, F), got ", out.shape().str());
+  const std::int64_t F = out.dim(-1), N = out.numel() / F;
+  expect_rows(inp, N, 2 * F, op);
+  expect_device(inp, out.device(), op);
+}
+
+void check_rope(const Tensor& qkv, const Tensor& inv_freq, int n_head, int n_kv_head, std::int64_t position_start,
+                const char* op) {
+  ENGINE_CHECK(n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0, op, ": ", n_head,
+               " query heads are not a multiple of ", n_kv_head, " key/value heads");
+  ENGINE_CHECK(qkv.ndim() == 3, op, ": qkv must be (B,T,(H+2KV)D), got ", qkv.shape().str());
+  const std::int64_t heads = n_head + 2 * n_kv_head, D = qkv.dim(2) / heads;
+  ENGINE_CHECK(qkv.dim(2) % heads == 0 && D % 2 == 0, op, ": qkv width ", qkv.dim(2), " is not (", n_head,
+               " + 2 x ", n_kv_head, ") heads of an even head size");
+  ENGINE_CHECK(inv_freq.numel() == D / 2 && inv_freq.dtype() == DType::kF32, op, ": inv_freq is ",
+               inv_freq.describe(), ", expected ", D / 2, " f32 frequencies");
+  expect_device(inv_freq, qkv.device(), op);
+  ENGINE_CHECK(position_start >= 0, op, ": position_start ", position_start, " must be >= 0");
+}
+}  // namespace
+
+void swiglu_forward(const Tensor& out, const Tensor& inp) {
+  ScopedOpTimer timer("swiglu_forward");
+  check_swiglu(out, inp, "swiglu_forward", "out");
+  ENGINE_DISPATCH(out, swiglu_forward, out, inp);
+}
+
+void swiglu_backward(const Tensor& dinp, const Tensor& dout, const Tensor& inp) {
+  ScopedOpTimer timer("swiglu_backward");
+  check_swiglu(dout, inp, "swiglu_backward", "dout");
+  expect_shape(dinp, inp.shape(), "swiglu_backward: dinp");
+  ENGINE_DISPATCH(dinp, swiglu_backward, dinp, dout, inp);
+}
+
+void rope_forward(const Tensor& qkv, const Tensor& inv_freq, int n_head, int n_kv_head,
+                  std::int64_t position_start) {
+  ScopedOpTimer timer("rope_forward");
+  check_rope(qkv, inv_freq, n_head, n_kv_head, position_start, "rope_forward");
+  ENGINE_DISPATCH(qkv, rope_forward, qkv, inv_freq, n_head, n_kv_head, position_start);
+}
+
+void rope_backward(const Tensor& dqkv, const Tensor& inv_freq, int n_head, int n_kv_head,
+                   std::int64_t position_start) {
+  ScopedOpTimer timer("rope_backward");
+  check_rope(dqkv, inv_freq, n_head, n_kv_head, position_start, "rope_backward");
+  ENGINE_DISPATCH(dqkv, rope_backward, dqkv, inv_freq, n_head, n_kv_head, position_start);
+}
+
 Shape attention_saved_shape(DeviceType device, std::int64_t B, std::int64_t H, std::int64_t T) {
   // CPU keeps the softmax probabilities (BLAS makes recomputing them the
   // expensive part); CUDA keeps only the row log-sum-exp (FlashAttention-2).
@@ -218,29 +291,35 @@ DType attention_saved_dtype(DeviceType device, DType activation_dtype) {
 }
 
 namespace {
-void check_attention(const Tensor& out, const Tensor& saved, const Tensor& qkv, int n_head, const char* op) {
-  ENGINE_CHECK(qkv.ndim() == 3, op, ": qkv must be (B,T,3C), got ", qkv.shape().str());
-  const std::int64_t B = qkv.dim(0), T = qkv.dim(1), C3 = qkv.dim(2);
-  ENGINE_CHECK(n_head > 0 && C3 % (3 * n_head) == 0, op, ": qkv width ", C3,
-               " is not 3 x n_head (", n_head, ") x head size");
-  expect_shape(out, Shape{B, T, C3 / 3}, op);
+// Returns KV (n_kv_head, 0 meaning n_head) after checking the qkv layout.
+int check_attention(const Tensor& out, const Tensor& saved, const Tensor& qkv, int n_head, int n_kv_head,
+                    const char* op) {
+  const int kv = n_kv_head == 0 ? n_head : n_kv_head;
+  ENGINE_CHECK(n_head > 0 && kv > 0 && n_head % kv == 0, op, ": ", n_head, " query heads are not a multiple of ",
+               kv, " key/value heads");
+  ENGINE_CHECK(qkv.ndim() == 3, op, ": qkv must be (B,T,(H+2KV)D), got ", qkv.shape().str());
+  const std::int64_t B = qkv.dim(0), T = qkv.dim(1), width = qkv.dim(2), heads = n_head + 2 * kv;
+  ENGINE_CHECK(width % heads == 0, op, ": qkv width ", width, " is not (", n_head, " + 2 x ", kv,
+               ") heads x head size");
+  expect_shape(out, Shape{B, T, width / heads * n_head}, op);
   expect_shape(saved, attention_saved_shape(qkv.device(), B, n_head, T), op);
+  return kv;
 }
 }  // namespace
 
-void attention_forward(const Tensor& out, const Tensor& saved, const Tensor& qkv, int n_head) {
+void attention_forward(const Tensor& out, const Tensor& saved, const Tensor& qkv, int n_head, int n_kv_head) {
   ScopedOpTimer timer("attention_forward");
-  check_attention(out, saved, qkv, n_head, "attention_forward");
-  ENGINE_DISPATCH(out, attention_forward, out, saved, qkv, n_head);
+  const int kv = check_attention(out, saved, qkv, n_head, n_kv_head, "attention_forward");
+  ENGINE_DISPATCH(out, attention_forward, out, saved, qkv, n_head, kv);
 }
 
 void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                        const Tensor& saved, int n_head) {
+                        const Tensor& saved, int n_head, int n_kv_head) {
   ScopedOpTimer timer("attention_backward");
-  check_attention(out, saved, qkv, n_head, "attention_backward");
+  const int kv = check_attention(out, saved, qkv, n_head, n_kv_head, "attention_backward");
   expect_shape(dqkv, qkv.shape(), "attention_backward: dqkv");
   expect_shape(dout, out.shape(), "attention_backward: dout");
-  ENGINE_DISPATCH(dout, attention_backward, dqkv, dout, qkv, out, saved, n_head);
+  ENGINE_DISPATCH(dout, attention_backward, dqkv, dout, qkv, out, saved, n_head, kv);
 }
 
 void softmax_cross_entropy(const Tensor& losses, const Tensor& logits, const Tensor& targets,

@@ -52,6 +52,15 @@ void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd
 void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                         const Tensor& inp, const Tensor& weight, const Tensor& mean, const Tensor& rstd);
 
+// ---- RMSNorm (Zhang & Sennrich 2019), as Llama uses -------------------------
+// out = inp * rstd * weight, rstd = 1 / sqrt(mean_c(inp^2) + eps); no mean is
+// subtracted and there is no bias (Hugging Face's LlamaRMSNorm / Qwen2RMSNorm).
+//   out (N,C), rstd (N) statistics dtype, inp (N,C), weight (C)
+void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& weight, double eps);
+// dinp ACCUMULATES (+=) like layernorm_backward's; dweight accumulates.
+void rmsnorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dout, const Tensor& inp,
+                      const Tensor& weight, const Tensor& rstd);
+
 // ---- linear layers ----------------------------------------------------------
 // out = inp @ weight^T + bias.            out (N,OC), inp (N,C), weight (OC,C), bias (OC) or empty
 // With pre_gelu given: pre_gelu = inp @ weight^T + bias and out = gelu(pre_gelu)
@@ -74,17 +83,47 @@ void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& db
 void gelu_forward(const Tensor& out, const Tensor& inp);
 void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout);  // dinp = dout * gelu'(inp)
 
+// SwiGLU (Shazeer 2020), the gated MLP of Llama: out = silu(gate) * up with
+// silu(x) = x * sigmoid(x), where each row of inp is [gate | up], the output
+// of one fused gate/up matmul (under tensor parallelism each rank's slice is
+// [gate_r | up_r], so the layout holds per rank).
+//   out (N,F), inp (N,2F)
+void swiglu_forward(const Tensor& out, const Tensor& inp);
+// dinp (N,2F) is written: [dout * up * silu'(gate) | dout * silu(gate)].
+void swiglu_backward(const Tensor& dinp, const Tensor& dout, const Tensor& inp);
+
+// ---- rotary position embedding (Su et al. 2021), Hugging Face's layout ------
+// Rotates q and k of qkv (B,T,(H+2*KV)*D) IN PLACE (v is untouched): for
+// position p = position_start + t and i < D/2, with a = p * inv_freq[i]
+// (the product rounded to f32, as transformers computes it),
+//   x'[i]       = x[i] cos a - x[i + D/2] sin a
+//   x'[i + D/2] = x[i + D/2] cos a + x[i] sin a
+// the rotate-half convention of LlamaForCausalLM (not the interleaved pairs
+// of the paper). inv_freq (D/2) f32 on the same device: the frequencies,
+// with any scaling (Llama 3's) already applied (model/rope.h makes them).
+void rope_forward(const Tensor& qkv, const Tensor& inv_freq, int n_head, int n_kv_head,
+                  std::int64_t position_start = 0);
+// The transpose (rotation by -a) applied IN PLACE to the q and k parts of
+// dqkv (B,T,(H+2*KV)*D): the gradient of the rotation's input.
+void rope_backward(const Tensor& dqkv, const Tensor& inv_freq, int n_head, int n_kv_head,
+                   std::int64_t position_start = 0);
+
 // ---- causal self-attention core ---------------------------------------------
-// qkv (B,T,3*H*D) holds [q | k | v] per position, each H heads of size D;
+// qkv (B,T,(H+2*KV)*D) holds [q | k | v] per position: H query heads, then KV
+// key heads and KV value heads, each of size D; query head h attends with
+// key/value head h / (H/KV) (grouped-query attention, Ainslie et al. 2023;
+// KV = H is multi-head attention, n_kv_head = 0 means KV = H).
 // out (B,T,H*D) = softmax(q k^T / sqrt(D), causal) v per head.
 // `saved` is what backward needs besides qkv and out; its shape is
-// backend-defined: attention_saved_shape() says what to allocate.
+// backend-defined: attention_saved_shape() says what to allocate (H is the
+// query heads).
 Shape attention_saved_shape(DeviceType device, std::int64_t B, std::int64_t H, std::int64_t T);
 DType attention_saved_dtype(DeviceType device, DType activation_dtype);
-void attention_forward(const Tensor& out, const Tensor& saved, const Tensor& qkv, int n_head);
-// dqkv (B,T,3*H*D) is written.
+void attention_forward(const Tensor& out, const Tensor& saved, const Tensor& qkv, int n_head, int n_kv_head = 0);
+// dqkv (B,T,(H+2*KV)*D) is written (each key/value head's gradient summed
+// over the query heads of its group).
 void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                        const Tensor& saved, int n_head);
+                        const Tensor& saved, int n_head, int n_kv_head = 0);
 
 // ---- classifier: softmax + cross-entropy, fused -------------------------------
 // logits (N,Vp): columns >= vocab_size are padding and ignored.

@@ -5,9 +5,15 @@
 // Work is parallelised over (batch, head) pairs with OpenMP; inside a pair
 // the matrix products are BLAS calls on the calling thread only (the OpenMP
 // OpenBLAS runs single-threaded inside a parallel region). q, k and v of head
-// h are read straight out of qkv (B, T, 3C) as strided matrices: row t of q is
-// qkv[b, t, h*D : (h+1)*D], so the leading dimension is 3C and nothing is
-// gathered.
+// h are read straight out of qkv (B, T, (H+2KV)D) as strided matrices: row t
+// of q is qkv[b, t, h*D : (h+1)*D], so the leading dimension is (H+2KV)D and
+// nothing is gathered.
+//
+// Grouped-query attention (Ainslie et al. 2023): query head h reads key/value
+// head h / (H/KV). Backward runs the query heads of one group one after the
+// other on one thread, the first writing the group's dk and dv and the others
+// adding to them, so the sum over the group needs no atomics and is the same
+// for any thread count.
 //
 // Causality is exploited by tiling rows into blocks of kRowBlock: block
 // [r0, r1) only needs keys [0, r1), so the score and value products cost about
@@ -35,7 +41,7 @@ struct HeadView {
   const T* q;          // (T, D), leading dim ld_qkv
   const T* k;          // (T, D), leading dim ld_qkv
   const T* v;          // (T, D), leading dim ld_qkv
-  std::int64_t ld_qkv; // 3C
+  std::int64_t ld_qkv; // (H + 2KV) D
 };
 
 // softmax over att[t, 0..t] in place, zero above the diagonal.  att (T, T)
@@ -80,10 +86,12 @@ void attention_forward_head(T* out, std::int64_t ld_out, T* att, const HeadView<
 
 // With P = softmax(S), S = scale * q k^T, and dP = dout v^T:
 //   dv = P^T dout,  dS = P * (dP - rowsum(P * dP)),  dq = scale dS k,  dk = scale dS^T q
+// dq is written; dk and dv are written (kv_beta 0) or added to (kv_beta 1, the
+// later query heads of a key/value group).
 template <typename T>
 void attention_backward_head(T* dq, T* dk, T* dv, const T* dout, std::int64_t ld_out, const T* att, T* dS,
-                             const HeadView<T>& h, std::int64_t T_, std::int64_t D) {
-  // dq, dk, dv (T, D) leading dim ld = 3C;  dout (T, D) leading dim ld_out = C;
+                             const HeadView<T>& h, std::int64_t T_, std::int64_t D, T kv_beta) {
+  // dq, dk, dv (T, D) leading dim ld = (H+2KV)D;  dout (T, D) leading dim ld_out = HD;
   // att (T, T) probabilities;  dS (T, T) scratch
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(D)));
   const std::int64_t ld = h.ld_qkv;
@@ -98,7 +106,7 @@ void attention_backward_head(T* dq, T* dk, T* dv, const T* dout, std::int64_t ld
   for (std::int64_t c0 = 0; c0 < T_; c0 += kRowBlock) {
     const std::int64_t c1 = std::min(T_, c0 + kRowBlock);
     gemm(Trans::kYes, Trans::kNo, c1 - c0, D, T_ - c0, T(1), att + c0 * T_ + c0, T_, dout + c0 * ld_out, ld_out,
-         T(0), dv + c0 * ld, ld);
+         kv_beta, dv + c0 * ld, ld);
   }
   // Softmax backward, scale folded in; zero above the diagonal to the block end.
   for (std::int64_t t = 0; t < T_; ++t) {
@@ -117,67 +125,89 @@ void attention_backward_head(T* dq, T* dk, T* dv, const T* dout, std::int64_t ld
     // dq[r0:r1] = dS[r0:r1, 0:r1] @ k[0:r1]          (r1-r0, D)
     gemm(Trans::kNo, Trans::kNo, r1 - r0, D, r1, T(1), dS + r0 * T_, T_, h.k, ld, T(0), dq + r0 * ld, ld);
     // dk[r0:r1] = dS[r0:T, r0:r1]^T @ q[r0:T]        (r1-r0, D)
-    gemm(Trans::kYes, Trans::kNo, r1 - r0, D, T_ - r0, T(1), dS + r0 * T_ + r0, T_, h.q + r0 * ld, ld, T(0),
+    gemm(Trans::kYes, Trans::kNo, r1 - r0, D, T_ - r0, T(1), dS + r0 * T_ + r0, T_, h.q + r0 * ld, ld, kv_beta,
          dk + r0 * ld, ld);
   }
 }
 
-template <typename T>
-HeadView<T> head_view(const T* qkv, std::int64_t b, std::int64_t h, std::int64_t T_, std::int64_t C,
-                      std::int64_t D) {
-  const T* base = qkv + b * T_ * 3 * C + h * D;
-  return HeadView<T>{base, base + C, base + 2 * C, 3 * C};
+// Head counts and widths of one qkv tensor.
+struct HeadLayout {
+  std::int64_t H, KV, D;
+  std::int64_t group() const { return H / KV; }      // query heads per key/value head
+  std::int64_t ld_qkv() const { return (H + 2 * KV) * D; }
+  std::int64_t ld_out() const { return H * D; }
+  // Offsets of query head h's q, and of key/value head g's k and v, in a row.
+  std::int64_t q(std::int64_t h) const { return h * D; }
+  std::int64_t k(std::int64_t g) const { return (H + g) * D; }
+  std::int64_t v(std::int64_t g) const { return (H + KV + g) * D; }
+};
+
+HeadLayout head_layout(const Tensor& qkv, int n_head, int n_kv_head) {
+  const std::int64_t H = n_head, KV = n_kv_head;
+  return HeadLayout{H, KV, qkv.dim(2) / (H + 2 * KV)};
 }
 
 template <typename T>
-void attention_forward_impl(const Tensor& out_t, const Tensor& saved_t, const Tensor& qkv_t, int n_head) {
-  const std::int64_t B = qkv_t.dim(0), T_ = qkv_t.dim(1), C = qkv_t.dim(2) / 3, H = n_head, D = C / H;
-  T* out = out_t.data_as<T>();              // (B, T, C)
+HeadView<T> head_view(const T* qkv, std::int64_t b, std::int64_t h, std::int64_t T_, const HeadLayout& l) {
+  const T* row0 = qkv + b * T_ * l.ld_qkv();
+  const std::int64_t g = h / l.group();
+  return HeadView<T>{row0 + l.q(h), row0 + l.k(g), row0 + l.v(g), l.ld_qkv()};
+}
+
+template <typename T>
+void attention_forward_impl(const Tensor& out_t, const Tensor& saved_t, const Tensor& qkv_t, const HeadLayout& l) {
+  const std::int64_t B = qkv_t.dim(0), T_ = qkv_t.dim(1), H = l.H;
+  T* out = out_t.data_as<T>();              // (B, T, HD)
   T* saved = saved_t.data_as<T>();          // (B, H, T, T)
-  const T* qkv = qkv_t.data_as<const T>();  // (B, T, 3C)
+  const T* qkv = qkv_t.data_as<const T>();  // (B, T, (H+2KV)D)
 #pragma omp parallel for schedule(static)
   for (std::int64_t bh = 0; bh < B * H; ++bh) {
     const std::int64_t b = bh / H, h = bh % H;
-    T* att = saved + bh * T_ * T_;              // (T, T)
-    T* out_head = out + b * T_ * C + h * D;     // (T, D), leading dim C
-    attention_forward_head(out_head, C, att, head_view(qkv, b, h, T_, C, D), T_, D);
+    T* att = saved + bh * T_ * T_;                          // (T, T)
+    T* out_head = out + b * T_ * l.ld_out() + l.q(h);       // (T, D), leading dim HD
+    attention_forward_head(out_head, l.ld_out(), att, head_view(qkv, b, h, T_, l), T_, l.D);
   }
 }
 
 template <typename T>
 void attention_backward_impl(const Tensor& dqkv_t, const Tensor& dout_t, const Tensor& qkv_t,
-                             const Tensor& saved_t, int n_head) {
-  const std::int64_t B = qkv_t.dim(0), T_ = qkv_t.dim(1), C = qkv_t.dim(2) / 3, H = n_head, D = C / H;
-  T* dqkv = dqkv_t.data_as<T>();               // (B, T, 3C), written
-  const T* dout = dout_t.data_as<const T>();   // (B, T, C)
-  const T* qkv = qkv_t.data_as<const T>();     // (B, T, 3C)
+                             const Tensor& saved_t, const HeadLayout& l) {
+  const std::int64_t B = qkv_t.dim(0), T_ = qkv_t.dim(1), H = l.H, KV = l.KV;
+  T* dqkv = dqkv_t.data_as<T>();               // (B, T, (H+2KV)D), written
+  const T* dout = dout_t.data_as<const T>();   // (B, T, HD)
+  const T* qkv = qkv_t.data_as<const T>();     // (B, T, (H+2KV)D)
   const T* saved = saved_t.data_as<const T>(); // (B, H, T, T)
+  // One task per (batch, key/value head): its query heads in order.
 #pragma omp parallel for schedule(static)
-  for (std::int64_t bh = 0; bh < B * H; ++bh) {
-    const std::int64_t b = bh / H, h = bh % H;
-    T* dS = thread_scratch<T>(T_ * T_);                   // (T, T)
-    T* dq = dqkv + b * T_ * 3 * C + h * D;                // (T, D), leading dim 3C
-    const T* dout_head = dout + b * T_ * C + h * D;       // (T, D), leading dim C
-    attention_backward_head(dq, dq + C, dq + 2 * C, dout_head, C, saved + bh * T_ * T_, dS,
-                            head_view(qkv, b, h, T_, C, D), T_, D);
+  for (std::int64_t bg = 0; bg < B * KV; ++bg) {
+    const std::int64_t b = bg / KV, g = bg % KV;
+    T* dS = thread_scratch<T>(T_ * T_);           // (T, T)
+    T* drow0 = dqkv + b * T_ * l.ld_qkv();
+    for (std::int64_t i = 0; i < l.group(); ++i) {
+      const std::int64_t h = g * l.group() + i;
+      const T* dout_head = dout + b * T_ * l.ld_out() + l.q(h);  // (T, D), leading dim HD
+      attention_backward_head(drow0 + l.q(h), drow0 + l.k(g), drow0 + l.v(g), dout_head, l.ld_out(),
+                              saved + (b * H + h) * T_ * T_, dS, head_view(qkv, b, h, T_, l), T_, l.D,
+                              i == 0 ? T(0) : T(1));
+    }
   }
 }
 
 }  // namespace
 
-void attention_forward(const Tensor& out, const Tensor& saved, const Tensor& qkv, int n_head) {
+void attention_forward(const Tensor& out, const Tensor& saved, const Tensor& qkv, int n_head, int n_kv_head) {
   expect_dtypes("attention_forward", qkv.dtype(), {&out, &saved});
   dispatch_float(qkv.dtype(), "attention_forward", [&](auto tag) {
-    attention_forward_impl<decltype(tag)>(out, saved, qkv, n_head);
+    attention_forward_impl<decltype(tag)>(out, saved, qkv, head_layout(qkv, n_head, n_kv_head));
   });
 }
 
 void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                        const Tensor& saved, int n_head) {
+                        const Tensor& saved, int n_head, int n_kv_head) {
   // `out` is not needed on the CPU: the saved probabilities carry everything.
   expect_dtypes("attention_backward", qkv.dtype(), {&dqkv, &dout, &out, &saved});
   dispatch_float(qkv.dtype(), "attention_backward", [&](auto tag) {
-    attention_backward_impl<decltype(tag)>(dqkv, dout, qkv, saved, n_head);
+    attention_backward_impl<decltype(tag)>(dqkv, dout, qkv, saved, head_layout(qkv, n_head, n_kv_head));
   });
 }
 

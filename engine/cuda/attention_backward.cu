@@ -341,8 +341,10 @@ void flash_backward(const Tensor& dqkv, float* dq_acc, const float* delta, const
 }  // namespace
 
 void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                        const Tensor& saved, int n_head) {
+                        const Tensor& saved, int n_head, int n_kv_head) {
   for (const Tensor* t : {&dqkv, &dout, &qkv, &out, &saved}) expect_cuda(*t, "attention_backward: operand");
+  ENGINE_CHECK(n_kv_head == n_head, "attention_backward: grouped-query attention (", n_head, " query heads, ",
+               n_kv_head, " key/value heads) is not implemented on CUDA yet");
   expect_f32(saved, "attention_backward: saved (log-sum-exp)");
   const AttentionDims a = attention_dims(qkv, n_head, "attention_backward");
   const std::int64_t BT = std::int64_t{a.B} * a.T, C = std::int64_t{a.H} * a.D, rows = BT * a.H;

@@ -219,8 +219,10 @@ void flash_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int 
 
 }  // namespace
 
-void attention_forward(const Tensor& out, const Tensor& saved, const Tensor& qkv, int n_head) {
+void attention_forward(const Tensor& out, const Tensor& saved, const Tensor& qkv, int n_head, int n_kv_head) {
   for (const Tensor* t : {&out, &saved, &qkv}) expect_cuda(*t, "attention_forward: operand");
+  ENGINE_CHECK(n_kv_head == n_head, "attention_forward: grouped-query attention (", n_head, " query heads, ",
+               n_kv_head, " key/value heads) is not implemented on CUDA yet");
   expect_f32(saved, "attention_forward: saved (log-sum-exp)");
   const AttentionDims a = attention_dims(qkv, n_head, "attention_forward");
   if (std::int64_t{a.B} * a.T * a.H == 0) return;

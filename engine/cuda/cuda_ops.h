@@ -33,9 +33,17 @@ void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& db
                      const Tensor& inp, const Tensor& weight, const Tensor& gelu_pre);
 void gelu_forward(const Tensor& out, const Tensor& inp);
 void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout);  // dinp = dout * gelu'(inp)
-void attention_forward(const Tensor& out, const Tensor& saved, const Tensor& qkv, int n_head);
+void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& weight, double eps);
+void rmsnorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dout, const Tensor& inp,
+                      const Tensor& weight, const Tensor& rstd);
+void swiglu_forward(const Tensor& out, const Tensor& inp);
+void swiglu_backward(const Tensor& dinp, const Tensor& dout, const Tensor& inp);
+void rope_forward(const Tensor& qkv, const Tensor& inv_freq, int n_head, int n_kv_head, std::int64_t position_start);
+void rope_backward(const Tensor& dqkv, const Tensor& inv_freq, int n_head, int n_kv_head,
+                   std::int64_t position_start);
+void attention_forward(const Tensor& out, const Tensor& saved, const Tensor& qkv, int n_head, int n_kv_head);
 void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                        const Tensor& saved, int n_head);
+                        const Tensor& saved, int n_head, int n_kv_head);
 void softmax_cross_entropy(const Tensor& losses, const Tensor& logits, const Tensor& targets,
                            std::int64_t vocab_size, double grad_scale);
 void cross_entropy_partial_max(const Tensor& row_max, const Tensor& logits, std::int64_t vocab_start,
