@@ -123,7 +123,7 @@ void print_table(const launch::PlanRequest& r, const std::vector<launch::Predict
   std::cout << "plan       " << r.model.describe() << ", " << r.global_batch << " x " << r.seq_len << " tokens per step on "
             << r.devices << " devices of " << r.cluster.name << " running " << r.software << " (" << engine::format_bytes(static_cast<std::size_t>(r.cluster.memory_bytes))
             << " each): " << ranked.size() << " layouts, " << fitting << " fit\n";
-  std::cout << "flops      " << model::flops_convention(r.attention) << "\n";
+  std::cout << "flops      " << model::flops_convention(r.attention, r.model) << "\n";
   // Exposed, not sent: ZeRO-3 sends the most bytes but hides most of them behind compute.
   std::cout << "comm       exposed: seconds of tensor-parallel, pipeline and data-parallel communication not hidden "
                "behind compute, not the bytes sent\n";

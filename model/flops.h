@@ -55,6 +55,10 @@ double recompute_flops_per_step(const GptConfig& config, std::int64_t sequences,
 
 // One line printed at start-up: the formula, the attention convention, and
 // that recomputation counts in HFU only.
-std::string flops_convention(AttentionFlops attention);
+// For a Llama-family model (config.is_llama()) the same count of every
+// matmul with its matrices: per token and layer 2 * (h (H+2KV) d + h^2 + 3 h F)
+// forward FLOPs for qkv, projection and SwiGLU's gate, up and down, the
+// attention core as above, and 2 h V for the untied or tied head.
+std::string flops_convention(AttentionFlops attention, const GptConfig& config = {});
 
 }  // namespace model

@@ -19,8 +19,14 @@ namespace model {
 //   h.{l}.mlp.proj.weight (C, 4C)  h.{l}.mlp.proj.bias (C)
 //   ln_f.weight/bias (C)
 // The LM head is tied to wte (no separate tensor).
+// Llama-family models (GptConfig::is_llama) use the same names for what
+// they have: no wpe; ln_1, ln_2 and ln_f hold an RMSNorm gain only;
+// attn.qkv.weight is ((H + 2 KV) D, C), [q | k | v] with KV key/value heads,
+// with attn.qkv.bias only under qkv_bias (Qwen2); mlp.fc.weight is (2F, C),
+// [gate | up]; mlp.proj.weight (C, F); no other bias; an untied model has
+// lm_head.weight (Vp, C) in a unit "lm_head" after ln_f.
 std::string block_param_name(std::int64_t layer, const char* suffix);  // ("h.3.", "attn.qkv.weight")
-// Parameter units (model/param_registry.h): "wte", "wpe", "h.{l}" per block, "ln_f".
+// Parameter units (model/param_registry.h): "wte", "wpe", "h.{l}" per block, "ln_f", "lm_head".
 std::string block_unit_name(std::int64_t layer);  // "h.3"
 
 // Registers the parameters one process holds: those of `stage`, sliced for

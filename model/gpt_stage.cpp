@@ -5,6 +5,7 @@
 
 #include "engine/ops.h"
 #include "model/gpt_params.h"
+#include "model/rope.h"
 #include "model/stage_activations.h"
 
 namespace model {
@@ -34,9 +35,12 @@ GptStage::GptStage(const GptConfig& config, const ParamStore& store, StageRange 
     blocks_.emplace_back(config_, tp_, tp_comm_);
     block_units_.push_back(params_.unit(block_unit_name(l)));
   }
-  if (range.has_embedding || range.has_head) wte_unit_ = params_.unit("wte");
-  if (range.has_embedding) wpe_unit_ = params_.unit("wpe");
-  if (range.has_head) lnf_unit_ = params_.unit("ln_f");
+  if (range.has_embedding || (range.has_head && config.tied_embeddings)) wte_unit_ = params_.unit("wte");
+  if (range.has_embedding && config.has_position_table()) wpe_unit_ = params_.unit("wpe");
+  if (range.has_head) {
+    lnf_unit_ = params_.unit("ln_f");
+    head_unit_ = config.tied_embeddings ? wte_unit_ : params_.unit("lm_head");
+  }
   residuals_.resize(slots);
   acts_.resize(slots);
   tokens_.resize(slots);
@@ -56,6 +60,7 @@ void GptStage::allocate(engine::Arena& arena) {
   head_dres_ = std::move(a.head_dres);
   output_grads_ = std::move(a.output_grads);
   scratch_ = a.scratch;
+  fill_rope_frequencies(scratch_, config_);  // nothing on a planning arena
   shared_acts_ = a.shared;
   dresidual_ = a.dresidual;
   lnf_ = a.lnf;
@@ -92,11 +97,12 @@ void GptStage::embedding_forward(int slot, const Tensor& res0) {
   // Each tensor-parallel rank adds the rows of the tokens it holds (and
   // rank 0 the positions); an all-reduce completes the embedding, or under
   // sequence parallelism a reduce-scatter leaves each rank its tokens.
-  const UnitView wte = params_.weights(wte_unit_), wpe = params_.weights(wpe_unit_);
+  const UnitView wte = params_.weights(wte_unit_);
+  const Tensor wpe = wpe_unit_ >= 0 && tp_.rank == 0 ? params_.weights(wpe_unit_)["wpe"] : Tensor{};  // none: RoPE
   if (!blocks_.empty()) params_.prefetch_weights(block_units_.front());
   const Tensor partial = tp_.splits_tokens() ? scratch_.branch : res0;  // (B,T,C)
-  ops::embedding_forward(partial, tokens_[slot], wte["wte"], tp_.rank == 0 ? wpe["wpe"] : Tensor{}, vocab_start());
-  params_.release_weights(wpe_unit_);
+  ops::embedding_forward(partial, tokens_[slot], wte["wte"], wpe, vocab_start());
+  if (wpe_unit_ >= 0 && tp_.rank == 0) params_.release_weights(wpe_unit_);
   params_.release_weights(wte_unit_);
   if (tp_.splits_tokens())
     tp_comm_->reduce_scatter(partial.view(Shape{partial.numel()}), res0.view(Shape{res0.numel()}));
@@ -148,32 +154,38 @@ void GptStage::cross_entropy(int slot, double grad_scale) {
                             config_.vocab_size, grad_scale);
 }
 
+void GptStage::norm_forward(const Tensor& out, const Tensor& in, const UnitView& lnf) const {
+  if (config_.is_llama()) ops::rmsnorm_forward(out, lnf_rstd_, in, lnf["ln_f.weight"], config_.norm_eps);
+  else ops::layernorm_forward(out, lnf_mean_, lnf_rstd_, in, lnf["ln_f.weight"], lnf["ln_f.bias"]);
+}
+
 void GptStage::head_forward(int slot, double grad_scale, bool with_loss) {
   const Tensor last = residuals_[slot].back();
   const UnitView lnf = params_.weights(lnf_unit_);
-  params_.prefetch_weights(wte_unit_);
-  const Tensor ln_w = lnf["ln_f.weight"], ln_b = lnf["ln_f.bias"];
+  params_.prefetch_weights(head_unit_);
   if (tp_.splits_tokens()) {
     // This rank's tokens are normalised, then gathered for the vocabulary-parallel head.
-    ops::layernorm_forward(scratch_.ln_chunk, lnf_mean_, lnf_rstd_, last, ln_w, ln_b);
+    norm_forward(scratch_.ln_chunk, last, lnf);
     tp_comm_->all_gather(scratch_.ln_chunk.view(Shape{scratch_.ln_chunk.numel()}), lnf_.view(Shape{lnf_.numel()}));
   } else {
-    ops::layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, last, ln_w, ln_b);
+    norm_forward(lnf_, last, lnf);
   }
-  const UnitView wte_unit = params_.weights(wte_unit_);
-  const Tensor wte = wte_unit["wte"];
-  ops::matmul_forward(logits_, lnf_, wte, Tensor{});  // (B*T, Vp/tp), tied to the token embedding
+  // The head's weight: wte (tied to the token embedding) or lm_head.
+  const char* head_name = config_.tied_embeddings ? "wte" : "lm_head.weight";
+  const UnitView head_unit = params_.weights(head_unit_);
+  const Tensor head = head_unit[head_name];
+  ops::matmul_forward(logits_, lnf_, head, Tensor{});  // (B*T, Vp/tp)
   const bool backward = with_loss && grad_scale != 0.0;
   if (with_loss) cross_entropy(slot, grad_scale);
   if (backward) {
     // logits_ now holds dlogits; finish the head's backward while they exist.
-    // With the embedding on this stage too, wte's gradient stays held until
-    // the embedding's backward adds its part (backward()).
-    const UnitView dwte = params_.grads(wte_unit_);
-    ops::matmul_backward(d_lnf_, dwte["wte"], Tensor{}, logits_, lnf_, wte);
-    if (!range_.has_embedding) params_.release_grads(wte_unit_);
+    // With a tied head and the embedding on this stage too, wte's gradient
+    // stays held until the embedding's backward adds its part (backward()).
+    const UnitView dhead = params_.grads(head_unit_);
+    ops::matmul_backward(d_lnf_, dhead[head_name], Tensor{}, logits_, lnf_, head);
+    if (!range_.has_embedding || !config_.tied_embeddings) params_.release_grads(head_unit_);
   }
-  params_.release_weights(wte_unit_);
+  params_.release_weights(head_unit_);
   if (backward) {
     // Each rank's vocabulary slice contributes to d lnf: sum them (for this
     // rank's tokens only, under sequence parallelism).
@@ -184,14 +196,28 @@ void GptStage::head_forward(int slot, double grad_scale, bool with_loss) {
     } else {
       tp_all_reduce(d_lnf_);
     }
-    ops::fill(head_dres_[slot], 0.0);  // layernorm_backward accumulates
+    ops::fill(head_dres_[slot], 0.0);  // the norms' backward accumulates
     const UnitView dlnf = params_.grads(lnf_unit_);
-    ops::layernorm_backward(head_dres_[slot], dlnf["ln_f.weight"], dlnf["ln_f.bias"], d_lnf, last, ln_w, lnf_mean_,
-                            lnf_rstd_);
-    if (params_.grads_staged()) sum_layernorm_grads(dlnf, {"ln_f.weight", "ln_f.bias"});
+    if (config_.is_llama())
+      ops::rmsnorm_backward(head_dres_[slot], dlnf["ln_f.weight"], d_lnf, last, lnf["ln_f.weight"], lnf_rstd_);
+    else
+      ops::layernorm_backward(head_dres_[slot], dlnf["ln_f.weight"], dlnf["ln_f.bias"], d_lnf, last,
+                              lnf["ln_f.weight"], lnf_mean_, lnf_rstd_);
+    if (params_.grads_staged()) sum_layernorm_grads(dlnf, head_norm_names());
     params_.release_grads(lnf_unit_);
   }
   params_.release_weights(lnf_unit_);
+}
+
+std::vector<std::string> GptStage::block_norm_names(std::int64_t layer) const {
+  if (config_.is_llama()) return {block_param_name(layer, "ln_1.weight"), block_param_name(layer, "ln_2.weight")};
+  return {block_param_name(layer, "ln_1.weight"), block_param_name(layer, "ln_1.bias"),
+          block_param_name(layer, "ln_2.weight"), block_param_name(layer, "ln_2.bias")};
+}
+
+std::vector<std::string> GptStage::head_norm_names() const {
+  if (config_.is_llama()) return {"ln_f.weight"};
+  return {"ln_f.weight", "ln_f.bias"};
 }
 
 void GptStage::backward(int slot) {
@@ -209,9 +235,7 @@ void GptStage::backward(int slot) {
     // (other slots' forwards may have overwritten the shared tensors since).
     blocks_[i].recompute(weights, res[i], a, scratch_, recompute_);
     blocks_[i].backward(weights, grads, dresidual_, res[i], a, scratch_);
-    if (params_.grads_staged())
-      sum_layernorm_grads(g, {block_param_name(layer, "ln_1.weight"), block_param_name(layer, "ln_1.bias"),
-                              block_param_name(layer, "ln_2.weight"), block_param_name(layer, "ln_2.bias")});
+    if (params_.grads_staged()) sum_layernorm_grads(g, block_norm_names(layer));
     params_.release_grads(unit);
     params_.release_weights(unit);
     if (backward_hook_) backward_hook_(layer);
@@ -224,11 +248,13 @@ void GptStage::backward(int slot) {
       tp_comm_->all_gather(dresidual_.view(Shape{dresidual_.numel()}), scratch_.d_full.view(Shape{scratch_.d_full.numel()}));
       dembed = scratch_.d_full;
     }
-    const UnitView dwte = params_.grads(wte_unit_), dwpe = params_.grads(wpe_unit_);
-    ops::embedding_backward(dwte["wte"], dwpe["wpe"], dembed, tokens_[slot], vocab_start());
-    params_.release_grads(wpe_unit_);
+    const UnitView dwte = params_.grads(wte_unit_);
+    const Tensor dwpe = wpe_unit_ >= 0 ? params_.grads(wpe_unit_)["wpe"] : Tensor{};
+    ops::embedding_backward(dwte["wte"], dwpe, dembed, tokens_[slot], vocab_start());
+    if (wpe_unit_ >= 0) params_.release_grads(wpe_unit_);
     params_.release_grads(wte_unit_);
-    if (range_.has_head) params_.release_grads(wte_unit_);  // held since this micro-batch's head (head_forward)
+    // Held since this micro-batch's head (head_forward) when the head is wte.
+    if (range_.has_head && config_.tied_embeddings) params_.release_grads(wte_unit_);
     if (backward_hook_) backward_hook_(-1);
   }
 }
@@ -245,13 +271,12 @@ void GptStage::reduce_sequence_parallel_grads() {
   for (std::size_t i = 0; i < blocks_.size(); ++i) {
     const std::int64_t l = range_.first_layer + static_cast<std::int64_t>(i);
     const UnitView g = params_.grads(block_units_[i]);
-    sum_layernorm_grads(g, {block_param_name(l, "ln_1.weight"), block_param_name(l, "ln_1.bias"),
-                            block_param_name(l, "ln_2.weight"), block_param_name(l, "ln_2.bias")});
+    sum_layernorm_grads(g, block_norm_names(l));
     params_.release_grads(block_units_[i]);
   }
   if (range_.has_head) {
     const UnitView g = params_.grads(lnf_unit_);
-    sum_layernorm_grads(g, {"ln_f.weight", "ln_f.bias"});
+    sum_layernorm_grads(g, head_norm_names());
     params_.release_grads(lnf_unit_);
   }
 }

@@ -41,6 +41,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "engine/buffer.h"
@@ -112,6 +113,11 @@ class GptStage {
   // slot's own, the shared set, or a mix of the two (see the class comment).
   BlockActivations block_activations(int slot, std::size_t i) const;
   void head_forward(int slot, double grad_scale, bool with_loss);
+  // The final norm (LayerNorm or RMSNorm) of `in` into `out`, statistics in lnf_mean_/lnf_rstd_.
+  void norm_forward(const engine::Tensor& out, const engine::Tensor& in, const UnitView& lnf) const;
+  // The norm parameters whose gradients are partial sums under sequence parallelism.
+  std::vector<std::string> block_norm_names(std::int64_t layer) const;
+  std::vector<std::string> head_norm_names() const;
   // The embedding's forward into res0 (first stage).
   void embedding_forward(int slot, const engine::Tensor& res0);
   // Sums the sequence-parallel partial gradients of these layer-norm
@@ -125,6 +131,7 @@ class GptStage {
   const ParamStore& store_;
   ParamAccess params_;
   int wte_unit_ = -1, wpe_unit_ = -1, lnf_unit_ = -1;  // -1 where this stage has no such unit
+  int head_unit_ = -1;  // the LM head's weight: wte_unit_ when tied, else "lm_head"
   std::vector<int> block_units_;                      // [block]
   StageRange range_;
   ActivationShape shape_;

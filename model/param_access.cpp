@@ -10,6 +10,10 @@ engine::Tensor UnitView::operator[](const std::string& name) const {
   return flat_.flat_slice(p.offset - base_, p.numel()).view(p.shape);
 }
 
+engine::Tensor UnitView::optional(const std::string& name) const {
+  return registry_->contains(name) ? (*this)[name] : engine::Tensor{};
+}
+
 ParamAccess::ParamAccess(const ParamStore& store, parallel::ZeroUnits* zero)
     : store_(store), zero_(zero), units_(store.registry().units()) {
   // A stage over a gradient-sharded store without its units can still run

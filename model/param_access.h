@@ -28,6 +28,9 @@ class UnitView {
   UnitView(const ParamRegistry& registry, int unit, engine::Tensor flat, std::int64_t base)
       : registry_(&registry), unit_(unit), flat_(std::move(flat)), base_(base) {}
   engine::Tensor operator[](const std::string& name) const;  // the entry must belong to this unit
+  // The entry's view, or an empty Tensor where the model has no such entry
+  // (a Llama block's biases).
+  engine::Tensor optional(const std::string& name) const;
   const engine::Tensor& flat() const { return flat_; }
 
  private:

@@ -1,11 +1,30 @@
 #include "model/param_registry.h"
 
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "engine/ops.h"
 #include "engine/rng.h"
 
 namespace model {
+
+std::string Split::cut_problem(std::int64_t extent) const {
+  const auto text = [](auto v) { return std::to_string(v); };
+  if (parts < 1 || count < 1) return "parts and count must be at least 1";
+  if (first_block != 0) {
+    if (parts < 2 || first_block < 0 || first_block >= extent || (extent - first_block) % (parts - 1) != 0)
+      return "a first block of " + text(first_block) + " does not leave " + text(parts - 1) +
+             " equal blocks of the extent " + text(extent);
+  } else if (extent % parts != 0) {
+    return "the extent " + text(extent) + " is not " + text(parts) + " equal blocks";
+  }
+  for (int b = 0; b < parts; ++b)
+    if (block_extent(b, extent) % count != 0)
+      return "block " + text(b) + " (" + text(block_extent(b, extent)) + ") does not cut into " + text(count) +
+             " equal pieces";
+  return "";
+}
 
 ParamRegistry::ParamRegistry(std::int64_t align_elements) : align_(align_elements) {
   ENGINE_CHECK(align_elements >= 1, "parameter alignment must be >= 1 element, got ", align_elements);
@@ -24,9 +43,9 @@ const ParamInfo& ParamRegistry::add(const std::string& name, engine::Shape globa
                  "parameter '", name, "': bad split (dim ", split.dim, ", parts ", split.parts, ", rank ", split.rank,
                  " of ", split.count, ") for shape ", global_shape.str());
     const std::int64_t extent = global_shape[split.dim];
-    ENGINE_CHECK(extent % (split.parts * split.count) == 0, "parameter '", name, "' of shape ", global_shape.str(),
-                 ": dim ", split.dim, " (", extent, ") does not split into ", split.parts, " x ", split.count,
-                 " equal pieces");
+    const std::string problem = split.cut_problem(extent);
+    ENGINE_CHECK(problem.empty(), "parameter '", name, "' of shape ", global_shape.str(), ": dim ", split.dim, " (",
+                 extent, ") does not split into ", split.parts, " blocks x ", split.count, " pieces: ", problem);
     info.shape = global_shape.ndim() == 1
                      ? engine::Shape{extent / split.count}
                      : (split.dim == 0 ? engine::Shape{extent / split.count, global_shape[1]}
@@ -113,19 +132,27 @@ void for_each_run(const ParamInfo& p, const std::function<void(std::int64_t, std
   ENGINE_CHECK(p.global_shape.ndim() <= 2, "'", p.name, "': only 1-D and 2-D tensors can be split");
   const Split& s = p.split;
   const std::int64_t extent = p.global_shape[s.dim];
-  const std::int64_t block = extent / s.parts, piece = block / s.count;
-  // Global index along the split dim of local index i.
-  auto global_index = [&](std::int64_t i) { return (i / piece) * block + s.rank * piece + i % piece; };
+  // Local and global start of each block's piece along the split dim.
+  struct Piece {
+    std::int64_t local, global, size;
+  };
+  std::vector<Piece> pieces;
+  std::int64_t local = 0;
+  for (int b = 0; b < s.parts; ++b) {
+    const std::int64_t size = s.block_extent(b, extent) / s.count;
+    pieces.push_back({local, s.block_start(b, extent) + s.rank * size, size});
+    local += size;
+  }
   if (p.global_shape.ndim() == 1 || s.dim == 0) {
     // Whole rows (or elements): one run per piece of each block.
     const std::int64_t row = p.global_shape.ndim() == 1 ? 1 : p.global_shape[1];
-    for (std::int64_t i = 0; i < p.shape[0]; i += piece) fn(i * row, global_index(i) * row, piece * row);
+    for (const Piece& q : pieces) fn(q.local * row, q.global * row, q.size * row);
     return;
   }
   // Split along columns: one run per row and block.
   const std::int64_t rows = p.shape[0], local_cols = p.shape[1], global_cols = p.global_shape[1];
   for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t c = 0; c < local_cols; c += piece) fn(r * local_cols + c, r * global_cols + global_index(c), piece);
+    for (const Piece& q : pieces) fn(r * local_cols + q.local, r * global_cols + q.global, q.size);
 }
 
 namespace {

@@ -25,15 +25,29 @@ namespace model {
 enum class Init : std::uint8_t { kZeros, kOnes, kNormal };
 
 // How a tensor is split across the ranks of the tensor-parallel group.
-// The tensor is `parts` equal blocks along `dim` (3 for a fused q|k|v
-// weight, else 1); each block is cut into `count` equal pieces and rank r
-// holds piece r of every block, so its slice is itself [q_r | k_r | v_r].
+// The tensor is `parts` blocks along `dim` (3 for a fused q|k|v weight, 2 for
+// a fused gate|up weight, else 1); each block is cut into `count` equal
+// pieces and rank r holds piece r of every block, so its slice is itself
+// [q_r | k_r | v_r]. The blocks are equal unless `first_block` gives the
+// extent of block 0, the others then sharing the rest equally (grouped-query
+// attention's q block is n_head heads wide, its k and v blocks n_kv_head).
 struct Split {
   int dim = -1;    // -1: not split (every rank holds the whole tensor)
   int parts = 1;
   int rank = 0;
   int count = 1;
+  std::int64_t first_block = 0;  // 0: all blocks equal
   bool is_split() const { return dim >= 0 && count > 1; }
+  // Extent of block b and where it starts, for a dim of `extent` elements.
+  std::int64_t block_extent(int b, std::int64_t extent) const {
+    if (first_block == 0) return extent / parts;
+    return b == 0 ? first_block : (extent - first_block) / (parts - 1);
+  }
+  std::int64_t block_start(int b, std::int64_t extent) const {
+    return b == 0 ? 0 : block_extent(0, extent) + (b - 1) * block_extent(1, extent);
+  }
+  // "" if `extent` cuts into these blocks and pieces, else what is wrong.
+  std::string cut_problem(std::int64_t extent) const;
 };
 
 struct ParamInfo {

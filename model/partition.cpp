@@ -16,6 +16,9 @@ std::string check_partition(const GptConfig& config, int tp, int pp) {
   if (tp >= 1 && config.n_head % tp != 0)
     problems << "; n_head " << config.n_head << " is not divisible by tp " << tp
              << " (attention is split by heads)";
+  if (tp >= 1 && config.n_head % tp == 0 && config.kv_heads() % tp != 0)
+    problems << "; n_kv_head " << config.kv_heads() << " is not divisible by tp " << tp
+             << " (each rank holds whole key/value heads)";
   if (tp >= 1 && config.mlp_width() % tp != 0)
     problems << "; the MLP width " << config.mlp_width() << " is not divisible by tp " << tp;
   if (tp >= 1 && config.padded_vocab() % tp != 0)

@@ -46,7 +46,7 @@ StageActivations allocate_stage_activations(engine::Arena& arena, const GptConfi
   a.dresidual = arena.allocate(stream, dt, "dresidual");
   if (range.has_head) {
     a.lnf = arena.allocate(Shape{B, T, C}, dt, "lnf");
-    a.lnf_mean = arena.allocate(Shape{n}, st, "lnf_mean");
+    if (!config.is_llama()) a.lnf_mean = arena.allocate(Shape{n}, st, "lnf_mean");  // RMSNorm has none
     a.lnf_rstd = arena.allocate(Shape{n}, st, "lnf_rstd");
     a.d_lnf = arena.allocate(Shape{B, T, C}, dt, "d_lnf");
     a.logits = arena.allocate(Shape{B * T, config.padded_vocab() / tp.size}, dt, "logits");

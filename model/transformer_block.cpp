@@ -10,14 +10,14 @@ using engine::Tensor;
 namespace ops = engine::ops;
 
 BlockParams block_params(const UnitView& unit, std::int64_t layer) {
-  auto v = [&](const char* suffix) { return unit[block_param_name(layer, suffix)]; };
+  auto v = [&](const char* suffix) { return unit.optional(block_param_name(layer, suffix)); };
   return BlockParams{v("ln_1.weight"),      v("ln_1.bias"),      v("attn.qkv.weight"), v("attn.qkv.bias"),
                      v("attn.proj.weight"), v("attn.proj.bias"), v("ln_2.weight"),     v("ln_2.bias"),
                      v("mlp.fc.weight"),    v("mlp.fc.bias"),    v("mlp.proj.weight"), v("mlp.proj.bias")};
 }
 
 Tensor allocate_attention_saved(engine::Arena& arena, const GptConfig& config, ActivationShape s,
-                                TensorParallel tp) {
+                                TensorParallel tp) {  // one row per query head
   return arena.allocate(ops::attention_saved_shape(arena.device(), s.batch, config.n_head / tp.size, s.seq),
                         ops::attention_saved_dtype(arena.device(), s.dtype), "att_saved");
 }
@@ -29,19 +29,20 @@ BlockActivations allocate_block_activations(engine::Arena& arena, const GptConfi
   BlockActivations a;
   // The layer norms' outputs are kept whole (they feed the weight gradients
   // of the column-parallel matmuls); their statistics and the residual only
-  // for this rank's tokens under sequence parallelism.
+  // for this rank's tokens under sequence parallelism. RMSNorm keeps no mean.
+  const bool keeps_mean = !config.is_llama();
   a.ln1 = arena.allocate(Shape{B, T, C}, dt, "ln1");
-  a.ln1_mean = arena.allocate(Shape{N}, st, "ln1_mean");
+  if (keeps_mean) a.ln1_mean = arena.allocate(Shape{N}, st, "ln1_mean");
   a.ln1_rstd = arena.allocate(Shape{N}, st, "ln1_rstd");
-  a.qkv = arena.allocate(Shape{B, T, 3 * Cl}, dt, "qkv");
+  a.qkv = arena.allocate(Shape{B, T, config.qkv_width() / tp.size}, dt, "qkv");
   a.atty = arena.allocate(Shape{B, T, Cl}, dt, "atty");
   if (with_attention_saved) a.att_saved = allocate_attention_saved(arena, config, s, tp);
   a.residual2 = arena.allocate(tp.splits_tokens() ? Shape{N, C} : Shape{B, T, C}, dt, "residual2");
   a.ln2 = arena.allocate(Shape{B, T, C}, dt, "ln2");
-  a.ln2_mean = arena.allocate(Shape{N}, st, "ln2_mean");
+  if (keeps_mean) a.ln2_mean = arena.allocate(Shape{N}, st, "ln2_mean");
   a.ln2_rstd = arena.allocate(Shape{N}, st, "ln2_rstd");
-  a.fc_pre = arena.allocate(Shape{B, T, 4 * Cl}, dt, "fc_pre");
-  a.fc_gelu = arena.allocate(Shape{B, T, 4 * Cl}, dt, "fc_gelu");
+  a.fc_pre = arena.allocate(Shape{B, T, config.fc_width() / tp.size}, dt, "fc_pre");
+  a.fc_gelu = arena.allocate(Shape{B, T, config.mlp_width() / tp.size}, dt, "fc_gelu");
   return a;
 }
 
@@ -59,19 +60,36 @@ BlockScratch allocate_block_scratch(engine::Arena& arena, const GptConfig& confi
   }
   b.d_c = arena.allocate(Shape{B, T, C}, s.dtype, "d_c");
   b.d_atty = arena.allocate(Shape{B, T, Cl}, s.dtype, "d_atty");
-  b.d_qkv = arena.allocate(Shape{B, T, 3 * Cl}, s.dtype, "d_qkv");
-  b.d_fc = arena.allocate(Shape{B, T, 4 * Cl}, s.dtype, "d_fc");
+  b.d_qkv = arena.allocate(Shape{B, T, config.qkv_width() / tp.size}, s.dtype, "d_qkv");
+  b.d_fc = arena.allocate(Shape{B, T, config.fc_width() / tp.size}, s.dtype, "d_fc");
+  if (config.is_llama()) {
+    b.d_act = arena.allocate(Shape{B, T, config.mlp_width() / tp.size}, s.dtype, "d_act");
+    b.rope_inv_freq = arena.allocate(Shape{config.head_size() / 2}, engine::DType::kF32, "rope_inv_freq");
+  }
   return b;
+}
+
+void TransformerBlock::norm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& in,
+                                    const Tensor& w, const Tensor& b) const {
+  if (config_.is_llama()) ops::rmsnorm_forward(out, rstd, in, w, config_.norm_eps);
+  else ops::layernorm_forward(out, mean, rstd, in, w, b);
+}
+
+void TransformerBlock::norm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& db, const Tensor& dout,
+                                     const Tensor& inp, const Tensor& w, const Tensor& mean,
+                                     const Tensor& rstd) const {
+  if (config_.is_llama()) ops::rmsnorm_backward(dinp, dw, dout, inp, w, rstd);
+  else ops::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd);
 }
 
 void TransformerBlock::layernorm_gathered(const Tensor& out_full, const Tensor& mean, const Tensor& rstd,
                                           const Tensor& in, const Tensor& w, const Tensor& b,
                                           const BlockScratch& s) const {
   if (!tp_.splits_tokens()) {
-    ops::layernorm_forward(out_full, mean, rstd, in, w, b);
+    norm_forward(out_full, mean, rstd, in, w, b);
     return;
   }
-  ops::layernorm_forward(s.ln_chunk, mean, rstd, in, w, b);   // (n,C)
+  norm_forward(s.ln_chunk, mean, rstd, in, w, b);   // (n,C)
   tp_comm_->all_gather(s.ln_chunk, out_full.view(Shape{out_full.numel()}));  // f: (B,T,C)
 }
 
@@ -116,16 +134,22 @@ Tensor TransformerBlock::reduce_ln_grad(const BlockScratch& s) const {
 
 void TransformerBlock::forward_saved(const BlockParams& w, const Tensor& x, const BlockActivations& a,
                                      const BlockScratch& scratch) const {
-  const int n_head = static_cast<int>(config_.n_head / tp_.size);
   const bool adds_bias = tp_.rank == 0;  // row-parallel biases enter the all-reduced sum once
   // Attention half: r = x + proj(attention(qkv(ln_1(x))))
   layernorm_gathered(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b, scratch);  // (B,T,C)
-  ops::matmul_forward(a.qkv, a.ln1, w.qkv_w, w.qkv_b);                            // (B,T,3C/tp)
-  ops::attention_forward(a.atty, a.att_saved, a.qkv, n_head);                       // (B,T,C/tp)
+  ops::matmul_forward(a.qkv, a.ln1, w.qkv_w, w.qkv_b);                            // (B,T,(H+2KV)D/tp)
+  if (config_.is_llama())  // q and k rotated in place; attention and its backward see the rotated ones
+    ops::rope_forward(a.qkv, scratch.rope_inv_freq, local_heads(), local_kv_heads());
+  ops::attention_forward(a.atty, a.att_saved, a.qkv, local_heads(), local_kv_heads());  // (B,T,C/tp)
   project_and_add(a.residual2, a.atty, w.proj_w, adds_bias ? w.proj_b : Tensor{}, x, scratch);  // (B,T,C) or (n,C)
-  // MLP half up to its output projection: gelu(mlp.fc(ln_2(r)))
+  // MLP half up to its output projection: gelu(mlp.fc(ln_2(r))) or silu(gate) * up
   layernorm_gathered(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2_w, w.ln2_b, scratch);
-  ops::matmul_forward(a.fc_gelu, a.ln2, w.fc_w, w.fc_b, a.fc_pre);                // (B,T,4C/tp), GELU fused
+  if (config_.is_llama()) {
+    ops::matmul_forward(a.fc_pre, a.ln2, w.fc_w, Tensor{});  // (B,T,2F/tp) [gate | up]
+    ops::swiglu_forward(a.fc_gelu, a.fc_pre);               // (B,T,F/tp)
+  } else {
+    ops::matmul_forward(a.fc_gelu, a.ln2, w.fc_w, w.fc_b, a.fc_pre);  // (B,T,4C/tp), GELU fused
+  }
 }
 
 void TransformerBlock::forward(const BlockParams& w, const Tensor& y, const Tensor& x, BlockActivations& a,
@@ -155,7 +179,7 @@ void TransformerBlock::recompute(const BlockParams& w, const Tensor& x, const Bl
       // On the CPU att_saved is the (B,H,T,T) probabilities; on CUDA it is
       // only FlashAttention's (B,H,T) log-sum-exp, so there this buys little
       // memory for an extra attention forward (model/recompute.h).
-      ops::attention_forward(a.atty, a.att_saved, a.qkv, static_cast<int>(config_.n_head / tp_.size));
+      ops::attention_forward(a.atty, a.att_saved, a.qkv, local_heads(), local_kv_heads());
       return;
     case Recompute::kFull:
       // Full recomputation (section 5's baseline, which stores only each
@@ -171,22 +195,27 @@ void TransformerBlock::recompute(const BlockParams& w, const Tensor& x, const Bl
 
 void TransformerBlock::backward(const BlockParams& w, const BlockParams& g, const Tensor& dres, const Tensor& x,
                                 const BlockActivations& a, const BlockScratch& s) const {
-  const int n_head = static_cast<int>(config_.n_head / tp_.size);
   // MLP half. dres = dy = d(mlp branch output) = dr (so far); it is the same on
   // every tensor-parallel rank, so each computes the replicated bias gradient.
-  // d fc_pre = (dy @ W_fcproj) * gelu'(fc_pre): the GELU backward is fused into the dgrad.
   // Under sequence parallelism dres holds this rank's tokens and the layer
   // norms' weight gradients are partial sums over them (GptStage sums them
   // over the group: once per step, or per unit release under ZeRO-2/3).
-  ops::matmul_backward(s.d_fc, g.fcproj_w, g.fcproj_b, gather_grad(dres, s), a.fc_gelu, w.fcproj_w, a.fc_pre);
+  if (config_.is_llama()) {
+    ops::matmul_backward(s.d_act, g.fcproj_w, Tensor{}, gather_grad(dres, s), a.fc_gelu, w.fcproj_w);  // (B,T,F/tp)
+    ops::swiglu_backward(s.d_fc, s.d_act, a.fc_pre);                                 // (B,T,2F/tp)
+  } else {
+    // d fc_pre = (dy @ W_fcproj) * gelu'(fc_pre): the GELU backward is fused into the dgrad.
+    ops::matmul_backward(s.d_fc, g.fcproj_w, g.fcproj_b, gather_grad(dres, s), a.fc_gelu, w.fcproj_w, a.fc_pre);
+  }
   ops::matmul_backward(s.d_c, g.fc_w, g.fc_b, s.d_fc, a.ln2, w.fc_w);            // d ln2 (B,T,C), partial
-  ops::layernorm_backward(dres, g.ln2_w, g.ln2_b, reduce_ln_grad(s), a.residual2, w.ln2_w, a.ln2_mean,
-                          a.ln2_rstd);                                               // f
+  norm_backward(dres, g.ln2_w, g.ln2_b, reduce_ln_grad(s), a.residual2, w.ln2_w, a.ln2_mean, a.ln2_rstd);  // f
   // dres is now dr. Attention half.
   ops::matmul_backward(s.d_atty, g.proj_w, g.proj_b, gather_grad(dres, s), a.atty, w.proj_w);  // (B,T,C/tp)
-  ops::attention_backward(s.d_qkv, s.d_atty, a.qkv, a.atty, a.att_saved, n_head);   // (B,T,3C/tp)
+  ops::attention_backward(s.d_qkv, s.d_atty, a.qkv, a.atty, a.att_saved, local_heads(), local_kv_heads());
+  if (config_.is_llama())  // the gradient of the unrotated q and k
+    ops::rope_backward(s.d_qkv, s.rope_inv_freq, local_heads(), local_kv_heads());
   ops::matmul_backward(s.d_c, g.qkv_w, g.qkv_b, s.d_qkv, a.ln1, w.qkv_w);        // d ln1, partial
-  ops::layernorm_backward(dres, g.ln1_w, g.ln1_b, reduce_ln_grad(s), x, w.ln1_w, a.ln1_mean, a.ln1_rstd);  // f
+  norm_backward(dres, g.ln1_w, g.ln1_b, reduce_ln_grad(s), x, w.ln1_w, a.ln1_mean, a.ln1_rstd);  // f
   // dres is now dx.
 }
 

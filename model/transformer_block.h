@@ -3,6 +3,14 @@
 //   r = x + proj(attention(qkv(ln_1(x))))
 //   y = r + mlp.proj(gelu(mlp.fc(ln_2(r))))
 //
+// or a Llama-family block (Touvron et al. 2023; model/gpt_config.h), the same
+// dataflow with RMSNorm for both norms, rotary embeddings applied to q and k
+// between the qkv matmul and attention, grouped-query attention, and SwiGLU
+// in place of GELU (mlp.fc makes [gate | up], 2F wide):
+//
+//   r = x + proj(attention(rope(qkv(rmsnorm_1(x)))))
+//   y = r + mlp.proj(silu(gate) * up),  [gate | up] = mlp.fc(rmsnorm_2(r))
+//
 // forward() saves what backward() needs in a BlockActivations slot (one per
 // micro-batch in flight); backward() turns the gradient of y into the gradient
 // of x in place, accumulating parameter gradients. Under activation
@@ -29,7 +37,8 @@
 
 namespace model {
 
-// Views of one block's parameters (or of their gradients).
+// Views of one block's parameters (or of their gradients). A Llama block's
+// biases and norm biases are empty (Qwen2 has qkv_b).
 struct BlockParams {
   engine::Tensor ln1_w, ln1_b;    // (C)
   engine::Tensor qkv_w, qkv_b;    // (3C, C), (3C)
@@ -43,14 +52,14 @@ BlockParams block_params(const UnitView& unit, std::int64_t layer);
 
 // Saved activations of one block for one micro-batch.
 struct BlockActivations {
-  engine::Tensor ln1, ln1_mean, ln1_rstd;  // (B,T,C), (B*T), (B*T)
-  engine::Tensor qkv;                      // (B,T,3C/tp)
+  engine::Tensor ln1, ln1_mean, ln1_rstd;  // (B,T,C), (B*T), (B*T); no mean for RMSNorm
+  engine::Tensor qkv;                      // (B,T,(H+2KV)D/tp), q and k rotated (llama)
   engine::Tensor atty;                     // (B,T,C/tp) attention output before projection
   engine::Tensor att_saved;                // backend-defined (ops::attention_saved_shape)
   engine::Tensor residual2;                // (B,T,C) r = x + attention branch
   engine::Tensor ln2, ln2_mean, ln2_rstd;  // (B,T,C), (B*T), (B*T)
-  engine::Tensor fc_pre;                   // (B,T,4C/tp) before GELU
-  engine::Tensor fc_gelu;                  // (B,T,4C/tp) after GELU
+  engine::Tensor fc_pre;                   // (B,T,4C/tp) before GELU; llama: (B,T,2F/tp) [gate | up]
+  engine::Tensor fc_gelu;                  // (B,T,4C/tp) after GELU; llama: (B,T,F/tp) silu(gate) * up
 };
 
 // Buffers shared by all blocks of a stage and reused by every micro-batch:
@@ -64,8 +73,12 @@ struct BlockScratch {
   engine::Tensor d_chunk;       // (n,C)  a layer norm output's gradient after the reduce-scatter
   engine::Tensor d_c;     // (B,T,C)     gradient of a layer norm's output
   engine::Tensor d_atty;  // (B,T,C/tp)  gradient of the attention output
-  engine::Tensor d_qkv;   // (B,T,3C/tp)
-  engine::Tensor d_fc;    // (B,T,4C/tp)
+  engine::Tensor d_qkv;   // (B,T,(H+2KV)D/tp)
+  engine::Tensor d_fc;    // (B,T,4C/tp); llama: (B,T,2F/tp)
+  engine::Tensor d_act;   // llama: (B,T,F/tp) gradient of silu(gate) * up
+  // llama: RoPE's frequencies (D/2) f32, filled by fill_rope_frequencies
+  // (model/rope.h) once the arena is real; shared by every block.
+  engine::Tensor rope_inv_freq;
 };
 
 // What an activation buffer is allocated for: B sequences of T positions, in
@@ -139,6 +152,14 @@ class TransformerBlock {
   engine::Tensor gather_grad(const engine::Tensor& dres, const BlockScratch& s) const;
   // The gradient of a layer norm's output, from its partial sums (in s.d_c).
   engine::Tensor reduce_ln_grad(const BlockScratch& s) const;
+  // LayerNorm (gpt2) or RMSNorm (llama; mean unused, bias empty).
+  void norm_forward(const engine::Tensor& out, const engine::Tensor& mean, const engine::Tensor& rstd,
+                    const engine::Tensor& in, const engine::Tensor& w, const engine::Tensor& b) const;
+  void norm_backward(const engine::Tensor& dinp, const engine::Tensor& dw, const engine::Tensor& db,
+                     const engine::Tensor& dout, const engine::Tensor& inp, const engine::Tensor& w,
+                     const engine::Tensor& mean, const engine::Tensor& rstd) const;
+  int local_heads() const { return static_cast<int>(config_.n_head / tp_.size); }
+  int local_kv_heads() const { return static_cast<int>(config_.kv_heads() / tp_.size); }
 
   const GptConfig& config_;
   TensorParallel tp_;

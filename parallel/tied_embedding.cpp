@@ -8,9 +8,12 @@
 
 namespace parallel {
 
-TiedEmbedding::TiedEmbedding(MPI_Comm world, const ProcessGrid& grid, FlatRange wte, int wte_unit, bool nccl)
+TiedEmbedding::TiedEmbedding(MPI_Comm world, const ProcessGrid& grid, FlatRange wte, int wte_unit, bool nccl,
+                             bool tied)
     : wte_(wte), wte_unit_(wte_unit) {
-  if (grid.pp_size() == 1) return;  // one stage holds both uses of the one copy
+  // One stage holds both uses of the one copy, or the head has its own weight
+  // (every rank sees the same model, so all return here together).
+  if (grid.pp_size() == 1 || !tied) return;
   const bool holds_wte = grid.is_first_stage() || grid.is_last_stage();
   MPI_Comm group = MPI_COMM_NULL;
   MPI_Comm_split(world, holds_wte ? grid.tp_rank() + grid.tp_size() * grid.dp_rank() : MPI_UNDEFINED, grid.pp_rank(),

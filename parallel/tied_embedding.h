@@ -29,7 +29,9 @@ class TiedEmbedding {
   // Collective over `world` (it splits the embedding groups). `wte`: the
   // copy's range in the whole flat layout and its unit index (only read on a
   // rank that holds a copy). `nccl`: the group talks over NCCL, else MPI.
-  TiedEmbedding(MPI_Comm world, const ProcessGrid& grid, FlatRange wte, int wte_unit, bool nccl);
+  // `tied` false (a model with its own LM head): there is one copy, nothing
+  // to sum, and no group is made.
+  TiedEmbedding(MPI_Comm world, const ProcessGrid& grid, FlatRange wte, int wte_unit, bool nccl, bool tied = true);
   ~TiedEmbedding();
 
   // True on the first and last pipeline stage when they are different ranks.

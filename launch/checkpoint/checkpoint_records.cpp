@@ -159,6 +159,9 @@ std::vector<TensorRecord> parse_shard_index(const nlohmann::json& index, const s
     s.parts = static_cast<int>(split.integer("parts", 1, kMax32));
     s.count = static_cast<int>(split.integer("count", 1, kMax32));
     s.rank = static_cast<int>(split.integer("rank", 0, s.count - 1));
+    if (r.at("split").contains("first_block"))
+      s.first_block = split.integer("first_block", 0, t.slice.global_shape.ndim() > 0 && s.dim >= 0
+                                                          ? t.slice.global_shape[s.dim] : 0);
     const std::string problem = split_problem(t.slice.global_shape, t.slice.shape, s);
     if (!problem.empty()) damaged(r.where(), ": ", problem);
     const std::string dtype = r.string("dtype");

@@ -30,7 +30,9 @@ engine::Shape shape_from_json(const nlohmann::json& d) {
 }
 
 nlohmann::json split_to_json(const Split& s) {
-  return {{"dim", s.dim}, {"parts", s.parts}, {"rank", s.rank}, {"count", s.count}};
+  nlohmann::json j = {{"dim", s.dim}, {"parts", s.parts}, {"rank", s.rank}, {"count", s.count}};
+  if (s.first_block != 0) j["first_block"] = s.first_block;  // absent: equal blocks (older checkpoints)
+  return j;
 }
 
 Split split_from_json(const nlohmann::json& j) {
@@ -39,6 +41,7 @@ Split split_from_json(const nlohmann::json& j) {
   s.parts = j.at("parts").get<int>();
   s.rank = j.at("rank").get<int>();
   s.count = j.at("count").get<int>();
+  s.first_block = j.value("first_block", std::int64_t{0});
   return s;
 }
 
@@ -67,10 +70,10 @@ std::string split_problem(const engine::Shape& global, const engine::Shape& shap
     return "";
   }
   if (global.ndim() > 2) return "split " + cut + ": only 1-D and 2-D tensors are cut, global shape " + global.str();
-  const std::int64_t extent = global[s.dim], pieces = static_cast<std::int64_t>(s.parts) * s.count;
-  if (extent % pieces != 0)
-    return "split " + cut + ": dim " + std::to_string(s.dim) + " of global shape " + global.str() +
-           " does not divide into parts * count = " + std::to_string(pieces) + " pieces";
+  const std::int64_t extent = global[s.dim];
+  const std::string problem = s.cut_problem(extent);
+  if (!problem.empty())
+    return "split " + cut + ": dim " + std::to_string(s.dim) + " of global shape " + global.str() + ": " + problem;
   const engine::Shape expected = global.ndim() == 1 ? engine::Shape{extent / s.count}
                                  : s.dim == 0       ? engine::Shape{extent / s.count, global[1]}
                                                     : engine::Shape{global[0], extent / s.count};
@@ -84,7 +87,8 @@ namespace {
 
 bool same_cut(const Split& a, const Split& b) {
   if (!a.is_split() || !b.is_split()) return !a.is_split() && !b.is_split();
-  return a.dim == b.dim && a.parts == b.parts && a.count == b.count && a.rank == b.rank;
+  return a.dim == b.dim && a.parts == b.parts && a.count == b.count && a.rank == b.rank &&
+         a.first_block == b.first_block;
 }
 
 ParamInfo as_param(const SliceRecord& r) {
@@ -121,10 +125,10 @@ std::size_t cut_slice(const ParamInfo& target, const std::string& kind, const st
   for (std::size_t i = 0; i < pieces.size() && chosen.empty(); ++i)
     if (!pieces[i].split.is_split()) chosen.push_back(i);
   if (chosen.empty()) {
-    std::map<std::tuple<int, int, int>, std::map<int, std::size_t>> sets;
+    std::map<std::tuple<int, int, int, std::int64_t>, std::map<int, std::size_t>> sets;
     for (std::size_t i = 0; i < pieces.size(); ++i) {
       const Split& s = pieces[i].split;
-      sets[{s.dim, s.parts, s.count}].emplace(s.rank, i);
+      sets[{s.dim, s.parts, s.count, s.first_block}].emplace(s.rank, i);
     }
     for (const auto& [key, by_rank] : sets) {
       if (static_cast<int>(by_rank.size()) != std::get<2>(key)) continue;

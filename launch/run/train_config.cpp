@@ -29,7 +29,7 @@ namespace {
 void check_sizes_fit(const TrainConfig& c) {
   constexpr std::int64_t kMaxActivationBytes = std::int64_t{1} << 48;
   const model::GptConfig& m = c.model;
-  const std::int64_t widest = std::max({m.mlp_width(), m.padded_vocab(), m.n_head * c.seq_len, m.n_embd});
+  const std::int64_t widest = std::max({m.fc_width(), m.qkv_width(), m.padded_vocab(), m.n_head * c.seq_len, m.n_embd});
   std::int64_t bytes = 0;
   const bool overflow = __builtin_mul_overflow(c.micro_batch, c.seq_len, &bytes) ||
                         __builtin_mul_overflow(bytes, widest, &bytes) ||

@@ -120,7 +120,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
   registry_ = model::build_gpt_registry(mc, range_, tp_, shard_ways(config, grid_));
   layout_ = model::flat_layout(registry_, range_, tp_, mc.n_layer);
   tied_ = std::make_unique<parallel::TiedEmbedding>(world, grid_, layout_.tied, layout_.tied_unit,
-                                                    config.comm == "nccl");
+                                                    config.comm == "nccl", mc.tied_embeddings);
 
   // --eval-only needs no training data.
   if (!config.train_data.empty())

@@ -270,7 +270,8 @@ void Trainer::start_save(std::int64_t steps_done) {
   rng << sampler_rng_;
   state.sampler_rng = rng.str();
   const ShardRole role{grid_.world_rank(), writes_shard,
-                       grid_.world_rank() == 0 && grid_.tp_size() == 1 && grid_.pp_size() == 1,
+                       grid_.world_rank() == 0 && grid_.tp_size() == 1 && grid_.pp_size() == 1 &&
+                           !config_.model.is_llama(),  // llm.c's model.bin holds GPT-2 only
                        faults_.save_fails(steps_done)};
   // Rank-own optimizer state (1-bit Adam's error buffers): every rank saves its own.
   saver_->start(state, role, optimizer_checkpoint_->rank_extra(steps_done),

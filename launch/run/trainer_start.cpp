@@ -139,7 +139,7 @@ void Trainer::report_start() {
                           *data_parallel_, *optimizer_, notes);
   if (!config_.eval_only) metrics_.record_event(memory_.event());
   // The FLOP convention is MFU's, which only training steps report.
-  if (is_logger() && !config_.eval_only) out_ << "flops      " << model::flops_convention(config_.attention_flops_mode) << "\n";
+  if (is_logger() && !config_.eval_only) out_ << "flops      " << model::flops_convention(config_.attention_flops_mode, config_.model) << "\n";
   if (is_logger()) report_paths();
 }
 
