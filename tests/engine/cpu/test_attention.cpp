@@ -156,7 +156,8 @@ TEST(CpuAttention, BackwardMatchesFiniteDifferences) {
 // n_kv_head = 0 means KV = H: bit for bit what n_kv_head = H computes.
 TEST(CpuAttention, ZeroKeyValueHeadsMeansMultiHead) {
   const std::int64_t B = 2, T = 9, H = 3, D = 4, C = H * D;
-  std::vector<float> qkv = cast_to<float>(random_values(B * T * 3 * C, 95)), dout = cast_to<float>(random_values(B * T * C, 96));
+  std::vector<float> qkv = cast_to<float>(random_values(B * T * 3 * C, 95));
+  std::vector<float> dout = cast_to<float>(random_values(B * T * C, 96));
   std::vector<float> results[2];
   for (const int kv : {0, int(H)}) {
     std::vector<float> out(B * T * C), saved(B * H * T * T), dqkv(B * T * 3 * C);

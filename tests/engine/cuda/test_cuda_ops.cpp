@@ -19,7 +19,8 @@
 // absolute term for fp32 summation-order noise near zero. Ops that round an
 // intermediate to bf16 too (GELU fused after a bf16 GEMM, attention's P and
 // dS fed to tensor cores in bf16, the dinp of layernorm and RMSNorm
-// accumulated in bf16) get 2^-7 (SwiGLU and RoPE round once: 2^-8); attention backward, whose gradients pass through several bf16
+// accumulated in bf16) get 2^-7 (SwiGLU and RoPE round once: 2^-8);
+// attention backward, whose gradients pass through several bf16
 // roundings and the cancellation in dP - rowsum(dO o O), is checked by
 // relative L2 error (2^-6) with a looser per-element bound. f32 results
 // (parameter gradients, losses, statistics) differ only by fp32 summation
