@@ -4,6 +4,8 @@
 // names the op and the tensor whatever the device.
 #include "engine/ops.h"
 
+#include <string>
+
 #include "engine/cpu/cpu_ops.h"
 #include "engine/profiler.h"
 #ifdef ENGINE_WITH_CUDA
@@ -149,6 +151,8 @@ void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor&
 
 void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& weight, double eps) {
   ScopedOpTimer timer("rmsnorm_forward");
+  ENGINE_CHECK(inp.ndim() >= 1 && inp.dim(-1) > 0, "rmsnorm_forward: inp must be (N, C) with C > 0, got ",
+               inp.shape().str());
   const std::int64_t C = inp.dim(-1), N = inp.numel() / C;
   expect_rows(out, N, C, "rmsnorm_forward: out");
   expect_numel(rstd, N, "rmsnorm_forward: rstd");
@@ -161,12 +165,16 @@ void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, c
 void rmsnorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dout, const Tensor& inp,
                       const Tensor& weight, const Tensor& rstd) {
   ScopedOpTimer timer("rmsnorm_backward");
+  ENGINE_CHECK(inp.ndim() >= 1 && inp.dim(-1) > 0, "rmsnorm_backward: inp must be (N, C) with C > 0, got ",
+               inp.shape().str());
   const std::int64_t C = inp.dim(-1), N = inp.numel() / C;
   expect_rows(dinp, N, C, "rmsnorm_backward: dinp");
   expect_rows(dout, N, C, "rmsnorm_backward: dout");
   expect_numel(dweight, C, "rmsnorm_backward: dweight");
   expect_numel(weight, C, "rmsnorm_backward: weight");
   expect_numel(rstd, N, "rmsnorm_backward: rstd");
+  for (const Tensor* t : {&dinp, &dweight, &inp, &weight, &rstd})
+    expect_device(*t, dout.device(), "rmsnorm_backward: operand");
   ENGINE_DISPATCH(dout, rmsnorm_backward, dinp, dweight, dout, inp, weight, rstd);
 }
 
@@ -242,8 +250,10 @@ void check_rope(const Tensor& qkv, const Tensor& inv_freq, int n_head, int n_kv_
                " query heads are not a multiple of ", n_kv_head, " key/value heads");
   ENGINE_CHECK(qkv.ndim() == 3, op, ": qkv must be (B,T,(H+2KV)D), got ", qkv.shape().str());
   const std::int64_t heads = n_head + 2 * n_kv_head, D = qkv.dim(2) / heads;
-  ENGINE_CHECK(qkv.dim(2) % heads == 0 && D % 2 == 0, op, ": qkv width ", qkv.dim(2), " is not (", n_head,
-               " + 2 x ", n_kv_head, ") heads of an even head size");
+  ENGINE_CHECK(qkv.dim(2) % heads == 0, op, ": qkv width ", qkv.dim(2), " is not (", n_head, " + 2 x ", n_kv_head,
+               ") heads x head size");
+  ENGINE_CHECK(D % 2 == 0, op, ": qkv width ", qkv.dim(2), " gives a head size of ", D,
+               ", which is odd: RoPE rotates dimension i with i + D/2, so D must be even");
   ENGINE_CHECK(inv_freq.numel() == D / 2 && inv_freq.dtype() == DType::kF32, op, ": inv_freq is ",
                inv_freq.describe(), ", expected ", D / 2, " f32 frequencies");
   expect_device(inv_freq, qkv.device(), op);
@@ -261,6 +271,7 @@ void swiglu_backward(const Tensor& dinp, const Tensor& dout, const Tensor& inp) 
   ScopedOpTimer timer("swiglu_backward");
   check_swiglu(dout, inp, "swiglu_backward", "dout");
   expect_shape(dinp, inp.shape(), "swiglu_backward: dinp");
+  expect_device(dinp, dout.device(), "swiglu_backward: dinp");
   ENGINE_DISPATCH(dinp, swiglu_backward, dinp, dout, inp);
 }
 
@@ -301,8 +312,8 @@ int check_attention(const Tensor& out, const Tensor& saved, const Tensor& qkv, i
   const std::int64_t B = qkv.dim(0), T = qkv.dim(1), width = qkv.dim(2), heads = n_head + 2 * kv;
   ENGINE_CHECK(width % heads == 0, op, ": qkv width ", width, " is not (", n_head, " + 2 x ", kv,
                ") heads x head size");
-  expect_shape(out, Shape{B, T, width / heads * n_head}, op);
-  expect_shape(saved, attention_saved_shape(qkv.device(), B, n_head, T), op);
+  expect_shape(out, Shape{B, T, width / heads * n_head}, (std::string(op) + ": out").c_str());
+  expect_shape(saved, attention_saved_shape(qkv.device(), B, n_head, T), (std::string(op) + ": saved").c_str());
   return kv;
 }
 }  // namespace

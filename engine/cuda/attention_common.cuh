@@ -33,7 +33,8 @@ constexpr int kF32MaxHead = 256;
 constexpr int kF32PerLane = kF32MaxHead / 32;
 constexpr int kF32Warps = 4;
 
-// Decodes the warp's (b, h, row) and returns false past the end.
+// Decodes the warp's (b, h, row) and returns false past the end (H: the heads
+// the grid runs over, query or key/value heads).
 __device__ __forceinline__ bool f32_warp_row(int B, int T_, int H, int& b, int& h, int& row) {
   const std::int64_t w = blockIdx.x * std::int64_t{kF32Warps} + threadIdx.x / 32;  // (b H + h) T + row
   if (w >= std::int64_t{B} * H * T_) return false;
@@ -143,16 +144,25 @@ __device__ __forceinline__ void load_tile(bf16* __restrict__ dst, int ld, bf16* 
 // Host side: shapes and operand checks
 // ============================================================================
 
+// qkv (B, T, W) with W = (H + 2 KV) D: query head h at columns [h D, (h+1) D),
+// key head g at [(H + g) D, ...), value head g at [(H + KV + g) D, ...); query
+// head h reads key/value head h / group (grouped-query attention, Ainslie et
+// al. 2023; KV = H is multi-head attention).
 struct AttentionDims {
-  int B, T, H, D;
+  int B, T, H, KV, D;
   float scale;
+  int group() const { return H / KV; }                     // query heads per key/value head
+  std::int64_t width() const { return std::int64_t{H + 2 * KV} * D; }  // W, qkv's row
+  std::int64_t out_width() const { return std::int64_t{H} * D; }       // C, out's row
 };
 
-AttentionDims attention_dims(const Tensor& qkv, int n_head, const char* op) {
-  const std::int64_t B = qkv.dim(0), T = qkv.dim(1), C = qkv.dim(2) / 3, D = C / n_head;
+AttentionDims attention_dims(const Tensor& qkv, int n_head, int n_kv_head, const char* op) {
+  ENGINE_CHECK(n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0, op, ": ", n_head,
+               " query heads are not a multiple of ", n_kv_head, " key/value heads");
+  const std::int64_t B = qkv.dim(0), T = qkv.dim(1), D = qkv.dim(2) / (n_head + 2 * n_kv_head);
   ENGINE_CHECK(B < 65536 && n_head < 65536 && T < (std::int64_t{1} << 30), op, ": B = ", B, ", n_head = ", n_head,
                ", T = ", T, " exceed the launch grid");
-  return {static_cast<int>(B), static_cast<int>(T), n_head, static_cast<int>(D),
+  return {static_cast<int>(B), static_cast<int>(T), n_head, n_kv_head, static_cast<int>(D),
           static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)))};
 }
 
@@ -175,8 +185,13 @@ void check_f32_operands(const AttentionDims& a, std::initializer_list<const Tens
     ENGINE_CHECK(t->dtype() == DType::kF32, op, ": ", t->describe(), " must be f32 like qkv");
 }
 
+// Blocks of the f32 kernels: one warp per (b, query head, row), or per
+// (b, key/value head, row) for the dK/dV kernel.
 unsigned f32_blocks(const AttentionDims& a) {
   return ceil_div(std::int64_t{a.B} * a.H * a.T, kF32Warps);
+}
+unsigned f32_kv_blocks(const AttentionDims& a) {
+  return ceil_div(std::int64_t{a.B} * a.KV * a.T, kF32Warps);
 }
 
 }  // namespace

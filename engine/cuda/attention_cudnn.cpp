@@ -74,15 +74,21 @@ struct Graphs {
   std::int64_t forward_workspace = 0, backward_workspace = 0;
 };
 
-// q, k, v (or dq, dk, dv) inside qkv (B, T, 3C) seen as (B, H, T, D).
-fe::graph::Tensor_attributes qkv_part(const char* name, Uid uid, std::int64_t B, std::int64_t T, std::int64_t H,
-                                      std::int64_t D) {
-  const std::int64_t C = H * D;
+// The shape of one attention problem: H query heads, KV key/value heads.
+struct Dims {
+  std::int64_t B, T, H, KV, D;
+  std::int64_t width() const { return (H + 2 * KV) * D; }  // W, a row of qkv
+};
+
+// heads of q, k or v (or dq, dk, dv) inside qkv (B, T, W) seen as (B, heads, T, D):
+// H for q, KV for k and v.
+fe::graph::Tensor_attributes qkv_part(const char* name, Uid uid, const Dims& d, std::int64_t heads) {
+  const std::int64_t W = d.width();
   return fe::graph::Tensor_attributes()
       .set_name(name)
       .set_uid(uid)
-      .set_dim({B, H, T, D})
-      .set_stride({T * 3 * C, D, 3 * C, 1});
+      .set_dim({d.B, heads, d.T, d.D})
+      .set_stride({d.T * W, d.D, W, 1});
 }
 // out or dout (B, T, C) seen as (B, H, T, D).
 fe::graph::Tensor_attributes btc(const char* name, Uid uid, std::int64_t B, std::int64_t T, std::int64_t H,
@@ -121,13 +127,18 @@ std::string build(fe::graph::Graph& graph, cudnnHandle_t handle, std::int64_t& w
   return "";
 }
 
-std::string build_graphs(Graphs& g, cudnnHandle_t handle, std::int64_t B, std::int64_t T, std::int64_t H,
-                         std::int64_t D, float scale) {
+// Grouped-query attention needs nothing more than K and V (and dK, dV) with
+// KV heads: cuDNN's SDPA maps query head h to key/value head h / (H / KV)
+// (the frontend's sdpa samples take h_q, h_k, h_v apart) and sums dK, dV over
+// each group. A cuDNN that does not take a grouped shape declines it here,
+// and the built-in kernels run it.
+std::string build_graphs(Graphs& g, cudnnHandle_t handle, const Dims& d, float scale) {
+  const std::int64_t B = d.B, T = d.T, H = d.H, KV = d.KV, D = d.D;
   {
     g.forward = new_graph();
     auto& graph = *g.forward;
-    TensorPtr q = graph.tensor(qkv_part("q", kQ, B, T, H, D)), k = graph.tensor(qkv_part("k", kK, B, T, H, D)),
-              v = graph.tensor(qkv_part("v", kV, B, T, H, D));
+    TensorPtr q = graph.tensor(qkv_part("q", kQ, d, H)), k = graph.tensor(qkv_part("k", kK, d, KV)),
+              v = graph.tensor(qkv_part("v", kV, d, KV));
     auto options = fe::graph::SDPA_attributes()
                        .set_name("attention_forward")
                        .set_generate_stats(true)  // the log-sum-exp the backward needs
@@ -145,17 +156,17 @@ std::string build_graphs(Graphs& g, cudnnHandle_t handle, std::int64_t B, std::i
   {
     g.backward = new_graph();
     auto& graph = *g.backward;
-    TensorPtr q = graph.tensor(qkv_part("q", kQ, B, T, H, D)), k = graph.tensor(qkv_part("k", kK, B, T, H, D)),
-              v = graph.tensor(qkv_part("v", kV, B, T, H, D)), o = graph.tensor(btc("o", kO, B, T, H, D)),
+    TensorPtr q = graph.tensor(qkv_part("q", kQ, d, H)), k = graph.tensor(qkv_part("k", kK, d, KV)),
+              v = graph.tensor(qkv_part("v", kV, d, KV)), o = graph.tensor(btc("o", kO, B, T, H, D)),
               dout = graph.tensor(btc("dout", kDO, B, T, H, D)), stats = graph.tensor(stats_tensor(B, T, H));
     auto options = fe::graph::SDPA_backward_attributes()
                        .set_name("attention_backward")
                        .set_causal_mask(true)
                        .set_attn_scale(scale);
     auto [dq, dk, dv] = graph.sdpa_backward(q, k, v, o, dout, stats, options);
-    const std::int64_t C = H * D;
-    for (auto [t, uid] : {std::pair{dq, kDQ}, std::pair{dk, kDK}, std::pair{dv, kDV}})
-      t->set_output(true).set_uid(uid).set_dim({B, H, T, D}).set_stride({T * 3 * C, D, 3 * C, 1});
+    const std::int64_t W = d.width();
+    for (auto [t, uid, heads] : {std::tuple{dq, kDQ, H}, std::tuple{dk, kDK, KV}, std::tuple{dv, kDV, KV}})
+      t->set_output(true).set_uid(uid).set_dim({B, heads, T, D}).set_stride({T * W, D, W, 1});
     if (std::string why = build(graph, handle, g.backward_workspace); !why.empty()) return "backward " + why;
   }
   return "";
@@ -170,22 +181,24 @@ class Registry {
  public:
   // The graphs for a shape on the current device, or nullptr where cuDNN
   // declined it (the reason printed once).
-  const Graphs* find(int B, int T, int H, int D) {
+  const Graphs* find(int B, int T, int H, int KV, int D) {
     std::lock_guard lock(mutex_);
     const int device = context().device();
-    const auto key = std::make_tuple(device, B, T, H, D);
+    const auto key = std::make_tuple(device, B, T, H, KV, D);
     auto it = entries_.find(key);
     if (it == entries_.end()) {
       Entry entry;
       const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
       std::string why = cudnnGetVersion() < 8903 ? "cuDNN " + std::to_string(cudnnGetVersion()) + " is older than 8.9.3"
-                                                 : build_graphs(entry.graphs, handle_locked(device), B, T, H, D, scale);
+                                                 : build_graphs(entry.graphs, handle_locked(device),
+                                                                Dims{B, T, H, KV, D}, scale);
       entry.usable = why.empty();
       if (!entry.usable) {
         ENGINE_CHECK(attention_choice() != Choice::kCudnn, "ENGINE_ATTENTION=cudnn: cuDNN ", cudnnGetVersion(),
-                     " cannot run attention for B ", B, " T ", T, " H ", H, " D ", D, ": ", why);
-        std::fprintf(stderr, "attention: cuDNN declined B %d T %d H %d D %d (%s); using the built-in kernels\n", B, T,
-                     H, D, why.c_str());
+                     " cannot run attention for B ", B, " T ", T, " H ", H, " KV ", KV, " D ", D, ": ", why);
+        std::fprintf(stderr,
+                     "attention: cuDNN declined B %d T %d H %d KV %d D %d (%s); using the built-in kernels\n", B, T,
+                     H, KV, D, why.c_str());
       }
       it = entries_.emplace(key, std::move(entry)).first;
     }
@@ -211,7 +224,7 @@ class Registry {
   }
 
   std::mutex mutex_;
-  std::map<std::tuple<int, int, int, int, int>, Entry> entries_;
+  std::map<std::tuple<int, int, int, int, int, int>, Entry> entries_;
   std::map<int, cudnnHandle_t> handles_;  // never destroyed: they live as long as the process's contexts
 };
 
@@ -230,28 +243,28 @@ void execute(const fe::graph::Graph& graph, std::int64_t workspace_bytes,
 
 // The graphs for this shape when cuDNN runs it (one registry lookup per op),
 // else null. They are built with the scale 1/sqrt(D); any other is refused.
-const Graphs* selected_graphs(int B, int T, int H, int D, float scale) {
+const Graphs* selected_graphs(int B, int T, int H, int KV, int D, float scale) {
   if (attention_choice() == Choice::kFlash) return nullptr;
   const double expected = 1.0 / std::sqrt(static_cast<double>(D));
   ENGINE_CHECK(std::fabs(scale - expected) <= 1e-6 * expected, "cuDNN attention: scale ", scale,
                " is not 1/sqrt(", D, "), the one its graphs are built with");
-  return registry().find(B, T, H, D);
+  return registry().find(B, T, H, KV, D);
 }
 
-// The graphs' q, k and v: read in place from qkv (B, T, 3C) by strides.
-std::unordered_map<std::int64_t, void*> qkv_pointers(const __nv_bfloat16* qkv, int H, int D) {
-  const std::int64_t C = std::int64_t{H} * D;
+// The graphs' q, k and v: read in place from qkv (B, T, W) by strides; k
+// starts after the H query heads, v after the KV key heads.
+std::unordered_map<std::int64_t, void*> qkv_pointers(const __nv_bfloat16* qkv, int H, int KV, int D) {
   auto* base = const_cast<__nv_bfloat16*>(qkv);
-  return {{kQ, base}, {kK, base + C}, {kV, base + 2 * C}};
+  return {{kQ, base}, {kK, base + std::int64_t{H} * D}, {kV, base + std::int64_t{H + KV} * D}};
 }
 
 }  // namespace
 
-bool cudnn_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int H, int D,
-                             float scale) {
-  const Graphs* g = selected_graphs(B, T, H, D, scale);
+bool cudnn_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int H, int KV,
+                             int D, float scale) {
+  const Graphs* g = selected_graphs(B, T, H, KV, D, scale);
   if (g == nullptr) return false;
-  std::unordered_map<std::int64_t, void*> pointers = qkv_pointers(qkv, H, D);
+  std::unordered_map<std::int64_t, void*> pointers = qkv_pointers(qkv, H, KV, D);
   pointers[kO] = out;
   pointers[kStats] = lse;
   execute(*g->forward, g->forward_workspace, pointers, "attention forward");
@@ -259,18 +272,17 @@ bool cudnn_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16
 }
 
 bool cudnn_attention_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
-                              const __nv_bfloat16* out, const float* lse, int B, int T, int H, int D,
+                              const __nv_bfloat16* out, const float* lse, int B, int T, int H, int KV, int D,
                               float scale) {
-  const Graphs* g = selected_graphs(B, T, H, D, scale);
+  const Graphs* g = selected_graphs(B, T, H, KV, D, scale);
   if (g == nullptr) return false;
-  const std::int64_t C = std::int64_t{H} * D;
-  std::unordered_map<std::int64_t, void*> pointers = qkv_pointers(qkv, H, D);
+  std::unordered_map<std::int64_t, void*> pointers = qkv_pointers(qkv, H, KV, D);
   pointers[kO] = const_cast<__nv_bfloat16*>(out);
   pointers[kDO] = const_cast<__nv_bfloat16*>(dout);
   pointers[kStats] = const_cast<float*>(lse);
   pointers[kDQ] = dqkv;
-  pointers[kDK] = dqkv + C;
-  pointers[kDV] = dqkv + 2 * C;
+  pointers[kDK] = dqkv + std::int64_t{H} * D;
+  pointers[kDV] = dqkv + std::int64_t{H + KV} * D;
   execute(*g->backward, g->backward_workspace, pointers, "attention backward");
   return true;
 }
@@ -288,11 +300,11 @@ bool no_cudnn() {
                "cudnn_frontend.h: see engine/cuda/README.md)");
   return false;
 }
-bool cudnn_attention_forward(__nv_bfloat16*, float*, const __nv_bfloat16*, int, int, int, int, float) {
+bool cudnn_attention_forward(__nv_bfloat16*, float*, const __nv_bfloat16*, int, int, int, int, int, float) {
   return no_cudnn();
 }
 bool cudnn_attention_backward(__nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*,
-                              const float*, int, int, int, int, float) {
+                              const float*, int, int, int, int, int, float) {
   return no_cudnn();
 }
 

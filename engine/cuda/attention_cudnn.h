@@ -2,10 +2,12 @@
 // (cuDNN frontend graph API, sdpa / sdpa_backward), for bf16 activations.
 //
 // Same layouts and the same saved state as the built-in FlashAttention-2
-// path (attention_forward.cu, attention_backward.cu): qkv (B, T, 3C),
-// out (B, T, C), lse (B, H, T) f32 = log sum_j exp(q.k_j * scale),
-// dqkv (B, T, 3C). cuDNN reads q, k and v in place through strides (no
-// permute), as llm.c does.
+// path (attention_forward.cu, attention_backward.cu): qkv (B, T, W) with
+// W = (H + 2 KV) D (H query heads, then KV key and KV value heads), out
+// (B, T, C = H D), lse (B, H, T) f32 = log sum_j exp(q.k_j * scale), dqkv
+// (B, T, W). cuDNN reads q, k and v in place through strides (no permute), as
+// llm.c does; grouped-query attention is cuDNN's own (K and V tensors with
+// KV heads, H / KV query heads each; their gradients summed over the group).
 //
 // Which implementation runs: ENGINE_ATTENTION=cudnn | flash | auto (the
 // default: cuDNN where this build has it and it supports the shape, else
@@ -25,9 +27,10 @@ namespace engine::cuda {
 // built-in kernels. The first call per shape builds both graphs (tens to
 // hundreds of milliseconds). Raises when ENGINE_ATTENTION=cudnn and cuDNN
 // cannot run the shape.
-bool cudnn_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int H, int D,
-                             float scale);
+bool cudnn_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int H, int KV,
+                             int D, float scale);
 bool cudnn_attention_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
-                              const __nv_bfloat16* out, const float* lse, int B, int T, int H, int D, float scale);
+                              const __nv_bfloat16* out, const float* lse, int B, int T, int H, int KV, int D,
+                              float scale);
 
 }  // namespace engine::cuda

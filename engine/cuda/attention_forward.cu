@@ -1,9 +1,14 @@
 // Causal multi-head self-attention core, forward pass (the backward is in
 // attention_backward.cu; the helpers both use in attention_common.cuh).
 //
-//   qkv  (B, T, 3C)  [q | k | v] per position, C = H * D, head h at [h D, (h+1) D)
-//   out  (B, T, C)   out = softmax(q k^T / sqrt(D), causal) v, per head
+//   qkv  (B, T, W)   [q | k | v] per position, W = (H + 2 KV) D: H query
+//                    heads, then KV key heads and KV value heads, each of D
+//   out  (B, T, C)   C = H D; out = softmax(q k^T / sqrt(D), causal) v, per query head
 //   lse  (B, H, T)   f32 log-sum-exp of each softmax row: the only saved state
+//
+// Grouped-query attention (Ainslie et al. 2023): query head h attends with
+// key/value head h / (H / KV); the kernels below simply read that head's k
+// and v (KV = H is multi-head attention, KV = 1 multi-query).
 //
 // bf16 activations: FlashAttention-2 (Dao 2023, "FlashAttention-2: Faster
 // Attention with Better Parallelism and Work Partitioning"), on tensor cores
@@ -43,20 +48,23 @@ constexpr float kLn2 = 0.6931471805599453f;
 
 // One warp per query row i: one pass over keys j <= i with the online softmax.
 __global__ void attention_forward_f32_kernel(float* __restrict__ out, float* __restrict__ lse,
-                                             const float* __restrict__ qkv, int B, int T_, int H, int D,
+                                             const float* __restrict__ qkv, int B, int T_, int H, int KV, int D,
                                              float scale) {
-  // out (B, T, C), lse (B, H, T), qkv (B, T, 3C)
+  // out (B, T, C), lse (B, H, T), qkv (B, T, W)
   int b, h, i;
   if (!f32_warp_row(B, T_, H, b, h, i)) return;
   const int lane = threadIdx.x % 32;
-  const std::int64_t C = std::int64_t{H} * D, C3 = 3 * C;
-  const float* base = qkv + std::int64_t{b} * T_ * C3 + std::int64_t{h} * D;
+  const int g = h / (H / KV);  // this query head's key/value head
+  const std::int64_t C = std::int64_t{H} * D, W = std::int64_t{H + 2 * KV} * D;
+  const float* row0 = qkv + std::int64_t{b} * T_ * W;
+  const float* k_base = row0 + std::int64_t{H + g} * D;       // row j at k_base + j W
+  const float* v_base = row0 + std::int64_t{H + KV + g} * D;  // row j at v_base + j W
   float q[kF32PerLane], acc[kF32PerLane] = {};
-  f32_load(q, base + i * C3, D, lane);
+  f32_load(q, row0 + i * W + std::int64_t{h} * D, D, lane);
   float m = -INFINITY, l = 0.0f;
   for (int j = 0; j <= i; ++j) {
-    const float* kv = base + j * C3;
-    const float s = f32_dot(q, kv + C, D, lane) * scale;
+    const float* v = v_base + j * W;
+    const float s = f32_dot(q, k_base + j * W, D, lane) * scale;
     const float m_new = fmaxf(m, s);
     const float corr = expf(m - m_new);  // 0 on the first key (m = -inf)
     const float p = expf(s - m_new);
@@ -64,7 +72,7 @@ __global__ void attention_forward_f32_kernel(float* __restrict__ out, float* __r
 #pragma unroll
     for (int k = 0; k < kF32PerLane; ++k) {
       const int d = lane + 32 * k;
-      acc[k] = acc[k] * corr + (d < D ? p * kv[2 * C + d] : 0.0f);
+      acc[k] = acc[k] * corr + (d < D ? p * v[d] : 0.0f);
     }
     m = m_new;
   }
@@ -95,8 +103,8 @@ struct FlashForwardSmem {
 template <int D>
 __global__ void __launch_bounds__(kFlashThreads)
     flash_forward_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf16* __restrict__ qkv, int T_,
-                         int H, float scale_log2) {
-  // out (B, T, C), lse (B, H, T), qkv (B, T, 3C); grid (ceil(T/64), H, B)
+                         int H, int KV, float scale_log2) {
+  // out (B, T, C), lse (B, H, T), qkv (B, T, W); grid (ceil(T/64), H, B)
   static_assert(D % 16 == 0, "head size must be a multiple of 16");
   using S = FlashForwardSmem<D>;
   extern __shared__ __align__(16) unsigned char flash_smem[];
@@ -105,13 +113,16 @@ __global__ void __launch_bounds__(kFlashThreads)
   bf16* vt_s = reinterpret_cast<bf16*>(flash_smem) + S::kVt; // (D, 64) value tile, transposed
 
   const int q_tile = gridDim.x - 1 - blockIdx.x;  // longest (latest) tiles first: better tail balance
-  const int h = blockIdx.y, b = blockIdx.z;
+  const int h = blockIdx.y, b = blockIdx.z, kv_head = h / (H / KV);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const std::int64_t C = std::int64_t{H} * D, C3 = 3 * C;
-  const bf16* qkv_b = qkv + std::int64_t{b} * T_ * C3 + std::int64_t{h} * D;
+  const std::int64_t C = std::int64_t{H} * D, W = std::int64_t{H + 2 * KV} * D;
+  const bf16* row0 = qkv + std::int64_t{b} * T_ * W;
+  const bf16* q_b = row0 + std::int64_t{h} * D;             // (T, D), row stride W
+  const bf16* k_b = row0 + std::int64_t{H + kv_head} * D;   // the group's key head
+  const bf16* v_b = row0 + std::int64_t{H + KV + kv_head} * D;
   const int q0 = q_tile * kTile;
 
-  load_tile<D>(q_s, S::kLd, nullptr, 0, qkv_b, C3, q0, T_, kTile);
+  load_tile<D>(q_s, S::kLd, nullptr, 0, q_b, W, q0, T_, kTile);
   __syncthreads();
   std::uint32_t qf[D / 16][4];  // this warp's 16 query rows as A fragments
 #pragma unroll
@@ -125,8 +136,8 @@ __global__ void __launch_bounds__(kFlashThreads)
   const int kv_end = min(T_, q0 + kTile);  // causal: keys beyond the tile's last query are never needed
   for (int k0 = 0; k0 < kv_end; k0 += kTile) {
     __syncthreads();  // everyone is done with the previous K/V tile
-    load_tile<D>(k_s, S::kLd, nullptr, 0, qkv_b + C, C3, k0, T_, kTile);
-    load_tile<D>(nullptr, 0, vt_s, S::kLdT, qkv_b + 2 * C, C3, k0, T_, kTile);
+    load_tile<D>(k_s, S::kLd, nullptr, 0, k_b, W, k0, T_, kTile);
+    load_tile<D>(nullptr, 0, vt_s, S::kLdT, v_b, W, k0, T_, kTile);
     __syncthreads();
 
     // S = Q K^T for 16 rows x 64 keys.
@@ -207,13 +218,14 @@ __global__ void __launch_bounds__(kFlashThreads)
 // ---- launcher ----------------------------------------------------------------
 
 template <int D>
-void flash_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int B, int T_, int H, float scale) {
+void flash_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int B, int T_, int H, int KV,
+                   float scale) {
   using S = FlashForwardSmem<D>;
   auto kernel = flash_forward_kernel<D>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(S::kBytes)));
   const dim3 grid(ceil_div(T_, kTile), static_cast<unsigned>(H), static_cast<unsigned>(B));
   kernel<<<grid, kFlashThreads, S::kBytes, current_stream()>>>(out.data_as<bf16>(), lse.data_as<float>(),
-                                                               qkv.data_as<const bf16>(), T_, H, scale * kLog2e);
+                                                               qkv.data_as<const bf16>(), T_, H, KV, scale * kLog2e);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -221,27 +233,25 @@ void flash_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int 
 
 void attention_forward(const Tensor& out, const Tensor& saved, const Tensor& qkv, int n_head, int n_kv_head) {
   for (const Tensor* t : {&out, &saved, &qkv}) expect_cuda(*t, "attention_forward: operand");
-  ENGINE_CHECK(n_kv_head == n_head, "attention_forward: grouped-query attention (", n_head, " query heads, ",
-               n_kv_head, " key/value heads) is not implemented on CUDA yet");
   expect_f32(saved, "attention_forward: saved (log-sum-exp)");
-  const AttentionDims a = attention_dims(qkv, n_head, "attention_forward");
+  const AttentionDims a = attention_dims(qkv, n_head, n_kv_head, "attention_forward");
   if (std::int64_t{a.B} * a.T * a.H == 0) return;
   if (qkv.dtype() == DType::kF32) {
     check_f32_operands(a, {&out}, "attention_forward");
     attention_forward_f32_kernel<<<f32_blocks(a), 32 * kF32Warps, 0, current_stream()>>>(
-        out.data_as<float>(), saved.data_as<float>(), qkv.data_as<const float>(), a.B, a.T, a.H, a.D, a.scale);
+        out.data_as<float>(), saved.data_as<float>(), qkv.data_as<const float>(), a.B, a.T, a.H, a.KV, a.D, a.scale);
     CUDA_CHECK_LAUNCH();
     return;
   }
   check_bf16_operands({&qkv, &out}, "attention_forward");
   if (cudnn_attention_forward(out.data_as<bf16>(), saved.data_as<float>(), qkv.data_as<const bf16>(), a.B, a.T, a.H,
-                              a.D, a.scale))
+                              a.KV, a.D, a.scale))
     return;
   check_flash_head_size(a, "attention_forward");
   switch (a.D) {
-    case 32: return flash_forward<32>(out, saved, qkv, a.B, a.T, a.H, a.scale);
-    case 64: return flash_forward<64>(out, saved, qkv, a.B, a.T, a.H, a.scale);
-    case 128: return flash_forward<128>(out, saved, qkv, a.B, a.T, a.H, a.scale);
+    case 32: return flash_forward<32>(out, saved, qkv, a.B, a.T, a.H, a.KV, a.scale);
+    case 64: return flash_forward<64>(out, saved, qkv, a.B, a.T, a.H, a.KV, a.scale);
+    case 128: return flash_forward<128>(out, saved, qkv, a.B, a.T, a.H, a.KV, a.scale);
   }
 }
 

@@ -1,10 +1,11 @@
 // Pieces shared by the layer-norm forward (layernorm_forward.cu) and backward
-// (layernorm_backward.cu): the block size of the one-warp-per-row kernels, and
-// the host-side choice and dispatch of the vectorised kernels (how many
-// 16-byte packs of a row each lane holds, and which instantiation runs).
+// (layernorm_backward.cu), and by RMSNorm (rmsnorm.cu), whose kernels follow
+// them: the block size of the one-warp-per-row kernels, and the host-side
+// choice and dispatch of the vectorised kernels (how many 16-byte packs of a
+// row each lane holds, and which instantiation runs).
 //
-// Everything here is in an unnamed namespace: each of the two .cu files
-// compiles its own internal copy, so no symbol is defined in both.
+// Everything here is in an unnamed namespace: each .cu file compiles its own
+// internal copy, so no symbol is defined in two.
 #pragma once
 
 #include <cstdint>
@@ -51,7 +52,7 @@ void with_packs(int k, F&& f) {
   if constexpr (kNext <= MaxK) {
     with_packs<MaxK, Doubling, kNext>(k, std::forward<F>(f));
   } else {
-    ENGINE_FAIL("layernorm: no vectorised kernel for ", k, " packs per lane");
+    ENGINE_FAIL("layernorm/rmsnorm: no vectorised kernel for ", k, " packs per lane");
   }
 }
 

@@ -1,6 +1,7 @@
 // Ops whose reductions are split by channel blocks or by (batch, head) give
-// bitwise the same result on 1 and 2 OpenMP threads. For attention this also
-// exercises BLAS called concurrently from inside an OpenMP region.
+// bitwise the same result on 1 and 2 OpenMP threads (grouped-query attention
+// and RMSNorm also on 3, which splits their loops unevenly). For attention
+// this also exercises BLAS called concurrently from inside an OpenMP region.
 #include <omp.h>
 
 #include <functional>
@@ -13,16 +14,28 @@ using namespace engine::test;
 
 namespace {
 
-// Runs `op` (which fills and returns its outputs) on 1 and on 2 threads.
-void expect_same_on_1_and_2_threads(const std::function<std::vector<float>()>& op, const char* what) {
+// Runs `op` (which fills and returns its outputs) on each thread count and
+// compares every result with the first, bit for bit.
+void expect_same_on_threads(const std::function<std::vector<float>()>& op, const char* what,
+                            std::initializer_list<int> counts) {
   const int threads = omp_get_max_threads();
-  omp_set_num_threads(1);
-  const std::vector<float> one = op();
-  omp_set_num_threads(2);
-  const std::vector<float> two = op();
+  std::vector<float> first;
+  for (const int n : counts) {
+    omp_set_num_threads(n);
+    const std::vector<float> result = op();
+    if (first.empty()) {
+      first = result;
+      continue;
+    }
+    ASSERT_EQ(first.size(), result.size());
+    for (std::size_t i = 0; i < first.size(); ++i)
+      ASSERT_EQ(first[i], result[i]) << what << " element " << i << " on " << n << " threads";
+  }
   omp_set_num_threads(threads);
-  ASSERT_EQ(one.size(), two.size());
-  for (std::size_t i = 0; i < one.size(); ++i) ASSERT_EQ(one[i], two[i]) << what << " element " << i;
+}
+
+void expect_same_on_1_and_2_threads(const std::function<std::vector<float>()>& op, const char* what) {
+  expect_same_on_threads(op, what, {1, 2});
 }
 
 TEST(CpuDeterminism, AttentionForwardAndBackward) {
@@ -39,6 +52,48 @@ TEST(CpuDeterminism, AttentionForwardAndBackward) {
         return out;
       },
       "attention out|dqkv");
+}
+
+// Grouped-query attention's backward sums each key/value head's gradient over
+// its query heads inside one task, so dk and dv do not depend on how the
+// (batch, key/value head) tasks fall on threads.
+TEST(CpuDeterminism, GroupedQueryAttentionForwardAndBackward) {
+  const std::int64_t B = 2, T = 130, H = 6, KV = 2, D = 8, C = H * D, W = (H + 2 * KV) * D;
+  std::vector<float> qkv = cast_to<float>(random_values(B * T * W, 147, -1.5, 1.5));
+  std::vector<float> dout = cast_to<float>(random_values(B * T * C, 148));
+  expect_same_on_threads(
+      [&] {
+        std::vector<float> out(B * T * C), saved(B * H * T * T), dqkv(B * T * W);
+        ops::attention_forward(view(out, {B, T, C}), view(saved, {B, H, T, T}), view(qkv, {B, T, W}), H, KV);
+        ops::attention_backward(view(dqkv, {B, T, W}), view(dout, {B, T, C}), view(qkv, {B, T, W}),
+                                view(out, {B, T, C}), view(saved, {B, H, T, T}), H, KV);
+        out.insert(out.end(), dqkv.begin(), dqkv.end());
+        return out;
+      },
+      "grouped-query attention out|dqkv", {1, 2, 3, 4});
+}
+
+TEST(CpuDeterminism, RmsNormAndSwigluAndRope) {
+  const std::int64_t N = 256, C = 200, H = 4, KV = 2, D = 8, W = (H + 2 * KV) * D;
+  std::vector<float> x = cast_to<float>(random_values(N * C, 149)), dout = cast_to<float>(random_values(N * C, 150));
+  std::vector<float> w = cast_to<float>(random_values(C, 151));
+  std::vector<float> inv_freq = {1.0f, 0.1f, 0.01f, 0.001f};
+  expect_same_on_threads(
+      [&] {
+        std::vector<float> out(N * C), rstd(N), dinp(N * C, 0.0f), dw(C, 0.0f);
+        ops::rmsnorm_forward(view(out, {N, C}), view(rstd, {N}), view(x, {N, C}), view(w, {C}), 1e-6);
+        ops::rmsnorm_backward(view(dinp, {N, C}), view(dw, {C}), view(dout, {N, C}), view(x, {N, C}), view(w, {C}),
+                              view(rstd, {N}));
+        std::vector<float> act(N * C / 2), dact(N * C), dact_out(dout.begin(), dout.begin() + N * C / 2);
+        ops::swiglu_forward(view(act, {N, C / 2}), view(x, {N, C}));
+        ops::swiglu_backward(view(dact, {N, C}), view(dact_out, {N, C / 2}), view(x, {N, C}));
+        std::vector<float> qkv(x.begin(), x.begin() + (N * C / W) * W);
+        const std::int64_t rows = static_cast<std::int64_t>(qkv.size()) / W;
+        ops::rope_forward(view(qkv, {1, rows, W}), view(inv_freq, {D / 2}), H, KV, 5);
+        for (auto* v : {&rstd, &dinp, &dw, &act, &dact, &qkv}) out.insert(out.end(), v->begin(), v->end());
+        return out;
+      },
+      "rmsnorm|swiglu|rope", {1, 2, 3});
 }
 
 TEST(CpuDeterminism, ParameterGradientReductions) {

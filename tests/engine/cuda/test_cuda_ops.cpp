@@ -18,8 +18,9 @@
 // once is within 2^-9 relative; we allow 2^-8 (2x margin) plus a small
 // absolute term for fp32 summation-order noise near zero. Ops that round an
 // intermediate to bf16 too (GELU fused after a bf16 GEMM, attention's P and
-// dS fed to tensor cores in bf16, the dinp of layernorm accumulated in bf16)
-// get 2^-7; attention backward, whose gradients pass through several bf16
+// dS fed to tensor cores in bf16, the dinp of layernorm and RMSNorm
+// accumulated in bf16) get 2^-7 (SwiGLU and RoPE round once: 2^-8);
+// attention backward, whose gradients pass through several bf16
 // roundings and the cancellation in dP - rowsum(dO o O), is checked by
 // relative L2 error (2^-6) with a looser per-element bound. f32 results
 // (parameter gradients, losses, statistics) differ only by fp32 summation
@@ -37,6 +38,7 @@
 #include <random>
 #include <stdlib.h>  // setenv, unsetenv
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/buffer.h"
@@ -437,6 +439,80 @@ TEST_P(CudaMode, LayerNormBackwardOverManyRowsRepeats) {
   }
 }
 
+// ---- RMSNorm ----------------------------------------------------------------------------------
+
+// Forward and backward of one case against the CPU on the same values;
+// `w_dtype` is the weight's dtype on the device (the activations' or f32).
+void check_rmsnorm(std::int64_t N, std::int64_t C, double eps, DType act, DType w_dtype, std::mt19937& rng) {
+  SCOPED_TRACE("N " + std::to_string(N) + " C " + std::to_string(C) + " eps " + std::to_string(eps) + " weight " +
+               dtype_name(w_dtype));
+  // A non-zero mean: RMSNorm must not subtract it.
+  Host inp = random_in(act, Shape{N, C}, rng, 2.0f, 0.5f), weight = random_in(w_dtype, Shape{C}, rng, 0.2f, 1.0f);
+  Dev d_inp = to_device(inp, act), d_weight = to_device(weight, w_dtype);
+  Host out(Shape{N, C}), rstd(Shape{N});
+  ops::rmsnorm_forward(out.t, rstd.t, inp.t, weight.t, eps);
+  Dev d_out = poisoned(Shape{N, C}, act), d_rstd = poisoned(Shape{N}, DType::kF32);
+  ops::rmsnorm_forward(d_out.t, d_rstd.t, d_inp.t, d_weight.t, eps);
+  expect_close(d_out.t, out, pick(act, kF32Tight, kBf16Once), "rmsnorm_forward out");
+  expect_close(d_rstd.t, rstd, Tolerance{1e-5, 0}, "rmsnorm_forward rstd");
+
+  // Backward: dinp accumulates (activation dtype), dweight accumulates in f32.
+  Host dout = random_in(act, Shape{N, C}, rng), dinp = random_in(act, Shape{N, C}, rng);
+  Host dweight = random_host(Shape{C}, rng);
+  Dev d_dout = to_device(dout, act), d_dinp = to_device(dinp, act), d_dweight = to_device(dweight, DType::kF32);
+  ops::rmsnorm_backward(dinp.t, dweight.t, dout.t, inp.t, weight.t, rstd.t);
+  ops::rmsnorm_backward(d_dinp.t, d_dweight.t, d_dout.t, d_inp.t, d_weight.t, d_rstd.t);
+  expect_close(d_dinp.t, dinp, pick(act, kF32Tight, kBf16Twice), "rmsnorm_backward dinp");
+  expect_close(d_dweight.t, dweight, kF32Sum, "rmsnorm_backward dweight");
+}
+
+TEST_P(CudaMode, RmsNorm) {
+  std::mt19937 rng(19);
+  // C picks the kernels, as for layer norm: 36 (bf16 not whole packs: scalar;
+  // f32 one pack a lane), 80 and 768 (vectorised, the fused backward), 1600
+  // (bf16 7 packs a lane, the fused backward's K = 7; f32 13: vectorised
+  // forward, long-row backward), 4096 (Llama's width: bf16 16 packs a lane in
+  // the forward, the long-row backward), 5120 (scalar forward in both dtypes).
+  for (const std::int64_t C : {36, 80, 768, 1600, 4096, 5120})
+    for (const double eps : {1e-6, 1e-5}) check_rmsnorm(2 * 37, C, eps, act(), act(), rng);
+}
+
+TEST_F(Cuda, RmsNormWithF32WeightAndBf16Activations) {
+  // The f32 master weight passed with bf16 activations: the scalar kernels.
+  std::mt19937 rng(20);
+  for (const std::int64_t C : {80, 1600}) check_rmsnorm(37, C, 1e-6, DType::kBF16, DType::kF32, rng);
+}
+
+// Many rows (chunks of the dweight reduction) and dweight the same bit for
+// bit when the backward runs twice.
+TEST_P(CudaMode, RmsNormBackwardOverManyRowsRepeats) {
+  std::mt19937 rng(21);
+  for (const std::int64_t C : {768, 4096}) {
+    SCOPED_TRACE("C = " + std::to_string(C));
+    const std::int64_t N = 2411;
+    Host inp = random_in(act(), Shape{N, C}, rng, 2.0f), weight = random_in(act(), Shape{C}, rng, 0.2f, 1.0f);
+    Host out(Shape{N, C}), rstd(Shape{N});
+    ops::rmsnorm_forward(out.t, rstd.t, inp.t, weight.t, 1e-6);
+    Host dout = random_in(act(), Shape{N, C}, rng), dinp = random_in(act(), Shape{N, C}, rng);
+    Host dweight = random_host(Shape{C}, rng);
+    Dev d_inp = to_device(inp, act()), d_weight = to_device(weight, act()), d_dout = to_device(dout, act());
+    Dev d_rstd = to_device(rstd, DType::kF32);
+    std::vector<Host> results;
+    for (int run = 0; run < 2; ++run) {
+      Dev d_dinp = to_device(dinp, act()), d_dweight = to_device(dweight, DType::kF32);
+      ops::rmsnorm_backward(d_dinp.t, d_dweight.t, d_dout.t, d_inp.t, d_weight.t, d_rstd.t);
+      results.push_back(to_host(d_dinp.t));
+      results.push_back(to_host(d_dweight.t));
+    }
+    ops::rmsnorm_backward(dinp.t, dweight.t, dout.t, inp.t, weight.t, rstd.t);
+    expect_close(results[0].t, dinp, pick(act(), kF32Tight, kBf16Twice), "rmsnorm_backward dinp");
+    expect_close(results[1].t, dweight, kF32Sum, "rmsnorm_backward dweight");
+    for (int i = 0; i < 2; ++i)
+      EXPECT_EQ(0, std::memcmp(results[i].v.data(), results[2 + i].v.data(), results[i].v.size() * sizeof(float)))
+          << "rmsnorm_backward output " << i << " differs between two runs on the same inputs";
+  }
+}
+
 // ---- GELU ---------------------------------------------------------------------------------
 
 TEST_P(CudaMode, Gelu) {
@@ -452,6 +528,117 @@ TEST_P(CudaMode, Gelu) {
   ops::gelu_backward(d_dinp.t, d_x.t, d_dout.t);
   expect_close(d_out.t, out, pick(act(), kF32Tight, kBf16Once), "gelu_forward");
   expect_close(d_dinp.t, dinp, pick(act(), kF32Tight, kBf16Once), "gelu_backward");
+}
+
+// ---- SwiGLU -------------------------------------------------------------------------------------
+
+TEST_P(CudaMode, Swiglu) {
+  std::mt19937 rng(22);
+  // F 517: not whole 16-byte packs (scalar kernels); 1024: the packed ones;
+  // 11008: Llama 2 7B's intermediate size.
+  const std::pair<std::int64_t, std::int64_t> sizes[] = {{4, 517}, {6, 1024}, {3, 11008}};  // (N, F)
+  for (const auto& [N, F] : sizes) {
+    SCOPED_TRACE("N " + std::to_string(N) + " F " + std::to_string(F));
+    Host inp = random_in(act(), Shape{N, 2 * F}, rng, 3.0f);
+    inp[0] = -100.0f;  // saturated gates: exp overflows, silu must be 0 or x, not NaN
+    inp[1] = 100.0f;
+    Host dout = random_in(act(), Shape{N, F}, rng);
+    Dev d_inp = to_device(inp, act()), d_dout = to_device(dout, act());
+    Host out(Shape{N, F}), dinp(Shape{N, 2 * F});
+    ops::swiglu_forward(out.t, inp.t);
+    ops::swiglu_backward(dinp.t, dout.t, inp.t);
+    Dev d_out = poisoned(Shape{N, F}, act()), d_dinp = poisoned(Shape{N, 2 * F}, act());
+    ops::swiglu_forward(d_out.t, d_inp.t);
+    ops::swiglu_backward(d_dinp.t, d_dout.t, d_inp.t);
+    expect_close(d_out.t, out, pick(act(), kF32Tight, kBf16Once), "swiglu_forward");
+    expect_close(d_dinp.t, dinp, pick(act(), kF32Tight, kBf16Once), "swiglu_backward");
+  }
+}
+
+TEST_F(Cuda, SwigluWithMixedDtypes) {
+  // bf16 input, f32 output and gradient: the scalar kernels convert per element.
+  std::mt19937 rng(23);
+  const std::int64_t N = 5, F = 64;
+  Host inp = random_in(DType::kBF16, Shape{N, 2 * F}, rng, 3.0f), dout = random_host(Shape{N, F}, rng);
+  Dev d_inp = to_device(inp, DType::kBF16), d_dout = to_device(dout, DType::kF32);
+  Host out(Shape{N, F}), dinp(Shape{N, 2 * F});
+  ops::swiglu_forward(out.t, inp.t);
+  ops::swiglu_backward(dinp.t, dout.t, inp.t);
+  Dev d_out = poisoned(Shape{N, F}, DType::kF32), d_dinp = poisoned(Shape{N, 2 * F}, DType::kF32);
+  ops::swiglu_forward(d_out.t, d_inp.t);
+  ops::swiglu_backward(d_dinp.t, d_dout.t, d_inp.t);
+  expect_close(d_out.t, out, kF32Tight, "swiglu_forward");
+  expect_close(d_dinp.t, dinp, kF32Tight, "swiglu_backward");
+}
+
+// ---- RoPE ---------------------------------------------------------------------------------------
+
+// inv_freq[i] = base^(-2i/D), optionally with transformers' llama3 scaling
+// (factor 8, low 1, high 4, original context 8192), as test_rope.cpp makes it.
+Host rope_inv_freq(std::int64_t D, double base, bool llama3) {
+  Host f(Shape{D / 2});
+  for (std::int64_t i = 0; i < D / 2; ++i) {
+    double inv = std::pow(base, -double(2 * i) / double(D));
+    if (llama3) {
+      const double wavelen = 2 * 3.141592653589793 / inv, low = 8192.0, high = 8192.0 / 4;
+      if (wavelen > low) {
+        inv /= 8;
+      } else if (wavelen >= high) {
+        const double smooth = (8192.0 / wavelen - 1) / (4 - 1);
+        inv = (1 - smooth) * inv / 8 + smooth * inv;
+      }
+    }
+    f[i] = static_cast<float>(inv);
+  }
+  return f;
+}
+
+TEST_P(CudaMode, Rope) {
+  std::mt19937 rng(24);
+  struct Case {
+    std::int64_t B, T, H, KV, D, position_start;
+    bool llama3;
+  };
+  // Grouped and multi-head, head sizes 8 to 128, positions from 0 to 100000
+  // (angles of 10^5 radians: where a fast-math sinf would be wrong).
+  const Case cases[] = {{2, 17, 4, 4, 64, 0, false},
+                        {2, 9, 4, 2, 8, 3, true},
+                        {1, 33, 6, 2, 128, 5000, true},
+                        {2, 5, 4, 1, 32, 100000, false},
+                        {1, 300, 32, 8, 128, 0, true}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE("B " + std::to_string(c.B) + " T " + std::to_string(c.T) + " H " + std::to_string(c.H) + " KV " +
+                 std::to_string(c.KV) + " D " + std::to_string(c.D) + " start " + std::to_string(c.position_start));
+    const std::int64_t W = (c.H + 2 * c.KV) * c.D;
+    const Shape shape{c.B, c.T, W};
+    Host inv_freq = rope_inv_freq(c.D, c.llama3 ? 500000 : 10000, c.llama3);
+    Dev d_inv_freq = to_device(inv_freq, DType::kF32);
+    const int H = static_cast<int>(c.H), KV = static_cast<int>(c.KV);
+    for (const bool backward : {false, true}) {
+      SCOPED_TRACE(backward ? "rope_backward" : "rope_forward");
+      const Host x = random_in(act(), shape, rng, 2.0f);
+      Host want(shape);
+      ops::copy(want.t, x.t);
+      Dev d_x = to_device(x, act());
+      if (backward) {
+        ops::rope_backward(want.t, inv_freq.t, H, KV, c.position_start);
+        ops::rope_backward(d_x.t, d_inv_freq.t, H, KV, c.position_start);
+      } else {
+        ops::rope_forward(want.t, inv_freq.t, H, KV, c.position_start);
+        ops::rope_forward(d_x.t, d_inv_freq.t, H, KV, c.position_start);
+      }
+      expect_close(d_x.t, want, pick(act(), kF32Tight, kBf16Once), "q and k rotated");
+      // v untouched, bit for bit.
+      const Host got = to_host(d_x.t);
+      std::int64_t changed = 0;
+      for (std::int64_t bt = 0; bt < c.B * c.T; ++bt)
+        for (std::int64_t i = (c.H + c.KV) * c.D; i < W; ++i) {
+          const auto at = static_cast<std::size_t>(bt * W + i);
+          changed += std::memcmp(&got.v[at], &x.v[at], sizeof(float)) != 0;
+        }
+      EXPECT_EQ(changed, 0) << "elements of v changed";
+    }
+  }
 }
 
 // ---- matmul ----------------------------------------------------------------------------------
@@ -684,21 +871,26 @@ TEST(LtWorkspace, ReadsTheSizeInMibAndRefusesOthers) {
 
 struct AttentionCase {
   std::int64_t B, T, H, D;
+  std::int64_t KV = 0;  // key/value heads (grouped-query attention); 0: KV = H
+  std::int64_t kv() const { return KV == 0 ? H : KV; }
+  std::int64_t width() const { return (H + 2 * kv()) * D; }  // W, a row of qkv
 };
 
-// lse[b, h, t] = log sum_{j<=t} exp(q_t . k_j / sqrt(D)), in double on the host.
+// lse[b, h, t] = log sum_{j<=t} exp(q_t . k_j / sqrt(D)), in double on the
+// host; query head h reads key head h / (H / KV).
 Host reference_lse(const Host& qkv, const AttentionCase& a) {
-  const std::int64_t C = a.H * a.D, C3 = 3 * C;
+  const std::int64_t W = a.width();
   Host lse(Shape{a.B, a.H, a.T});
   const double scale = 1.0 / std::sqrt(static_cast<double>(a.D));
   std::vector<double> s(static_cast<std::size_t>(a.T));
   for (std::int64_t b = 0; b < a.B; ++b)
     for (std::int64_t h = 0; h < a.H; ++h)
       for (std::int64_t t = 0; t < a.T; ++t) {
-        const float* q = &qkv.v[static_cast<std::size_t>((b * a.T + t) * C3 + h * a.D)];
+        const float* q = &qkv.v[static_cast<std::size_t>((b * a.T + t) * W + h * a.D)];
+        const std::int64_t kv_head = h / (a.H / a.kv());
         double mx = -1e300;
         for (std::int64_t j = 0; j <= t; ++j) {
-          const float* k = &qkv.v[static_cast<std::size_t>((b * a.T + j) * C3 + C + h * a.D)];
+          const float* k = &qkv.v[static_cast<std::size_t>((b * a.T + j) * W + (a.H + kv_head) * a.D)];
           double dot = 0;
           for (std::int64_t d = 0; d < a.D; ++d) dot += static_cast<double>(q[d]) * k[d];
           s[static_cast<std::size_t>(j)] = dot * scale;
@@ -712,19 +904,19 @@ Host reference_lse(const Host& qkv, const AttentionCase& a) {
 }
 
 void check_attention(const AttentionCase& a, DType act, std::mt19937& rng) {
-  SCOPED_TRACE("B " + std::to_string(a.B) + " T " + std::to_string(a.T) + " H " + std::to_string(a.H) + " D " +
-               std::to_string(a.D));
-  const std::int64_t C = a.H * a.D;
-  const int n_head = static_cast<int>(a.H);
-  Host qkv = random_in(act, Shape{a.B, a.T, 3 * C}, rng);
+  SCOPED_TRACE("B " + std::to_string(a.B) + " T " + std::to_string(a.T) + " H " + std::to_string(a.H) + " KV " +
+               std::to_string(a.kv()) + " D " + std::to_string(a.D));
+  const std::int64_t C = a.H * a.D, W = a.width();
+  const int n_head = static_cast<int>(a.H), n_kv_head = static_cast<int>(a.KV);
+  Host qkv = random_in(act, Shape{a.B, a.T, W}, rng);
   Dev d_qkv = to_device(qkv, act);
 
   Host out(Shape{a.B, a.T, C});
   Host saved(ops::attention_saved_shape(kCpu, a.B, a.H, a.T));
-  ops::attention_forward(out.t, saved.t, qkv.t, n_head);
+  ops::attention_forward(out.t, saved.t, qkv.t, n_head, n_kv_head);
   Dev d_out = poisoned(Shape{a.B, a.T, C}, act);
   Dev d_saved = poisoned(ops::attention_saved_shape(kCuda, a.B, a.H, a.T), ops::attention_saved_dtype(kCuda, act));
-  ops::attention_forward(d_out.t, d_saved.t, d_qkv.t, n_head);
+  ops::attention_forward(d_out.t, d_saved.t, d_qkv.t, n_head, n_kv_head);
   expect_close(d_out.t, out,
                pick(act, kF32Tight, Tolerance{std::ldexp(1.0, -7), std::ldexp(1.0, -7), std::ldexp(1.0, -7)}),
                "attention_forward out");
@@ -732,10 +924,10 @@ void check_attention(const AttentionCase& a, DType act, std::mt19937& rng) {
 
   Host dout = random_in(act, Shape{a.B, a.T, C}, rng);
   Dev d_dout = to_device(dout, act);
-  Host dqkv(Shape{a.B, a.T, 3 * C});
-  ops::attention_backward(dqkv.t, dout.t, qkv.t, out.t, saved.t, n_head);
-  Dev d_dqkv = poisoned(Shape{a.B, a.T, 3 * C}, act);
-  ops::attention_backward(d_dqkv.t, d_dout.t, d_qkv.t, d_out.t, d_saved.t, n_head);
+  Host dqkv(Shape{a.B, a.T, W});
+  ops::attention_backward(dqkv.t, dout.t, qkv.t, out.t, saved.t, n_head, n_kv_head);
+  Dev d_dqkv = poisoned(Shape{a.B, a.T, W}, act);
+  ops::attention_backward(d_dqkv.t, d_dout.t, d_qkv.t, d_out.t, d_saved.t, n_head, n_kv_head);
   expect_close(d_dqkv.t, dqkv,
                pick(act, kF32Tight, Tolerance{std::ldexp(1.0, -5), std::ldexp(1.0, -5), std::ldexp(1.0, -6)}),
                "attention_backward dqkv");
@@ -751,6 +943,39 @@ TEST_P(CudaMode, Attention) {
   for (const AttentionCase& a : cases) check_attention(a, act(), rng);
   // The f32 path takes any head size (up to 256).
   if (act() == DType::kF32) check_attention({2, 33, 2, 48}, act(), rng);
+}
+
+// Grouped-query attention (KV < H): query head h reads key/value head
+// h / (H / KV), and dk, dv are the sums over each group (the built-in kernels
+// sum the group inside one block; cuDNN, where it runs the shape, its own way).
+// (H, KV) = (4, 2), (4, 1), (6, 2), (8, 2) at every head size of the bf16
+// kernels, T = 1 and T past several key tiles.
+TEST_P(CudaMode, GroupedQueryAttention) {
+  std::mt19937 rng(25);
+  const AttentionCase cases[] = {
+      {2, 17, 4, 64, 2},  {1, 257, 4, 64, 1},  {2, 65, 6, 32, 2},  {1, 1024, 8, 64, 2},
+      {1, 1, 4, 128, 2},  {2, 130, 4, 128, 1}, {1, 300, 8, 32, 2}, {2, 33, 4, 64, 4},
+  };
+  for (const AttentionCase& a : cases) check_attention(a, act(), rng);
+  if (act() == DType::kF32) check_attention({2, 33, 6, 48, 3}, act(), rng);
+}
+
+// The f32 path's dK/dV sum the group in one warp, in order: two runs agree
+// bit for bit (all of dqkv: the f32 dQ has no atomics either).
+TEST_F(Cuda, F32GroupedQueryAttentionBackwardRepeats) {
+  std::mt19937 rng(26);
+  const std::int64_t B = 2, T = 70, H = 6, KV = 2, D = 32, W = (H + 2 * KV) * D;
+  Host qkv = random_host(Shape{B, T, W}, rng), dout = random_host(Shape{B, T, H * D}, rng);
+  Dev d_qkv = to_device(qkv, DType::kF32), d_dout = to_device(dout, DType::kF32);
+  Dev d_out(Shape{B, T, H * D}, DType::kF32), d_saved(ops::attention_saved_shape(kCuda, B, H, T), DType::kF32);
+  ops::attention_forward(d_out.t, d_saved.t, d_qkv.t, H, KV);
+  std::vector<Host> runs;
+  for (int run = 0; run < 2; ++run) {
+    Dev d_dqkv = poisoned(Shape{B, T, W}, DType::kF32);
+    ops::attention_backward(d_dqkv.t, d_dout.t, d_qkv.t, d_out.t, d_saved.t, H, KV);
+    runs.push_back(to_host(d_dqkv.t));
+  }
+  EXPECT_EQ(0, std::memcmp(runs[0].v.data(), runs[1].v.data(), runs[0].v.size() * sizeof(float)));
 }
 
 TEST_F(Cuda, Bf16AttentionRejectsUnsupportedHeadSizes) {
