@@ -82,6 +82,8 @@ void TrainConfig::resolve(int cuda_devices, int world) {
   if (n_head) model.n_head = n_head;
   if (n_embd) model.n_embd = n_embd;
   if (vocab_size) model.vocab_size = vocab_size;
+  if (n_kv_head) model.n_kv_head = n_kv_head;
+  if (ffn_hidden) model.ffn_hidden = ffn_hidden;
   if (!tokenizer.empty()) {
     // Loaded here only for its size (every rank, before allocating); the
     // sampler loads it again at the end.
@@ -103,7 +105,8 @@ void TrainConfig::resolve(int cuda_devices, int world) {
   if (init_shape && !(model == *init_shape)) {
     std::string asked = shape_from_init ? "" : "--model " + preset;
     for (const auto& [flag, value] : {std::pair<const char*, std::int64_t>{"--n-layer", n_layer}, {"--n-head", n_head},
-                                      {"--n-embd", n_embd}, {"--vocab-size", vocab_size}, {"--max-seq-len", max_seq_len}})
+                                      {"--n-embd", n_embd}, {"--vocab-size", vocab_size}, {"--max-seq-len", max_seq_len},
+                                      {"--n-kv-head", n_kv_head}, {"--ffn-hidden", ffn_hidden}})
       if (value) asked += (asked.empty() ? "" : " ") + std::string(flag) + " " + std::to_string(value);
     if (!tokenizer.empty() && !shape_from_init && vocab_size == 0) asked += " with --tokenizer's vocabulary";
     ENGINE_CHECK(false, "--init-from '", init_from, "' holds a model of another shape: its config.json says ",

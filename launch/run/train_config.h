@@ -25,6 +25,7 @@ struct TrainConfig {
   std::string preset;
   std::string model_source;  // resolved: the preset's name, or the config.json the shape came from
   std::int64_t n_layer = 0, n_head = 0, n_embd = 0, vocab_size = 0, max_seq_len = 0;
+  std::int64_t n_kv_head = 0, ffn_hidden = 0;  // llama presets only
 
   // Batch. The global batch is counted in tokens; with micro-batches of B
   // sequences of T tokens it takes batch_tokens / (B*T) micro-batches
