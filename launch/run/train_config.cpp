@@ -114,6 +114,12 @@ void TrainConfig::resolve(int cuda_devices, int world) {
                  " (leave out --model and the shape flags to take the folder's)");
   }
   model.validate();
+  // llm.c's model file holds a GPT-2 only (launch/formats/llmc_model.h).
+  ENGINE_CHECK(!model.is_llama() || save_model.empty(), "--save-model writes llm.c's GPT-2 format, which cannot hold ",
+               "this ", model::architecture_name(model.arch), " model; use --save-hf DIR");
+  ENGINE_CHECK(!model.is_llama() || init_from.empty() || is_hf_model_path(init_from), "--init-from '", init_from,
+               "' is an llm.c model file (GPT-2 only) and this is a ", model::architecture_name(model.arch),
+               " model; give a Hugging Face folder");
 
   // A NaN or infinite flag value would pass every range check below (all
   // comparisons with NaN are false) and poison the run from step 1.
