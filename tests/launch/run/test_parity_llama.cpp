@@ -114,6 +114,15 @@ TEST_F(LlamaParity, Recomputation) {
   expect_parity(layout(2, 2, 2, 1, true, "afab", "full"));
 }
 
+TEST_F(LlamaParity, OneBitAdamWarmUpIsAdamW) {
+  // Before its freeze step 1-bit Adam is AdamW with a plain all-reduce
+  // (Tang et al. 2021), on the same compression groups as GPT-2's.
+  launch::TrainConfig c = layout(2, 1, 4);
+  c.optimizer = "onebit-adam";
+  c.freeze_step = 100;
+  expect_parity(c);
+}
+
 TEST_F(LlamaParity, ResumesUnderAnotherLayout) {
   if (world_size() < 8) GTEST_SKIP() << "needs 8 ranks";
   expect_resumes(layout(2, 2, 2), layout(1, 1, 1), "tp2pp2dp2_to_one");
