@@ -75,7 +75,7 @@ int train(int argc, char** argv) {
   // Taken before the input checks, which write probe files there: a second
   // job on the folder is refused before it writes anything, and every rank
   // learns of it through the agreement below.
-  std::optional<launch::RunFolderLock> run_folder_lock, checkpoint_folder_lock;
+  std::optional<launch::RunFolderLock> run_folder_lock, checkpoint_folder_lock, log_file_lock;
   try {
     config.resolve(config.device == "cpu" ? 0 : engine::cuda_device_count(), world);
     failure = launch::kExitBadInput;
@@ -89,6 +89,9 @@ int train(int argc, char** argv) {
     // the inputs passed: a refused start leaves no lock file in it.
     if (rank == 0 && !config.eval_only && !config.checkpoint_dir.empty() && !config.checkpoint_dir_from_run_dir)
       checkpoint_folder_lock.emplace(config.checkpoint_dir, "--checkpoint-dir");
+    // So is a metrics file of its own: two jobs appending to it would interleave their steps.
+    if (rank == 0 && !config.log_file.empty() && !config.log_file_from_run_dir)
+      log_file_lock.emplace(launch::RunFolderLock::for_file(config.log_file, "--log-file"));
   } catch (const std::exception& e) {
     error = e.what();
   }
