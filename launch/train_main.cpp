@@ -28,6 +28,7 @@
 #include "launch/resilience/job_error.h"
 #include "launch/resilience/stop_request.h"
 #include "launch/run/input_checks.h"
+#include "launch/run/auto_layout.h"
 #include "launch/run/run_lock.h"
 #include "launch/run/train_config.h"
 #include "launch/run/trainer.h"
@@ -66,6 +67,10 @@ int train(int argc, char** argv) {
     // launch/supervise does not retry (CLI11's own codes are 100 and up).
     return launch::report_command_line_error(app, e, /*speak=*/rank == 0);
   }
+
+  // --layout auto chooses the layout flags not given by hand (in a --config file counts as by hand).
+  for (const char* flag : launch::kAutoLayoutFlags)
+    if (app.count(flag) > 0) config.layout_given.insert(flag);
 
   // Flags first (a usage error), then the inputs they name (bad input):
   // neither is helped by a restart (launch/resilience/exit_codes.h).

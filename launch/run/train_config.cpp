@@ -9,10 +9,12 @@
 #include <utility>
 #include <vector>
 
+#include "engine/buffer.h"
 #include "engine/check.h"
 #include "launch/data/bpe_tokenizer.h"
 #include "launch/data/llmc_tokenizer.h"
 #include "launch/formats/hf_gpt2.h"
+#include "launch/run/auto_layout.h"
 #include "model/partition.h"
 #include "parallel/process_grid.h"
 
@@ -132,6 +134,10 @@ void TrainConfig::resolve(int cuda_devices, int world) {
   ENGINE_CHECK(micro_batch >= 1, "--micro-batch must be >= 1, got ", micro_batch);
   check_sizes_fit(*this);
 
+  ENGINE_CHECK(layout == "manual" || layout == "auto", "--layout ", layout, ": expected manual or auto");
+  ENGINE_CHECK(layout == "auto" || cluster.empty(), "--cluster is read by --layout auto only");
+  if (layout == "auto" && auto_layout.chosen.empty()) choose_layout(*this, layout_given);
+
   // The layout: every problem in one message, the same on every rank.
   {
     std::string problems = parallel::ProcessGrid::check(world, 0, tp, pp, dp);
@@ -250,8 +256,13 @@ std::string TrainConfig::describe() const {
       << (dp > 1 && !eval_only ? std::string(", gradient reduction ") + (overlap_grad_reduce ? "overlapped" : "after backward") : std::string())
       << (zero > 0 ? ", ZeRO stage " + std::to_string(zero) : std::string())
       << (sequence_parallel ? ", sequence parallel" : "")
-      << "\n"
-      << "device     " << device << ", precision " << model::precision_name(precision_mode);
+      << "\n";
+  if (!auto_layout.chosen.empty())
+    out << "auto       " << auto_layout.chosen << ": the fastest of " << auto_layout.candidates
+        << " layouts the planner ranked for " << cluster << " (predicted "
+        << auto_layout.predicted_step_seconds * 1e3 << " ms/step, " << engine::format_bytes(auto_layout.predicted_memory_bytes)
+        << " per device)\n";
+  out << "device     " << device << ", precision " << model::precision_name(precision_mode);
   if (eval_only) {
     out << "\nscoring    "
         << (!init_from.empty() ? "the model file " + init_from

@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <set>
 #include <string>
 
 #include "model/flops.h"
@@ -85,6 +86,11 @@ struct TrainConfig {
   bool async_checkpoint = true;
 
   // Parallel layout (world = tp x dp x pp) and communication.
+  // layout "auto": the planner chooses the fields below that were not given
+  // by hand (layout_given) for --cluster's devices (launch/run/auto_layout.h).
+  std::string layout = "manual";  // manual | auto
+  std::string cluster;            // cluster file for layout auto
+  std::set<std::string> layout_given;
   int tp = 1, pp = 1;
   int dp = 0;                     // 0 = world size / (tp x pp)
   std::string comm = "auto";      // auto | mpi | nccl
@@ -124,6 +130,12 @@ struct TrainConfig {
   std::int64_t top_k = 40;
 
   // Derived (after resolve()).
+  struct AutoLayout {
+    std::string chosen;  // "" unless layout auto chose
+    double predicted_step_seconds = 0;
+    std::size_t predicted_memory_bytes = 0;
+    std::size_t candidates = 0;  // layouts ranked
+  } auto_layout;
   model::GptConfig model;
   optim::LrSchedule lr_schedule;
   optim::AdamWConfig adamw;

@@ -137,6 +137,12 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
       ->group(kCkpt)->capture_default_str();
 
   const char* kPar = "Parallelism";
+  app.add_option("--layout", c.layout,
+                 "manual, or auto: the planner chooses tp, pp, dp, micro-batch, ZeRO, recomputation, schedule and "
+                 "sequence parallelism not given by hand, for --cluster's devices and --batch-tokens")
+      ->group(kPar)->capture_default_str();
+  app.add_option("--cluster", c.cluster, "Cluster file --layout auto plans for (plan --calibrate --out FILE, or "
+                 "examples/scaling/clusters/)")->group(kPar);
   app.add_option("--tp", c.tp, "Tensor-parallel size (splits heads, MLP and vocabulary)")->group(kPar)->capture_default_str();
   app.add_option("--pp", c.pp, "Pipeline-parallel stages")->group(kPar)->capture_default_str();
   app.add_option("--dp", c.dp, "Data-parallel size (0 = world size / (tp x pp))")->group(kPar)->capture_default_str();

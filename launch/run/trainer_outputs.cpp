@@ -271,6 +271,17 @@ void Trainer::report_summary(RunSummary& summary) {
                   summary.mean_mfu * 100.0, hfu, mfu_steps_ > 0 ? " (steps after the first)" : "",
                   summary.losses.back());
     out_ << line << "\n";
+    if (!config_.auto_layout.chosen.empty() && tokens_per_second > 0) {
+      // The planner's prediction beside what the chosen layout measured.
+      const double predicted = config_.auto_layout.predicted_step_seconds;
+      const double measured = static_cast<double>(config_.batch_tokens) / tokens_per_second;
+      std::snprintf(line, sizeof line, "           layout auto: predicted %.1f ms/step, measured %.1f ms (%+.1f%%)",
+                    predicted * 1e3, measured * 1e3, (predicted / measured - 1.0) * 100.0);
+      out_ << line << "\n";
+      record["auto_layout"] = {{"layout", config_.auto_layout.chosen},
+                               {"predicted_step_s", predicted},
+                               {"measured_step_s", measured}};
+    }
   }
   if (summary.best_val_loss >= 0) {
     std::snprintf(line, sizeof line, "           val loss best %.4f (step %lld%s), final %.4f", summary.best_val_loss,

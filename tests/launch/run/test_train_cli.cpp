@@ -420,3 +420,40 @@ TEST(TrainCliMemory, StepPeakEqualsThePlanAfterTheCpuPeakProbe) {
   }
   EXPECT_EQ(steps, 2);
 }
+
+// --layout auto (launch/run/auto_layout.h): the planner's choice for a
+// cluster file, kept flags, the refusals.
+namespace {
+void write_cpu_cluster(const std::string& path, double memory_gib) {
+  std::ofstream(path) << R"({"name": "test-cpu", "device": "cpu", "devices_per_node": 8, "peak_tflops": 0.02,
+    "memory_gib": )" << memory_gib << R"(, "gemm_efficiency": 0.5, "memory_bandwidth_gb_per_s": 10, "op_overhead_us": 5,
+    "intra_node": {"bandwidth_gb_per_s": 5, "latency_us": 2}, "inter_node": {"bandwidth_gb_per_s": 1, "latency_us": 20}})";
+}
+}  // namespace
+
+TEST_F(TrainCli, LayoutAutoChoosesWithThePlannerAndKeepsFlagsGivenByHand) {
+  write_cpu_cluster(dir_ / "cpu.json", 16);
+  const std::string args = "--model gpt-micro --seq-len 16 --batch-tokens 128 --steps 2 --device cpu --peak-tflops 1 "
+                           "--train-data " + (dir_ / "train_*.bin") + " --layout auto --cluster " + (dir_ / "cpu.json");
+  const Outcome chosen = run_train(dir_, args);
+  ASSERT_EQ(chosen.exit_code, 0) << chosen.output;
+  EXPECT_NE(chosen.output.find("auto       tp 1 pp 1 dp 1 micro-batch "), std::string::npos) << chosen.output;
+  EXPECT_NE(chosen.output.find("layouts the planner ranked for " + (dir_ / "cpu.json")), std::string::npos);
+  EXPECT_NE(chosen.output.find("layout auto: predicted "), std::string::npos) << chosen.output;
+  const Outcome kept = run_train(dir_, args + " --micro-batch 2 --recompute selective");
+  ASSERT_EQ(kept.exit_code, 0) << kept.output;
+  EXPECT_NE(kept.output.find("micro-batch 2 zero 0 recompute selective"), std::string::npos) << kept.output;
+}
+
+TEST_F(TrainCli, LayoutAutoRefusals) {
+  const std::string args = "--model gpt-micro --seq-len 16 --batch-tokens 128 --steps 2 --device cpu "
+                           "--train-data " + (dir_ / "train_*.bin") + " --layout auto";
+  expect_refused(args, "--layout auto needs --cluster FILE");
+  write_cpu_cluster(dir_ / "tiny.json", 1e-6);
+  expect_refused(args + " --cluster " + (dir_ / "tiny.json"), "--layout auto: no layout fits the ");
+  const Outcome nearest = run_train(dir_, args + " --cluster " + (dir_ / "tiny.json"));
+  EXPECT_NE(nearest.output.find("nearest: tp 1 pp 1 dp 1 micro-batch 1"), std::string::npos) << nearest.output;
+  expect_refused("--model gpt-micro --seq-len 16 --steps 2 --device cpu --train-data " + (dir_ / "train_*.bin") +
+                     " --cluster " + (dir_ / "tiny.json"),
+                 "--cluster is read by --layout auto only");
+}
