@@ -3,7 +3,9 @@
 //   prepare --input /usr/share/doc --output-dir data --name corpus
 //
 // writes data/corpus_val_000000.bin, data/corpus_train_000000.bin, ... in
-// llm.c's shard format (see token_shard.h).
+// llm.c's shard format (see token_shard.h): version 1, uint16 ids, whenever
+// the tokenizer's ids fit 16 bits; version 2, uint32 ids, for a larger
+// vocabulary (Llama 3's, Qwen2's), decided before anything is written.
 //
 // Train/validation split: every input file is cut into blocks of kBlockBytes;
 // the last val-fraction of each block (rounded to whole bytes) goes to the
@@ -56,7 +58,7 @@ int main(int argc, char** argv) {
   CLI::App app(
       "Tokenize UTF-8 text files with the byte-level tokenizer (vocab 256), a BPE tokenizer.json\n"
       "(--tokenizer), or a byte-level BPE learned here from the training split (--train-tokenizer N),\n"
-      "into llm.c-format token shards.\n"
+      "into llm.c-format token shards (uint16 ids; uint32 ids, shard version 2, for a vocabulary over 65536).\n"
       "Writes DIR/NAME_train_000000.bin, ... and DIR/NAME_val_000000.bin, ... (and, with\n"
       "--train-tokenizer, DIR/NAME_tokenizer.json unless --tokenizer-out says where).\n"
       "Split: each input file is cut into 1 MiB blocks; the last val-fraction of every block goes to the\n"

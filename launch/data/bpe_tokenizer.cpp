@@ -19,6 +19,11 @@ namespace {
 
 using json = nlohmann::json;
 
+// Ids at or above this are refused: the id -> token table is sized by the
+// largest id, so a hostile file must not make it gigabytes. Real
+// vocabularies are far below it (Llama 3: 128256, Qwen2: 151936, Gemma:
+// 262144); shards hold them as uint32 (token_shard.h, version 2).
+constexpr std::int64_t kMaxTokenId = std::int64_t{1} << 24;
 // A pre-token cache bigger than this is cleared rather than grown: a corpus
 // of many gigabytes has an unbounded tail of rare words.
 constexpr std::size_t kMaxCacheEntries = 1 << 20;
@@ -167,8 +172,8 @@ BpeTokenizer BpeTokenizer::from_json(std::string_view json_text, const std::stri
 
   std::int64_t max_id = -1;
   for (const auto& [token, id] : model["vocab"].items()) {
-    ENGINE_CHECK(id.is_number_integer() && id.get<std::int64_t>() >= 0 && id.get<std::int64_t>() < 65536, where,
-                 "model.vocab['", token, "'] is ", id.dump(), ", expected an id in [0, 65536)");
+    ENGINE_CHECK(id.is_number_integer() && id.get<std::int64_t>() >= 0 && id.get<std::int64_t>() < kMaxTokenId, where,
+                 "model.vocab['", token, "'] is ", id.dump(), ", expected an id in [0, ", kMaxTokenId, ")");
     t.vocab[token] = id.get<std::int32_t>();
     max_id = std::max<std::int64_t>(max_id, id.get<std::int64_t>());
   }
@@ -183,7 +188,8 @@ BpeTokenizer BpeTokenizer::from_json(std::string_view json_text, const std::stri
                    where, "an added token lacks an integer \"id\" or a string \"content\": ", a.dump());
       const auto id = a["id"].get<std::int64_t>();
       const auto content = a["content"].get<std::string>();
-      ENGINE_CHECK(id >= 0 && id < 65536, where, "added token '", content, "' has id ", id, ", expected [0, 65536)");
+      ENGINE_CHECK(id >= 0 && id < kMaxTokenId, where, "added token '", content, "' has id ", id, ", expected [0, ",
+                   kMaxTokenId, ")");
       ENGINE_CHECK(!content.empty(), where, "added token ", id, " has empty content");
       for (const char* key : {"lstrip", "rstrip", "single_word"})
         ENGINE_CHECK(!a.value(key, false), where, "added token '", content, "': ", key, " is not supported");

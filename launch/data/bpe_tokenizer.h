@@ -9,7 +9,8 @@
 //                  or [["a", "b"], ...]}; dropout must be null, no
 //                  continuing_subword_prefix / end_of_word_suffix;
 //                  ignore_merges honoured (a pre-token that is itself in the
-//                  vocabulary is one token).
+//                  vocabulary is one token). Ids (here and in added_tokens)
+//                  in [0, 2^24): past 65535 `prepare` writes uint32 shards.
 //   normalizer:    null.
 //   pre_tokenizer: {"type": "ByteLevel", "add_prefix_space": bool,
 //                  "use_regex": bool} (GPT-2: false, true).

@@ -125,7 +125,9 @@ TEST(BpeTokenizer, BadFilesGiveOneLineErrors) {
       {R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "pre_tokenizer": {"type": "Whitespace"}})",
        "pre_tokenizer.type is 'Whitespace'"},
       {R"({"model": {"type": "BPE", "vocab": {"a": -3}, "merges": []}, )" + byte_level + "}",
-       "expected an id in [0, 65536)"},
+       "expected an id in [0, 16777216)"},
+      {R"({"model": {"type": "BPE", "vocab": {"a": 16777216}, "merges": []}, )" + byte_level + "}",
+       "model.vocab['a'] is 16777216, expected an id in [0, 16777216)"},
   };
   for (const Case& c : cases) {
     const std::string message = load_error(c.json);

@@ -1,9 +1,11 @@
 // The two shard versions (launch/data/token_shard.h): version 1 (llm.c's,
 // uint16 ids) and version 2 (uint32 ids, for vocabularies past 65536) round
 // trip through the writer and the reader, the loader reads either and a mix
-// of both, and refuses an id at or past the model's vocabulary in either.
+// of both, refuses an id at or past the model's vocabulary in either, and
+// `prepare` writes version 1 exactly when the tokenizer's ids fit 16 bits.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,12 +14,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "engine/check.h"
+#include "launch/data/bpe_tokenizer.h"
 #include "launch/data/data_loader.h"
 #include "launch/data/token_shard.h"
 
@@ -202,6 +206,64 @@ TEST(TokenShardVersions, IdOutsideTheVocabularyIsRefusedInVersion2) {
   // A vocabulary of 16-bit size reading a version 2 shard: ids past 65535 are named as they are, not truncated.
   const std::string narrow = error_of([&] { DataLoader(dir.file("v2.bin"), 8, 50257, false, 0).verify_all(); });
   EXPECT_THAT(narrow, HasSubstr("token 0 is 128000, outside the vocabulary of size 50257"));
+}
+
+// ---- prepare chooses the version from the tokenizer's vocabulary ---------------
+
+int run_command(const std::string& command) {
+  const int status = std::system(command.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// tiny_bpe.json (600 ids) with one more added token at `id`: a vocabulary of id + 1.
+std::string tokenizer_with_added_token(const std::string& path, std::int64_t id) {
+  std::ifstream in(std::string(TOKENIZER_DATA_DIR) + "/tiny_bpe.json");
+  nlohmann::json spec = nlohmann::json::parse(in);
+  spec["added_tokens"].push_back({{"id", id}, {"content", "<|far|>"}, {"single_word", false}, {"lstrip", false},
+                                  {"rstrip", false}, {"normalized", false}, {"special", true}});
+  std::ofstream(path) << spec.dump();
+  return path;
+}
+
+std::vector<std::int32_t> ids_of(const std::string& shard_path, std::int32_t* version) {
+  const TokenShard shard(shard_path);
+  *version = shard.version();
+  const std::vector<std::uint32_t> ids = shard.read_all();
+  return {ids.begin(), ids.end()};
+}
+
+TEST(TokenShardVersions, PrepareWritesVersion2OnlyWhenTheVocabularyPassesSixteenBits) {
+  TempDir dir;
+  const std::string text = "Crème brûlée <|far|> it's 1234 日本語\nsecond line <|far|>\n";
+  std::ofstream(dir.file("a.txt")) << text;
+  // vocab_size 65536 (largest id 65535): still version 1; 65537: version 2.
+  for (const std::int64_t largest : {std::int64_t{65535}, std::int64_t{65536}, std::int64_t{151935}}) {
+    SCOPED_TRACE(largest);
+    const std::string json = tokenizer_with_added_token(dir.file("tok.json"), largest);
+    const BpeTokenizer tokenizer = BpeTokenizer::from_file(json);
+    ASSERT_EQ(tokenizer.vocab_size(), largest + 1);
+    const std::string out = dir.file("out" + std::to_string(largest)), log = dir.file("log.txt");
+    ASSERT_EQ(run_command(std::string(PREPARE_BIN) + " --input " + dir.file("a.txt") + " --output-dir " + out +
+                          " --val-fraction 0 --tokenizer " + json + " >" + log + " 2>&1"),
+              0)
+        << std::string(read_bytes(log).data(), read_bytes(log).size());
+    std::int32_t version = 0;
+    const std::vector<std::int32_t> ids = ids_of(out + "/corpus_train_000000.bin", &version);
+    EXPECT_EQ(version, largest < 65536 ? kShardVersionU16 : kShardVersionU32);
+    std::vector<std::int32_t> expected{tokenizer.token_to_id(kEndOfText).value()};
+    for (const std::int32_t id : tokenizer.encode(text)) expected.push_back(id);
+    EXPECT_EQ(ids, expected);
+    EXPECT_EQ(std::count(ids.begin(), ids.end(), static_cast<std::int32_t>(largest)), 2);
+    const std::vector<char> printed = read_bytes(log);
+    EXPECT_EQ(std::string(printed.begin(), printed.end()).find("version 2 shards") != std::string::npos,
+              largest >= 65536);
+    // The loader takes them with the tokenizer's vocabulary, and refuses them with one id less.
+    const DataLoader loader(out + "/corpus_train_*.bin", 4, tokenizer.vocab_size(), false, 0);
+    loader.verify_all();
+    EXPECT_THAT(error_of([&] { DataLoader(out + "/corpus_train_*.bin", 4, largest, false, 0).verify_all(); }),
+                HasSubstr(" is " + std::to_string(largest) + ", outside the vocabulary of size " +
+                          std::to_string(largest)));
+  }
 }
 
 }  // namespace
