@@ -54,14 +54,17 @@ int run(const Options& options) {
 
   const launch::ByteTokenizer bytes;
   std::optional<launch::BpeTokenizer> bpe;
-  std::optional<std::uint32_t> end_of_text;
+  std::vector<std::uint32_t> document_start;  // ids before each document
   if (options.train_tokenizer) learn_tokenizer(files, options);
   if (options.bpe()) {
     const std::string path = options.train_tokenizer ? options.learned_tokenizer_path() : options.tokenizer;
     bpe = launch::BpeTokenizer::from_file(path);
-    if (const auto id = bpe->token_to_id(launch::kEndOfText)) end_of_text = static_cast<std::uint32_t>(*id);
-    std::cout << "prepare: tokenizer " << path << ": vocabulary " << bpe->vocab_size()
-              << (end_of_text ? ", <|endoftext|> before each document" : ", no <|endoftext|> token")
+    document_start.assign(bpe->document_start().begin(), bpe->document_start().end());
+    std::cout << "prepare: tokenizer " << path << ": vocabulary " << bpe->vocab_size() << ", "
+              << (!document_start.empty() ? bpe->decode(bpe->document_start()) + " before each document"
+                                          : std::string("nothing between documents"))
+              << (bpe->document_start_from_template() ? " (its post_processor's template)"
+                                                      : document_start.empty() ? " (no <|endoftext|> token)" : "")
               << " (train with --tokenizer " << path << ")\n";
   }
   auto encode = [&](std::string_view text) {
@@ -115,7 +118,7 @@ int run(const Options& options) {
     for_each_block(*text, options, [&](const Block& block) {
       // Encoded apart: with a BPE no token spans the cut (see the top of launch/prepare_main.cpp).
       std::vector<std::uint32_t> train_tokens = encode(block.train);
-      if (end_of_text && block.document_start) train_tokens.insert(train_tokens.begin(), *end_of_text);
+      if (block.document_start) train_tokens.insert(train_tokens.begin(), document_start.begin(), document_start.end());
       train.add(train_tokens);
       val.add(encode(block.val));
       const auto bytes = static_cast<std::int64_t>(block.train.size() + block.val.size());
