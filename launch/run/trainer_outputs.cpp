@@ -148,8 +148,9 @@ std::string Trainer::sample_text(const model::ParamStore& store) {
   if (!config_.tokenizer.empty()) {
     const BpeTokenizer tokenizer = BpeTokenizer::from_file(config_.tokenizer);
     prompt = tokenizer.encode(config_.sample_prompt);
-    // An empty prompt starts a document: prepare puts <|endoftext|> before each.
-    if (prompt.empty()) prompt.push_back(tokenizer.token_to_id(kEndOfText).value_or(tokenizer.encode("\n").at(0)));
+    // An empty prompt starts a document as prepare does (<|endoftext|>, Llama 3's <|begin_of_text|>).
+    if (prompt.empty()) prompt = tokenizer.document_start();
+    if (prompt.empty()) prompt.push_back(tokenizer.encode("\n").at(0));
     const std::vector<std::int32_t> ids = generate(sampler, config_.model.vocab_size, prompt, options, sampler_rng_);
     return config_.sample_prompt + tokenizer.decode(ids);
   }

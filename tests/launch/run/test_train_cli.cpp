@@ -59,11 +59,13 @@ std::map<std::string, std::string> snapshot(const std::string& root) {
   return files;
 }
 
-void write_raw(const std::string& path, const std::vector<std::int32_t>& header, const std::vector<std::uint16_t>& tokens,
+// A shard's bytes by hand: uint16 ids for version 1, uint32 for version 2.
+template <typename Id>
+void write_raw(const std::string& path, const std::vector<std::int32_t>& header, const std::vector<Id>& tokens,
                std::size_t drop_bytes = 0) {
   std::string bytes(reinterpret_cast<const char*>(header.data()), header.size() * 4);
   bytes.resize(1024, '\0');
-  bytes.append(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2);
+  bytes.append(reinterpret_cast<const char*>(tokens.data()), tokens.size() * sizeof(Id));
   bytes.resize(bytes.size() - drop_bytes);
   std::ofstream(path, std::ios::binary) << bytes;
 }
@@ -108,6 +110,38 @@ TEST_F(TrainCli, TokenOutsideTheVocabulary) {
   // Another folder: a new run into ckpt/ would be refused for mixing with the first.
   expect_refused(base_args(dir_) + " --train-data " + (dir_ / "oov.bin") + " --checkpoint-dir " + (dir_ / "other"),
                  "outside the vocabulary");
+}
+
+// Version 2 shards (uint32 ids, launch/data/token_shard.h): an id past the
+// model's vocabulary, in 16 bits or past them, is refused before any step in
+// one line naming the shard, the id and the vocabulary size; a good one trains.
+TEST_F(TrainCli, Version2ShardTokenOutsideTheVocabulary) {
+  for (const std::uint32_t id : {300u, 70000u}) {
+    std::vector<std::uint32_t> tokens(100, 65);
+    tokens[7] = id;
+    const std::string shard = dir_ / ("oov2_" + std::to_string(id) + ".bin");
+    write_raw(shard, {20240520, 2, 100, 4}, tokens);
+    const Outcome bad = run_train(dir_, base_args(dir_) + " --train-data " + shard + " --checkpoint-dir " +
+                                            (dir_ / ("other" + std::to_string(id))));
+    EXPECT_NE(bad.exit_code, 0) << bad.output;
+    EXPECT_NE(bad.output.find(shard + ": token 7 is " + std::to_string(id) + ", outside the vocabulary of size 256"),
+              std::string::npos)
+        << bad.output;
+    std::size_t errors = 0;
+    for (std::size_t at = bad.output.find("error:"); at != std::string::npos; at = bad.output.find("error:", at + 1))
+      ++errors;
+    EXPECT_EQ(errors, 1u) << bad.output;
+    EXPECT_NE(bad.output.find("stopped before step 1 (no step taken"), std::string::npos) << bad.output;
+  }
+}
+
+TEST_F(TrainCli, Version2ShardTrains) {
+  std::vector<std::uint32_t> tokens(400);
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::uint32_t>(i % 256);
+  write_raw(dir_ / "wide.bin", {20240520, 2, 400, 4}, tokens);
+  const Outcome ok = run_train(dir_, base_args(dir_) + " --train-data " + (dir_ / "wide.bin") + " --checkpoint-dir " +
+                                         (dir_ / "wide_run"));
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
 }
 
 TEST_F(TrainCli, HeadsThatDoNotDivideTheWidth) {
