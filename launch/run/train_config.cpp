@@ -12,7 +12,7 @@
 #include "engine/check.h"
 #include "launch/data/bpe_tokenizer.h"
 #include "launch/data/llmc_tokenizer.h"
-#include "launch/formats/hf_gpt2.h"
+#include "launch/formats/model_files.h"
 #include "model/partition.h"
 #include "parallel/process_grid.h"
 
