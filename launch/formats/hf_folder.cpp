@@ -21,6 +21,22 @@ namespace {
 // a folder this one may not include).
 constexpr const char* kEndOfText = "<|endoftext|>";
 
+// config.json's model_type for a model.
+const char* model_type(const GptConfig& c) { return !c.is_llama() ? "gpt2" : c.qkv_bias ? "qwen2" : "llama"; }
+
+template <typename T>
+std::string text(const T& value) {
+  std::ostringstream out;
+  out << value;
+  return out.str();
+}
+
+std::string rope_scaling_text(const model::RopeScaling& s) {
+  if (!s.enabled()) return "null";
+  return "llama3(factor " + text(s.factor) + ", low_freq_factor " + text(s.low_freq_factor) + ", high_freq_factor " +
+         text(s.high_freq_factor) + ", original_max_position_embeddings " + text(s.original_max_position) + ")";
+}
+
 }  // namespace
 
 SafetensorsDType parse_hf_dtype(const std::string& name) {
@@ -63,6 +79,35 @@ nlohmann::json read_hf_config(const std::string& config_path) {
     ENGINE_CHECK(false, "'", config.string(), "' beside the model is not valid JSON (", e.what(), ")");
   }
   return nullptr;
+}
+
+std::string hf_config_difference(const GptConfig& file, const GptConfig& run) {
+  // (config.json's name, the file's value, the run's value), in the order a
+  // reader would look for the cause.
+  std::vector<std::pair<std::string, std::pair<std::string, std::string>>> fields;
+  const auto add = [&](const char* name, const std::string& a, const std::string& b) {
+    fields.push_back({name, {a, b}});
+  };
+  add("model_type", std::string("\"") + model_type(file) + "\"", std::string("\"") + model_type(run) + "\"");
+  const bool llama = file.is_llama() && run.is_llama();
+  add(llama ? "num_hidden_layers" : "n_layer", text(file.n_layer), text(run.n_layer));
+  add(llama ? "num_attention_heads" : "n_head", text(file.n_head), text(run.n_head));
+  add(llama ? "hidden_size" : "n_embd", text(file.n_embd), text(run.n_embd));
+  add("vocab_size", text(file.vocab_size), text(run.vocab_size));
+  add(llama ? "max_position_embeddings" : "n_positions", text(file.max_seq_len), text(run.max_seq_len));
+  if (llama) {
+    add("num_key_value_heads", text(file.kv_heads()), text(run.kv_heads()));
+    add("intermediate_size", text(file.ffn_hidden), text(run.ffn_hidden));
+    add("tie_word_embeddings", file.tied_embeddings ? "true" : "false", run.tied_embeddings ? "true" : "false");
+    add("rms_norm_eps", text(file.norm_eps), text(run.norm_eps));
+    add("rope_theta", text(file.rope_theta), text(run.rope_theta));
+    add("rope_scaling", rope_scaling_text(file.rope_scaling), rope_scaling_text(run.rope_scaling));
+  }
+  for (const auto& [name, values] : fields)
+    if (values.first != values.second) return name + " " + values.first + ", this run's model has " + values.second;
+  // Equal as printed, different in the last digits of a float.
+  if (!(file == run)) return "rms_norm_eps, rope_theta or rope_scaling (beyond the digits printed)";
+  return "";
 }
 
 void check_hf_tensors(const SafetensorsShards& file, const std::vector<HfExpectedTensor>& expected,

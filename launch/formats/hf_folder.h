@@ -38,6 +38,11 @@ std::string hf_config_path(const std::string& path);
 // regular file or not JSON is refused on one line.
 nlohmann::json read_hf_config(const std::string& config_path);
 
+// The first field, under config.json's name for the architecture, in which
+// the model of a config.json (`file`) differs from the run's (`run`):
+// "num_key_value_heads 2, this run's model has 4"; "" when they are equal.
+std::string hf_config_difference(const model::GptConfig& file, const model::GptConfig& run);
+
 // One tensor a reader expects: its name in the file and its shape there.
 struct HfExpectedTensor {
   std::string name;

@@ -43,6 +43,7 @@ std::string hf_name(const std::string& engine_name) {
 }
 
 std::vector<HfTensor> hf_tensors(const GptConfig& config, const ParamRegistry& registry) {
+  ENGINE_CHECK(!config.is_llama(), "Hugging Face GPT-2 files hold GPT-2 models, not ", config.describe());
   std::vector<HfTensor> out;
   for (const ParamInfo& p : registry.entries()) {
     ENGINE_CHECK(p.shape == p.global_shape, "Hugging Face GPT-2 files need the whole model; '", p.name, "' is a slice");
@@ -70,7 +71,11 @@ bool ignored(const std::string& name) {
 std::string file_prefix(const SafetensorsShards& file) {
   if (file.contains(std::string(kPrefix) + "wte.weight")) return kPrefix;
   ENGINE_CHECK(file.contains("wte.weight"), "model file '", file.path(),
-               "' is not a GPT-2 checkpoint: it has neither 'transformer.wte.weight' nor 'wte.weight'");
+               "' is not a GPT-2 checkpoint: it has neither 'transformer.wte.weight' nor 'wte.weight'",
+               file.contains("model.embed_tokens.weight")
+                   ? " (its model.embed_tokens.weight is a Llama-family model's: without --model, a folder's "
+                     "config.json gives the architecture)"
+                   : "");
   return "";
 }
 
@@ -88,7 +93,8 @@ void check_supported_fields(const nlohmann::json& config, const std::string& pat
                  why);
   };
   if (config.contains("model_type") && !(config["model_type"].is_string() && config["model_type"] == "gpt2"))
-    refuse("model_type", "but this run's model is GPT-2 (\"gpt2\")");
+    refuse("model_type", "but this run's model is GPT-2 (\"gpt2\"; a Llama-family folder gives its shape "
+                         "when --model is left out)");
   if (config.contains("activation_function")) {
     const nlohmann::json& f = config["activation_function"];
     // GPT-2's tanh approximation (Hendrycks & Gimpel 2016), as the engine computes it.

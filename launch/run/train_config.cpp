@@ -73,7 +73,8 @@ void TrainConfig::resolve(int cuda_devices, int world) {
       log_file_from_run_dir = true;
     }
   }
-  // --init-from a Hugging Face folder: its config.json gives the shape.
+  // --init-from a Hugging Face folder: its config.json gives the architecture
+  // and shape (GPT-2, Llama or Qwen2: launch/formats/model_files.h).
   const std::optional<model::GptConfig> init_shape = init_from.empty() ? std::nullopt : read_hf_config_shape(init_from);
   const bool shape_from_init = preset.empty() && init_shape.has_value();
   if (preset.empty() && !shape_from_init) preset = "gpt-demo";
@@ -107,8 +108,9 @@ void TrainConfig::resolve(int cuda_devices, int world) {
       if (value) asked += (asked.empty() ? "" : " ") + std::string(flag) + " " + std::to_string(value);
     if (!tokenizer.empty() && !shape_from_init && vocab_size == 0) asked += " with --tokenizer's vocabulary";
     ENGINE_CHECK(false, "--init-from '", init_from, "' holds a model of another shape: its config.json says ",
-                 init_shape->describe(), ", ", asked, " asks for ", model.describe(),
-                 " (leave out --model and the shape flags to take the folder's)");
+                 init_shape->describe(), ", ", asked, " asks for ", model.describe(), " (config.json's ",
+                 hf_config_difference(*init_shape, model), "; leave out --model and the shape flags to take the "
+                 "folder's)");
   }
   model.validate();
 
