@@ -113,6 +113,9 @@ void TrainConfig::resolve(int cuda_devices, int world) {
                  "folder's)");
   }
   model.validate();
+  // Found at the start, not after the last step with the model unwritten.
+  ENGINE_CHECK(save_model.empty() || !model.is_llama(), "--save-model writes llm.c's model file, which holds GPT-2 "
+               "models only; this run's model is ", model.describe(), " (write it with --save-hf DIR)");
 
   // A NaN or infinite flag value would pass every range check below (all
   // comparisons with NaN are false) and poison the run from step 1.

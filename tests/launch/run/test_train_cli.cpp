@@ -11,11 +11,14 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <regex>
 #include <sstream>
 
+#include "launch/formats/hf_llama.h"
 #include "launch/resilience/exit_codes.h"
 #include "launch/run/metrics.h"
+#include "model/gpt_params.h"
 #include "tests/launch/process_harness.h"
 #include "tests/launch/training_fixture.h"
 
@@ -184,6 +187,50 @@ TEST_F(TrainCli, SaveHfExportsTheTokenizerOrSaysThereIsNone) {
   EXPECT_TRUE(std::filesystem::exists(dir_ / "hf_bytes/generation_config.json"));
   EXPECT_FALSE(std::filesystem::exists(dir_ / "hf_bytes/tokenizer.json"));
   EXPECT_NE(without.output.find("has no tokenizer: the run had no --tokenizer"), std::string::npos) << without.output;
+}
+
+// --init-from a Llama-family folder: config.json gives the architecture and
+// shape without --model (Llama or Qwen2, tied or not); a --model or shape flag
+// that disagrees is refused naming the field; --save-hf writes the
+// architecture back; --save-model (llm.c's GPT-2 format) is refused up front.
+TEST_F(TrainCli, InitFromALlamaFamilyFolder) {
+  const std::string common = "--micro-batch 2 --seq-len 16 --steps 2 --device cpu --peak-tflops 1 --train-data " +
+                             (dir_ / "train_*.bin");
+  const Outcome saved = run_train(dir_, common + " --model llama-micro --checkpoint-dir " + (dir_ / "l_run") +
+                                            " --save-hf " + (dir_ / "llama"));
+  ASSERT_EQ(saved.exit_code, 0) << saved.output;
+  EXPECT_NE(saved.output.find("(Hugging Face LlamaForCausalLM: model.safetensors"), std::string::npos) << saved.output;
+  const Outcome loaded = run_train(dir_, common + " --init-from " + (dir_ / "llama"));
+  EXPECT_EQ(loaded.exit_code, 0) << loaded.output;
+  EXPECT_NE(loaded.output.find("model      " + (dir_ / "llama/config.json") +
+                               ": L=2 H=4 C=32 V=256(256) T=64 llama KV=2 F=64 rope=10000 eps=1e-05,"),
+            std::string::npos) << loaded.output;
+  expect_refused(base_args(dir_) + " --init-from " + (dir_ / "llama"),
+                 "(config.json's model_type \"llama\", this run's model has \"gpt2\"; leave out --model");
+  expect_refused(common + " --model llama-micro --n-layer 3 --init-from " + (dir_ / "llama"),
+                 "--model llama-micro --n-layer 3 asks for L=3 H=4 C=32 V=256(256) T=64 llama KV=2 F=64 rope=10000 "
+                 "eps=1e-05 (config.json's num_hidden_layers 2, this run's model has 3;");
+  expect_refused(common + " --model llama-micro --save-model " + (dir_ / "llama.bin"),
+                 "--save-model writes llm.c's model file, which holds GPT-2 models only");
+
+  // A Qwen2 folder with an untied head, as transformers would write one.
+  model::GptConfig qwen = model::gpt_preset("llama-micro");
+  qwen.qkv_bias = true;
+  qwen.tied_embeddings = false;
+  const model::ParamRegistry registry = model::build_gpt_registry(qwen);
+  std::vector<float> master(static_cast<std::size_t>(registry.total_numel()));
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  for (float& v : master) v = normal(rng);
+  launch::write_hf_llama(dir_ / "qwen2", qwen, registry, master.data(), launch::SafetensorsDType::kF32);
+  const Outcome qwen_run = run_train(dir_, common + " --checkpoint-dir " + (dir_ / "q_run") + " --init-from " +
+                                               (dir_ / "qwen2") + " --save-hf " + (dir_ / "qwen2_out"));
+  ASSERT_EQ(qwen_run.exit_code, 0) << qwen_run.output;
+  EXPECT_NE(qwen_run.output.find("eps=1e-05 qkv-bias untied,"), std::string::npos) << qwen_run.output;
+  EXPECT_NE(qwen_run.output.find("(Hugging Face Qwen2ForCausalLM: model.safetensors"), std::string::npos)
+      << qwen_run.output;
+  expect_refused(common + " --model llama-micro --init-from " + (dir_ / "qwen2"),
+                 "(config.json's model_type \"qwen2\", this run's model has \"llama\";");
 }
 
 TEST_F(TrainCli, ZeroConfigurationsThatCannotWork) {
