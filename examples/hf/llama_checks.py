@@ -168,8 +168,9 @@ def check_model(h, args, name, kind, config, train_bin, val_bin):
         r = engine_steps[step]
         for key, theirs in (("loss", loss), ("grad_norm", norm), ("lr", lr)):
             worst[key] = max(worst[key], h.rel(r[key], theirs))
-    print(f"      step {steps}: engine loss {engine_steps[steps]['loss']:.7f} norm {engine_steps[steps]['grad_norm']:.6f}"
-          f", torch loss {ours[-1][0]:.7f} norm {ours[-1][1]:.6f}")
+    last = engine_steps[steps]
+    print(f"      step {steps}: engine loss {last['loss']:.7f} norm {last['grad_norm']:.6f}, "
+          f"torch loss {ours[-1][0]:.7f} norm {ours[-1][1]:.6f}")
     h.check(worst["loss"] <= h.FP32_RTOL and worst["grad_norm"] <= h.FP32_RTOL and worst["lr"] <= 1e-12,
             f"{name}: {steps} AdamW steps, engine against torch: largest relative difference of the step's loss "
             f"{worst['loss']:.1e}, gradient norm {worst['grad_norm']:.1e}, lr {worst['lr']:.1e}")
@@ -191,7 +192,7 @@ def check_model(h, args, name, kind, config, train_bin, val_bin):
     h.compare(f"{name}: --save-hf folder's validation loss, engine's last against transformers'", engine_final_val,
               h.hf_loss(trained, *val), h.FP32_RTOL)
     results[f"{name}_train"] = {"steps": steps, "max_rel_loss": worst["loss"], "max_rel_grad_norm": worst["grad_norm"],
-                                "max_abs_weight_diff": diff, "weight_diff_q999": q999, "engine_final_loss": engine_steps[steps]["loss"],
+                                "max_abs_weight_diff": diff, "weight_diff_q999": q999, "engine_final_loss": last["loss"],
                                 "torch_final_loss": ours[-1][0], "engine_final_val": engine_final_val}
     return results
 

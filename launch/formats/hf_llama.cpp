@@ -85,12 +85,13 @@ std::vector<HfBlock> hf_blocks(const GptConfig& config, const ParamRegistry& reg
 // copied into the model.
 void check_file(const SafetensorsShards& file, const GptConfig& expected, const std::vector<HfBlock>& blocks) {
   const std::string run = "this run's model (" + expected.describe() + ")";
-  const nlohmann::json config = read_hf_config((std::filesystem::path(file.path()).parent_path() / "config.json").string());
+  const std::filesystem::path config_path = std::filesystem::path(file.path()).parent_path() / "config.json";
+  const nlohmann::json config = read_hf_config(config_path.string());
   if (config.is_object()) {
     const GptConfig found = hf_llama_config(config, "model file '" + file.path() + "'");
     const std::string difference = hf_config_difference(found, expected);
-    ENGINE_CHECK(difference.empty(), "model file '", file.path(), "' holds a model of another shape: its config.json has ",
-                 difference);
+    ENGINE_CHECK(difference.empty(), "model file '", file.path(),
+                 "' holds a model of another shape: its config.json has ", difference);
   }
   if (!file.contains(kEmbedding)) {
     const bool gpt2 = file.contains("transformer.wte.weight") || file.contains("wte.weight");

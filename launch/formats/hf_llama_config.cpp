@@ -90,7 +90,8 @@ GptConfig hf_llama_config(const nlohmann::json& config, const std::string& sourc
                                                  std::to_string(m.n_embd / m.n_head));
   }
   if (present("partial_rotary_factor") && number(config, "partial_rotary_factor", 1.0) != 1.0)
-    refuse("partial_rotary_factor", config["partial_rotary_factor"], "but the engine rotates every dimension of a head");
+    refuse("partial_rotary_factor", config["partial_rotary_factor"],
+           "but the engine rotates every dimension of a head");
   for (const char* key : kExpertFields)
     if (present(key) && !(config[key].is_number_integer() && config[key].get<std::int64_t>() == 0))
       refuse(key, config[key], "but the engine's MLP is dense (no mixture of experts)");
@@ -99,9 +100,10 @@ GptConfig hf_llama_config(const nlohmann::json& config, const std::string& sourc
     const nlohmann::json& s = config["rope_scaling"];
     if (!s.is_object()) refuse("rope_scaling", s, "expected an object or null");
     // "type" is the name transformers read before "rope_type".
-    const nlohmann::json& kind = s.contains("rope_type") ? s["rope_type"] : s.contains("type") ? s["type"] : nlohmann::json();
+    const nlohmann::json kind = s.contains("rope_type") ? s["rope_type"] : s.contains("type") ? s["type"] : nullptr;
     if (!(kind.is_string() && (kind == "llama3" || kind == "default")))
-      refuse("rope_scaling", s, "but the engine scales rotary frequencies as Llama 3 does only (\"rope_type\": \"llama3\")");
+      refuse("rope_scaling", s,
+             "but the engine scales rotary frequencies as Llama 3 does only (\"rope_type\": \"llama3\")");
     if (kind == "llama3") {
       for (const char* key : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
         ENGINE_CHECK(s.contains(key), source, ": its config.json has rope_scaling ", json_excerpt(s), " without ", key,

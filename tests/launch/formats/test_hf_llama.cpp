@@ -428,7 +428,9 @@ TEST_F(HfLlama, FoldersOfAnotherModelAreRefused) {
   rewrite(folder, dir_ / "missing", [](Tensors& t) { t.erase("model.layers.1.mlp.up_proj.weight"); });
   e = error_of([&] { check_init_model(dir_ / "missing", m.config); });
   EXPECT_NE(e.find("has no tensor 'model.layers.1.mlp.up_proj.weight'"), std::string::npos) << e;
-  rewrite(folder, dir_ / "extra", [](Tensors& t) { t["model.layers.0.self_attn.o_proj.bias"] = {{32}, std::vector<float>(32)}; });
+  rewrite(folder, dir_ / "extra", [](Tensors& t) {
+    t["model.layers.0.self_attn.o_proj.bias"] = {{32}, std::vector<float>(32)};
+  });
   e = error_of([&] { check_init_model(dir_ / "extra", m.config); });
   EXPECT_NE(e.find("tensor 'model.layers.0.self_attn.o_proj.bias' [32] is not part of this run's model"),
             std::string::npos) << e;
