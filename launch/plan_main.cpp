@@ -179,7 +179,9 @@ void print_checkpoints(const launch::PlanRequest& r, const launch::Prediction& b
 int run(int argc, char** argv) {
   CLI::App app{"Predict the memory and step time of every parallel layout of a GPT on a cluster, ranked; or measure this machine (--calibrate)."};
   Options o;
-  app.add_option("--model", o.preset, "Model preset (gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, gpt-micro, gpt-demo)")->capture_default_str();
+  std::string presets;
+  for (const std::string& name : model::gpt_preset_names()) presets += (presets.empty() ? "" : ", ") + name;
+  app.add_option("--model", o.preset, "Model preset (" + presets + ")")->capture_default_str();
   app.add_option("--n-layer", o.n_layer, "Override the preset's layers");
   app.add_option("--n-head", o.n_head, "Override the preset's heads");
   app.add_option("--n-embd", o.n_embd, "Override the preset's width");

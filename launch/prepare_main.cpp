@@ -3,7 +3,9 @@
 //   prepare --input /usr/share/doc --output-dir data --name corpus
 //
 // writes data/corpus_val_000000.bin, data/corpus_train_000000.bin, ... in
-// llm.c's shard format (see token_shard.h).
+// llm.c's shard format (see token_shard.h): version 1, uint16 ids, whenever
+// the tokenizer's ids fit 16 bits; version 2, uint32 ids, for a larger
+// vocabulary (Llama 3's, Qwen2's), decided before anything is written.
 //
 // Train/validation split: every input file is cut into blocks of kBlockBytes;
 // the last val-fraction of each block (rounded to whole bytes) goes to the
@@ -16,13 +18,18 @@
 // has no spare id for an end-of-text token (see byte_tokenizer.h).
 //
 // --tokenizer FILE encodes with a byte-level BPE from a Hugging Face
-// tokenizer.json instead (bpe_tokenizer.h, e.g. GPT-2's). Then every document
-// (input file) starts with <|endoftext|> when the tokenizer has that token, as
-// in llm.c's GPT-2 data, and text is cut only where GPT-2's pre-tokenizer
-// splits anyway, so that nothing is tokenized differently from the whole: just
-// past a '\n' between two printable non-space ASCII characters (a '\n' next to
-// whitespace may belong to a whitespace run: "a\n\n b" pre-tokenizes as "a",
-// "\n\n", " b"). A block is extended to the next such point (or to the end of
+// tokenizer.json instead (bpe_tokenizer.h: GPT-2's, Llama 3's, Qwen2's,
+// SmolLM2's kind). Then every document (input file) starts with what the
+// tokenizer's post_processor template puts first (Llama 3: <|begin_of_text|>),
+// else with <|endoftext|> when the tokenizer has that token, as in llm.c's
+// GPT-2 data (BpeTokenizer::document_start). Text is cut only where the
+// pre-tokenizer splits anyway, so that nothing is tokenized differently from
+// the whole: just past a '\n' between two printable non-space ASCII characters
+// (a '\n' next to whitespace may belong to a whitespace run: "a\n\n b"
+// pre-tokenizes as "a", "\n\n", " b"). GPT-2's, Llama 3's and Qwen2's patterns
+// and SmolLM2's digits all split there (Llama 3's keeps the '\n' with the
+// punctuation before it, "end.\n", which still ends there), and NFC changes
+// nothing across it. A block is extended to the next such point (or to the end of
 // the file), and its validation part starts at the first such point at or
 // after the val-fraction point (else the last one before it, else a line
 // start, else the point itself when the block is one line). The two parts are encoded
@@ -56,13 +63,13 @@ int main(int argc, char** argv) {
   CLI::App app(
       "Tokenize UTF-8 text files with the byte-level tokenizer (vocab 256), a BPE tokenizer.json\n"
       "(--tokenizer), or a byte-level BPE learned here from the training split (--train-tokenizer N),\n"
-      "into llm.c-format token shards.\n"
+      "into llm.c-format token shards (uint16 ids; uint32 ids, shard version 2, for a vocabulary over 65536).\n"
       "Writes DIR/NAME_train_000000.bin, ... and DIR/NAME_val_000000.bin, ... (and, with\n"
       "--train-tokenizer, DIR/NAME_tokenizer.json unless --tokenizer-out says where).\n"
       "Split: each input file is cut into 1 MiB blocks; the last val-fraction of every block goes to the\n"
       "validation split, the rest to training (deterministic, no RNG; with a BPE, cut only where its pre-tokenizer splits).\n"
       "Files containing NUL bytes are skipped as not text; files are concatenated in order with no\n"
-      "separator (with a BPE that has <|endoftext|>, that token starts each file).",
+      "separator (with a BPE, its template's first tokens or <|endoftext|> start each file).",
       "prepare");
   app.add_option("--input", options.inputs,
                  "Text file or directory (every regular file below it, sorted by path); repeatable")
@@ -77,8 +84,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--name", options.name, "Shard file name prefix")->capture_default_str();
   app.add_option("--tokenizer", options.tokenizer,
-                 "Encode with the byte-level BPE of this Hugging Face tokenizer.json (e.g. GPT-2's) instead of "
-                 "bytes; <|endoftext|> starts each document when the tokenizer has it");
+                 "Encode with the byte-level BPE of this Hugging Face tokenizer.json (GPT-2's, Llama 3's, Qwen2's, "
+                 "SmolLM2's kind) instead of bytes; each document starts with what its post_processor's template "
+                 "puts first (Llama 3: <|begin_of_text|>), else with <|endoftext|> when the tokenizer has it");
   auto* learn = app.add_option("--train-tokenizer", options.train_tokenizer,
                                "Learn a byte-level BPE of N tokens in all (256 bytes + merges + <|endoftext|>, as "
                                "Hugging Face tokenizers' BpeTrainer with GPT-2's pre-tokenizer) from the training "

@@ -12,7 +12,8 @@ ENGINE_APT_PACKAGES=(
   libopenmpi-dev openmpi-bin                    # mpirun and MPI for multi-rank runs
   libcli11-dev nlohmann-json3-dev               # flags, JSON configs and metrics
   libxxhash-dev                                 # checkpoint checksums (XXH3)
-  libpcre2-dev                                  # GPT-2's pre-tokenizer regex (launch/data/bpe_tokenizer.cpp)
+  libpcre2-dev                                  # the pre-tokenizers' regexes (launch/data/regex_split.cpp)
+  libutf8proc-dev                               # Unicode NFC for Qwen2's normalizer (launch/data/unicode_normalizer.cpp)
   libgtest-dev                                  # the test suite
   python3                                       # launch/supervise (restarts, goodput) and its tests
   python3-matplotlib python3-numpy              # report.py, plot_run.py and their tests; test_hf_safetensors.py

@@ -28,6 +28,7 @@
 #include "launch/resilience/job_error.h"
 #include "launch/resilience/stop_request.h"
 #include "launch/run/input_checks.h"
+#include "launch/run/auto_layout.h"
 #include "launch/run/run_lock.h"
 #include "launch/run/train_config.h"
 #include "launch/run/trainer.h"
@@ -67,6 +68,10 @@ int train(int argc, char** argv) {
     return launch::report_command_line_error(app, e, /*speak=*/rank == 0);
   }
 
+  // --layout auto chooses the layout flags not given by hand (in a --config file counts as by hand).
+  for (const char* flag : launch::kAutoLayoutFlags)
+    if (app.count(flag) > 0) config.layout_given.insert(flag);
+
   // Flags first (a usage error), then the inputs they name (bad input):
   // neither is helped by a restart (launch/resilience/exit_codes.h).
   std::string error;
@@ -75,7 +80,7 @@ int train(int argc, char** argv) {
   // Taken before the input checks, which write probe files there: a second
   // job on the folder is refused before it writes anything, and every rank
   // learns of it through the agreement below.
-  std::optional<launch::RunFolderLock> run_folder_lock, checkpoint_folder_lock;
+  std::optional<launch::RunFolderLock> run_folder_lock, checkpoint_folder_lock, log_file_lock;
   try {
     config.resolve(config.device == "cpu" ? 0 : engine::cuda_device_count(), world);
     failure = launch::kExitBadInput;
@@ -89,6 +94,9 @@ int train(int argc, char** argv) {
     // the inputs passed: a refused start leaves no lock file in it.
     if (rank == 0 && !config.eval_only && !config.checkpoint_dir.empty() && !config.checkpoint_dir_from_run_dir)
       checkpoint_folder_lock.emplace(config.checkpoint_dir, "--checkpoint-dir");
+    // So is a metrics file of its own: two jobs appending to it would interleave their steps.
+    if (rank == 0 && !config.log_file.empty() && !config.log_file_from_run_dir)
+      log_file_lock.emplace(launch::RunFolderLock::for_file(config.log_file, "--log-file"));
   } catch (const std::exception& e) {
     error = e.what();
   }

@@ -43,6 +43,11 @@ GptConfig with_qkv_bias(GptConfig c) {
   return c;
 }
 
+GptConfig untied(GptConfig c) {
+  c.tied_embeddings = false;
+  return c;
+}
+
 GptConfig with_llama3_scaling(GptConfig c, double factor, double low, double high, std::int64_t original) {
   c.rope_scaling = RopeScaling{factor, low, high, original};
   return c;
@@ -64,7 +69,9 @@ const Preset kPresets[] = {
     // Byte-level models: vocabulary of 256 (launch/data/byte_tokenizer.h).
     {"gpt-micro", gpt2(64, 256, 2, 2, 32)},
     {"gpt-demo", gpt2(128, 256, 4, 4, 128)},
-    {"llama-micro", llama(64, 256, 2, 4, 2, 32, 64, 10000, 1e-5)},
+    // llama-micro has every feature the family adds, for the tests: GQA, an
+    // untied head and Qwen2's q/k/v bias.
+    {"llama-micro", untied(with_qkv_bias(llama(64, 256, 2, 4, 2, 32, 64, 10000, 1e-5)))},
     {"llama-demo", llama(128, 256, 4, 4, 2, 128, 384, 10000, 1e-5)},
 };
 

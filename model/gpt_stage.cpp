@@ -97,12 +97,14 @@ void GptStage::embedding_forward(int slot, const Tensor& res0) {
   // Each tensor-parallel rank adds the rows of the tokens it holds (and
   // rank 0 the positions); an all-reduce completes the embedding, or under
   // sequence parallelism a reduce-scatter leaves each rank its tokens.
+  // Every rank acquires the units alike (under ZeRO-3 each is a gather);
+  // a Llama has no position table (RoPE).
   const UnitView wte = params_.weights(wte_unit_);
-  const Tensor wpe = wpe_unit_ >= 0 && tp_.rank == 0 ? params_.weights(wpe_unit_)["wpe"] : Tensor{};  // none: RoPE
+  const Tensor wpe = wpe_unit_ >= 0 ? params_.weights(wpe_unit_)["wpe"] : Tensor{};
   if (!blocks_.empty()) params_.prefetch_weights(block_units_.front());
   const Tensor partial = tp_.splits_tokens() ? scratch_.branch : res0;  // (B,T,C)
-  ops::embedding_forward(partial, tokens_[slot], wte["wte"], wpe, vocab_start());
-  if (wpe_unit_ >= 0 && tp_.rank == 0) params_.release_weights(wpe_unit_);
+  ops::embedding_forward(partial, tokens_[slot], wte["wte"], tp_.rank == 0 ? wpe : Tensor{}, vocab_start());
+  if (wpe_unit_ >= 0) params_.release_weights(wpe_unit_);
   params_.release_weights(wte_unit_);
   if (tp_.splits_tokens())
     tp_comm_->reduce_scatter(partial.view(Shape{partial.numel()}), res0.view(Shape{res0.numel()}));

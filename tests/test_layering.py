@@ -33,9 +33,10 @@ LAYERS = {
                           "launch/files", "launch/formats", "launch/resilience"},
     "launch/plan": {"engine", "parallel", "model",
                     "launch/files", "launch/hardware", "launch/resilience"},
+    # run uses plan for --layout auto (launch/run/auto_layout.h); plan never uses run.
     "launch/run": {"engine", "parallel", "model", "optim",
                    "launch/files", "launch/resilience", "launch/data", "launch/formats",
-                   "launch/hardware", "launch/checkpoint"},
+                   "launch/hardware", "launch/checkpoint", "launch/plan"},
     # The programs' mains, at the top.
     "launch": {"engine", "parallel", "model", "optim",
                "launch/files", "launch/resilience", "launch/data", "launch/formats",

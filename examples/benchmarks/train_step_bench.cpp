@@ -1,12 +1,18 @@
 // Benchmark of one training step (forward, backward, AdamW) on synthetic
-// tokens: tokens/s, achieved FLOP/s (Megatron-LM's model-FLOP convention, see
-// model/flops.h), and where the step's time goes, op by op.
+// tokens, for any preset of model/gpt_config.cpp (GPT-2 or the Llama family):
+// tokens/s, achieved FLOP/s and MFU (the model-FLOP count of model/flops.h,
+// printed once per case: Megatron-LM's formula for GPT-2, every matmul with
+// grouped-query qkv and SwiGLU for the Llama family), and where the step's
+// time goes, op by op.
 //
 // Attention FLOPs are counted over the full s x s square by default, as the
 // paper does and as examples/benchmarks/pytorch_reference.py and the figures
 // of RESULTS.md do (`train` counts the causal half by default);
-// --attention-flops causal counts the causal half. The result line prints the
-// other convention's figure beside it.
+// --attention-flops causal counts the causal half (what
+// examples/benchmarks/pytorch_llama_reference.py and examples/gpu/llama_check.sh
+// use). The result line prints the other convention's figure beside it. MFU
+// divides by the peak of engine/device.cpp's table for the GPU's name
+// (--peak-tflops overrides it; on the CPU only --peak-tflops gives one).
 //
 // --timeline (default on): one extra step with the asynchronous op timeline
 // (engine/profiler.h): each op's time on the device's clock with nothing
@@ -16,7 +22,10 @@
 //
 //   train_step_bench                                  # the two CPU cases of RESULTS.md
 //   train_step_bench --model gpt2-124m --seq-len 64 --micro-batch 4 --steps 3
+//   train_step_bench --model llama-micro --seq-len 64 --micro-batch 4 --grad-accum 2 --steps 2
 //   train_step_bench --device cuda --model gpt2-1558m --seq-len 1024 --micro-batch 8 --grad-accum 64
+//   train_step_bench --device cuda --model qwen2.5-1.5b --seq-len 1024 --micro-batch 8 --grad-accum 64
+//                    --attention-flops causal
 //
 // Nothing here is asserted: figures are recorded in RESULTS.md by hand, with
 // the machine, date, commit and command.
@@ -55,6 +64,7 @@ struct Options {
   bool profile = true;
   bool timeline = true;
   model::AttentionFlops attention = model::AttentionFlops::kFull;
+  double peak_flops = 0;  // FLOP/s that MFU divides by; 0: no MFU
 };
 
 void run_case(const Case& c, const Options& o) {
@@ -62,6 +72,14 @@ void run_case(const Case& c, const Options& o) {
   const model::Precision precision = o.precision;
   const int steps = o.steps;
   model::GptConfig config = model::gpt_preset(c.model);
+  // What is timed and how it is counted, before the (possibly long) set-up.
+  std::printf("%s: %s %s | %s %s | B=%lld T=%lld x%lld (%lld tokens a step)\n", c.model.c_str(),
+              model::architecture_name(config.arch), config.describe().c_str(),
+              device == engine::DeviceType::kCuda ? "cuda" : "cpu",
+              precision == model::Precision::kBf16 ? "bf16" : "fp32",
+              static_cast<long long>(c.micro_batch), static_cast<long long>(c.seq_len),
+              static_cast<long long>(c.grad_accum), static_cast<long long>(c.micro_batch * c.seq_len * c.grad_accum));
+  std::printf("  %s\n", model::flops_convention(o.attention, config).c_str());
   const model::ParamRegistry registry = model::build_gpt_registry(config);
   model::ParamStore store(registry, device, precision);
   store.initialize(1);
@@ -108,17 +126,24 @@ void run_case(const Case& c, const Options& o) {
   const model::AttentionFlops other =
       o.attention == model::AttentionFlops::kFull ? model::AttentionFlops::kCausal : model::AttentionFlops::kFull;
   const double other_flops = model::training_flops_per_step(config, c.micro_batch * c.grad_accum, c.seq_len, other);
+  // The last micro-batch's mean loss: a finite, plausible value (about
+  // ln V on random tokens) says the step computed something.
+  const double loss = stage.loss_sum(0) / static_cast<double>(tokens_per_micro);
+  char mfu[64] = "";
+  if (o.peak_flops > 0)
+    std::snprintf(mfu, sizeof mfu, " | MFU %.1f%% of %g TFLOP/s", 100.0 * flops / median / o.peak_flops,
+                  o.peak_flops / 1e12);
   // Peak: everything the engine allocated on the device (weights, gradients,
   // optimizer state, activations, workspaces), comparable with PyTorch's
   // max_memory_allocated.
   std::printf("%-10s B=%-3lld T=%-5lld x%-3lld params %6.1fM | step %8.1f ms (median of %d) | %9.0f tok/s | "
-              "%7.2f GFLOP/s (%s attention: %.2f) | activations %s | peak memory %s\n",
+              "%7.2f GFLOP/s (%s attention: %.2f) | activations %s | peak memory %s | loss %.6f%s\n",
               c.model.c_str(), static_cast<long long>(c.micro_batch), static_cast<long long>(c.seq_len),
               static_cast<long long>(c.grad_accum), config.num_parameters() / 1e6, median * 1e3, steps,
               tokens_per_step / median, flops / median / 1e9,
               other == model::AttentionFlops::kCausal ? "causal" : "full-square", other_flops / median / 1e9,
               engine::format_bytes(arena.capacity()).c_str(),
-              engine::format_bytes(engine::memory_stats(device).peak).c_str());
+              engine::format_bytes(engine::memory_stats(device).peak).c_str(), loss, mfu);
 
   if (o.timeline) {
     // One more step with timing marks around each op and nothing synchronised.
@@ -154,10 +179,11 @@ void run_case(const Case& c, const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Time training steps of a GPT on synthetic tokens."};
+  CLI::App app{"Time training steps of a GPT-2 or Llama-family preset on synthetic tokens."};
   std::string model_name, device_name = "cpu", precision_name = "auto";
   std::int64_t micro_batch = 0, seq_len = 0, grad_accum = 1;
   int steps = 5;
+  double peak_tflops = 0;
   bool profile = true, timeline = true;
   std::string attention_flops = "full";
   app.add_option("--model", model_name, "Preset to time (default: the two cases of RESULTS.md)");
@@ -176,6 +202,9 @@ int main(int argc, char** argv) {
   app.add_option("--attention-flops", attention_flops,
                  "Attention FLOPs in the GFLOP/s figure: full (s x s, Megatron-LM 2021, RESULTS.md) or causal (half)")
       ->check(CLI::IsMember({"causal", "full"}))->capture_default_str();
+  app.add_option("--peak-tflops", peak_tflops,
+                 "Peak TFLOP/s for MFU (default: engine/device.cpp's table by the GPU's name; none on the CPU)")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   try {
     const engine::DeviceType device = device_name == "cuda" ? engine::DeviceType::kCuda : engine::DeviceType::kCpu;
@@ -189,7 +218,11 @@ int main(int argc, char** argv) {
       cases = {{"gpt-demo", 16, 128}, {"gpt2-124m", 4, 64}};
     else
       cases = {{model_name, micro_batch ? micro_batch : 4, seq_len ? seq_len : 64, grad_accum}};
-    const Options options{steps, device, precision, profile, timeline, model::parse_attention_flops(attention_flops)};
+    double peak = peak_tflops * 1e12;
+    if (peak == 0 && device == engine::DeviceType::kCuda)
+      peak = engine::gpu_peak_flops_by_name(engine::cuda_device_name(0));
+    const Options options{steps,    device, precision, profile, timeline, model::parse_attention_flops(attention_flops),
+                          peak};
     for (const Case& c : cases) run_case(c, options);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -26,6 +26,7 @@ HIDE_DIRS=(/usr/include/CLI /usr/include/nlohmann /usr/include/gtest /usr/includ
   /usr/include/$A/openblas-openmp /usr/include/$A/openblas-pthread /usr/share/cmake/CLI11
   /usr/share/cmake/nlohmann_json /usr/lib/$A/cmake/GTest /usr/lib/$A/openmpi /usr/share/games/fortunes)
 HIDE_FILES=(/usr/include/xxhash.h /usr/include/xxh3.h /usr/include/pcre2.h /usr/include/cblas.h
+  /usr/include/utf8proc.h /usr/lib/$A/pkgconfig/libutf8proc.pc
   /usr/lib/$A/pkgconfig/libpcre2-8.pc /usr/lib/$A/libgtest.a /usr/lib/$A/libgtest_main.a
   /usr/lib/$A/libgmock.a /usr/lib/$A/libgmock_main.a
   /usr/bin/mpicxx /usr/bin/mpic++ /usr/bin/mpirun /usr/bin/mpiexec /usr/bin/pkgconf)
@@ -43,7 +44,7 @@ echo "==== where CMake found each dependency ($ENGINE_BUILD_DIR/CMakeCache.txt);
 bad=0
 for v in CLI11_DIR nlohmann_json_DIR GTest_DIR XXHASH_INCLUDE_DIR OPENBLAS_LIBRARY CBLAS_INCLUDE_DIR \
          MPI_CXX_COMPILER MPIEXEC_EXECUTABLE PKG_CONFIG_EXECUTABLE PCRE2_INCLUDEDIR PCRE2_LIBDIR \
-         pkgcfg_lib_PCRE2_pcre2-8 MPI_mpi_LIBRARY MPI_CXX_HEADER_DIR; do
+         pkgcfg_lib_PCRE2_pcre2-8 UTF8PROC_INCLUDEDIR pkgcfg_lib_UTF8PROC_utf8proc MPI_mpi_LIBRARY MPI_CXX_HEADER_DIR; do
   val=$(grep -E "^$v:" "$ENGINE_BUILD_DIR/CMakeCache.txt" | head -1 | cut -d= -f2-)
   case $val in
     "$GPU_DEPS_DIR"/*) printf 'ok   %-26s %s\n' "$v" "$val" ;;
@@ -53,6 +54,6 @@ done
 echo "==== libraries train loads (LD_LIBRARY_PATH as session.sh sets it)"
 D=$GPU_DEPS_DIR
 LD_LIBRARY_PATH=$D/root/usr/lib/$A:$D/root/usr/lib/$A/openblas-openmp:$D/openmpi/lib \
-  ldd "$ENGINE_BUILD_DIR/launch/train" | grep -E 'openblas|pcre2|libmpi|gfortran|cudart|cublas|nccl' || bad=1
+  ldd "$ENGINE_BUILD_DIR/launch/train" | grep -E 'openblas|pcre2|utf8proc|libmpi|gfortran|cudart|cublas|nccl' || bad=1
 echo "check_here: session.sh exit $rc; dependency check $([ $bad = 0 ] && echo ok || echo FAILED); logs in $OUT"
 [ $bad = 0 ]

@@ -43,7 +43,9 @@ PACKAGES=(
   nlohmann-json3-dev      # nlohmann_json (header-only, CMake config)
   libxxhash-dev           # xxhash.h (used header-only: XXH_INLINE_ALL)
   libpcre2-dev            # pcre2.h, libpcre2-8.pc
-  libpcre2-8-0            # libpcre2-8.so.0, the one runtime the engine links
+  libpcre2-8-0            # libpcre2-8.so.0, a runtime the engine links
+  libutf8proc-dev         # utf8proc.h, libutf8proc.pc (NFC: launch/data/unicode_normalizer.cpp)
+  libutf8proc2            # libutf8proc.so.2, the other runtime the engine links
   libopenblas-openmp-dev  # cblas.h and libopenblas.so, OpenMP build
   libopenblas0-openmp     # libopenblas.so.0 (OpenMP build)
   libgfortran5            # needed by libopenblas.so.0; CUDA images often lack it
@@ -93,13 +95,13 @@ done
 
 r=$tmp/root/usr
 # Not needed to build or run: documentation, GoogleTest's sources, static
-# OpenBLAS/PCRE2 variants (the shared OpenBLAS is linked; PCRE2 links shared),
+# OpenBLAS/PCRE2/utf8proc variants (the shared libraries are linked),
 # the 16/32-bit and POSIX PCRE2 link names whose runtimes are not carried,
 # xxHash's library (header-only use), OpenBLAS's BLAS/LAPACK-named copies.
 rm -rf "$r/share/doc" "$r/share/man" "$r/share/lintian" "$r/src" "$r/bin/pcre2-config"
 rm -f "$r"/lib/x86_64-linux-gnu/openblas-openmp/*.a "$r"/lib/x86_64-linux-gnu/libpcre2-*.a \
   "$r"/lib/x86_64-linux-gnu/libpcre2-{16,32,posix}.so "$r"/lib/x86_64-linux-gnu/pkgconfig/libpcre2-{16,32,posix}.pc \
-  "$r"/lib/x86_64-linux-gnu/libxxhash.{a,so} \
+  "$r"/lib/x86_64-linux-gnu/libxxhash.{a,so} "$r"/lib/x86_64-linux-gnu/libutf8proc.a \
   "$r"/lib/x86_64-linux-gnu/openblas-openmp/lib{blas,lapack}.so{,.3}
 # pkg-config as a name for pkgconf (the Debian package `pkgconf` holds only that link).
 ln -sf pkgconf "$r/bin/pkg-config"

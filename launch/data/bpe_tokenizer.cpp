@@ -10,7 +10,11 @@
 #include <sstream>
 
 #include "engine/check.h"
+#include "launch/data/added_tokens.h"
 #include "launch/data/byte_level.h"
+#include "launch/data/post_processor.h"
+#include "launch/data/pre_tokenizer.h"
+#include "launch/data/unicode_normalizer.h"
 #include "launch/files/untrusted_json.h"
 
 namespace launch {
@@ -19,6 +23,11 @@ namespace {
 
 using json = nlohmann::json;
 
+// Ids at or above this are refused: the id -> token table is sized by the
+// largest id, so a hostile file must not make it gigabytes. Real
+// vocabularies are far below it (Llama 3: 128256, Qwen2: 151936, Gemma:
+// 262144); shards hold them as uint32 (token_shard.h, version 2).
+constexpr std::int64_t kMaxTokenId = std::int64_t{1} << 24;
 // A pre-token cache bigger than this is cleared rather than grown: a corpus
 // of many gigabytes has an unbounded tail of rare words.
 constexpr std::size_t kMaxCacheEntries = 1 << 20;
@@ -107,13 +116,14 @@ struct BpeTokenizer::Impl {
   std::vector<std::string> id_to_token;  // "" where no token has the id
   std::vector<bool> id_is_added;
   MergeTable merges;
-  std::vector<std::pair<std::string, std::int32_t>> added;  // content, id
+  AddedTokens added;
   std::int32_t byte_ids[256];
   std::unordered_map<std::string, std::uint8_t> unicode_to_byte;
-  bool add_prefix_space = false;
-  bool use_regex = true;
+  bool nfc = false;  // the normalizer: NFC or none
   bool ignore_merges = false;
-  Gpt2Splitter splitter;
+  std::optional<PreTokenizer> pre;
+  DocumentTemplate document_template;
+  std::vector<std::int32_t> document_start;
   // Pre-token -> ids; searched with a string_view, without a copy per pre-token.
   struct StringHash {
     using is_transparent = void;
@@ -167,40 +177,34 @@ BpeTokenizer BpeTokenizer::from_json(std::string_view json_text, const std::stri
 
   std::int64_t max_id = -1;
   for (const auto& [token, id] : model["vocab"].items()) {
-    ENGINE_CHECK(id.is_number_integer() && id.get<std::int64_t>() >= 0 && id.get<std::int64_t>() < 65536, where,
-                 "model.vocab['", token, "'] is ", id.dump(), ", expected an id in [0, 65536)");
+    ENGINE_CHECK(id.is_number_integer() && id.get<std::int64_t>() >= 0 && id.get<std::int64_t>() < kMaxTokenId, where,
+                 "model.vocab['", token, "'] is ", id.dump(), ", expected an id in [0, ", kMaxTokenId, ")");
     t.vocab[token] = id.get<std::int32_t>();
     max_id = std::max<std::int64_t>(max_id, id.get<std::int64_t>());
   }
   ENGINE_CHECK(!t.vocab.empty(), where, "model.vocab is empty");
 
-  // ---- added tokens ----
-  if (root.contains("added_tokens") && !root["added_tokens"].is_null()) {
-    ENGINE_CHECK(root["added_tokens"].is_array(), where, "added_tokens must be a list");
-    for (const json& a : root["added_tokens"]) {
-      ENGINE_CHECK(a.is_object() && a.contains("id") && a["id"].is_number_integer() && a.contains("content") &&
-                       a["content"].is_string(),
-                   where, "an added token lacks an integer \"id\" or a string \"content\": ", a.dump());
-      const auto id = a["id"].get<std::int64_t>();
-      const auto content = a["content"].get<std::string>();
-      ENGINE_CHECK(id >= 0 && id < 65536, where, "added token '", content, "' has id ", id, ", expected [0, 65536)");
-      ENGINE_CHECK(!content.empty(), where, "added token ", id, " has empty content");
-      for (const char* key : {"lstrip", "rstrip", "single_word"})
-        ENGINE_CHECK(!a.value(key, false), where, "added token '", content, "': ", key, " is not supported");
-      t.added.emplace_back(content, static_cast<std::int32_t>(id));
-      max_id = std::max(max_id, id);
-    }
+  // ---- normalizer: before the added tokens, whose content it may change ----
+  if (root.contains("normalizer") && !root["normalizer"].is_null()) {
+    const json& normalizer = root["normalizer"];
+    const bool typed = normalizer.is_object() && normalizer.contains("type") && normalizer["type"].is_string();
+    const std::string type = typed ? normalizer["type"].get<std::string>() : "";
+    ENGINE_CHECK(type == "NFC", where, "normalizer.type is '", type, "', expected 'NFC' or a null normalizer");
+    t.nfc = true;
   }
-  // Longest first: among tokens found at the same position the longest wins.
-  std::stable_sort(t.added.begin(), t.added.end(),
-                   [](const auto& x, const auto& y) { return x.first.size() > y.first.size(); });
+
+  // ---- added tokens ----
+  t.added = AddedTokens::from_json(root.value("added_tokens", json()), where, t.nfc, kMaxTokenId);
+  max_id = std::max(max_id, t.added.max_id());
 
   t.id_to_token.assign(static_cast<std::size_t>(max_id + 1), std::string());
   t.id_is_added.assign(static_cast<std::size_t>(max_id + 1), false);
   for (const auto& [token, id] : t.vocab) t.id_to_token[id] = token;
-  for (const auto& [content, id] : t.added) {
-    t.id_to_token[id] = content;
-    t.id_is_added[id] = true;
+  for (const auto* added : {&t.added.raw, &t.added.normalized}) {
+    for (const auto& [content, id] : *added) {
+      t.id_to_token[id] = content;
+      t.id_is_added[id] = true;
+    }
   }
 
   // ---- merges: "a b" strings or ["a", "b"] pairs ----
@@ -230,16 +234,22 @@ BpeTokenizer BpeTokenizer::from_json(std::string_view json_text, const std::stri
     t.merges[pair_key(ia->second, ib->second)] = {static_cast<std::int32_t>(rank), iab->second};
   }
 
-  // ---- normalizer, pre-tokenizer, decoder ----
-  ENGINE_CHECK(!root.contains("normalizer") || root["normalizer"].is_null(), where,
-               "a normalizer is not supported (GPT-2 has none)");
+  // ---- pre-tokenizer, post-processor, decoder ----
   ENGINE_CHECK(root.contains("pre_tokenizer") && root["pre_tokenizer"].is_object(), where,
-               "missing pre_tokenizer (expected {\"type\": \"ByteLevel\", ...})");
-  const json& pre = root["pre_tokenizer"];
-  ENGINE_CHECK(pre.value("type", std::string()) == "ByteLevel", where, "pre_tokenizer.type is '",
-               pre.value("type", std::string()), "', expected 'ByteLevel'");
-  t.add_prefix_space = pre.value("add_prefix_space", false);
-  t.use_regex = pre.value("use_regex", true);
+               "missing pre_tokenizer (expected {\"type\": \"ByteLevel\", ...} or a \"Sequence\")");
+  t.pre = PreTokenizer::from_json(root["pre_tokenizer"], where);
+  t.document_template = parse_post_processor(root.value("post_processor", json()), where, [&](std::int64_t id) {
+    return id >= 0 && id < static_cast<std::int64_t>(t.id_to_token.size()) && !t.id_to_token[id].empty();
+  });
+  if (t.document_template.present) {
+    t.document_start = t.document_template.prefix;
+  } else {
+    if (const std::optional<std::int32_t> id = t.added.find(kEndOfText)) {
+      t.document_start = {*id};
+    } else if (const auto it = t.vocab.find(kEndOfText); it != t.vocab.end()) {
+      t.document_start = {it->second};
+    }
+  }
   if (root.contains("decoder") && !root["decoder"].is_null()) {
     ENGINE_CHECK(root["decoder"].value("type", std::string()) == "ByteLevel", where, "decoder.type is '",
                  root["decoder"].value("type", std::string()), "', expected 'ByteLevel' or null");
@@ -258,53 +268,35 @@ BpeTokenizer BpeTokenizer::from_json(std::string_view json_text, const std::stri
 }
 
 std::optional<std::int32_t> BpeTokenizer::token_to_id(const std::string& token) const {
-  for (const auto& [content, id] : impl_->added)
-    if (content == token) return id;
+  if (const std::optional<std::int32_t> id = impl_->added.find(token)) return id;
   const auto it = impl_->vocab.find(token);
   if (it == impl_->vocab.end()) return std::nullopt;
   return it->second;
 }
 
+const std::vector<std::int32_t>& BpeTokenizer::document_start() const { return impl_->document_start; }
+
+bool BpeTokenizer::document_start_from_template() const { return impl_->document_template.present; }
+
+// tokenizers' AddedVocabulary::extract_and_normalize, then the pre-tokenizer
+// and the model: added tokens that are not normalized are found in the raw
+// text; each stretch between them is normalized, then cut at the normalized
+// added tokens; what is left is pre-tokenized and merged.
 std::vector<std::int32_t> BpeTokenizer::encode(std::string_view text) const {
   std::vector<std::int32_t> out;
   out.reserve(text.size() / 3 + 1);
-  const auto& added = impl_->added;
-  // Next occurrence of each added token at or after `pos` (npos: none left).
-  std::vector<std::size_t> next(added.size(), 0);
-  std::size_t pos = 0;
-  for (std::size_t i = 0; i < added.size(); ++i) next[i] = text.find(added[i].first);
-  while (pos < text.size()) {
-    std::size_t best = std::string_view::npos, best_i = 0;
-    for (std::size_t i = 0; i < added.size(); ++i) {
-      if (next[i] != std::string_view::npos && next[i] < pos) next[i] = text.find(added[i].first, pos);
-      if (next[i] < best) {  // strict: the longer token (earlier in `added`) wins a tie
-        best = next[i];
-        best_i = i;
-      }
-    }
-    const std::size_t end = std::min(best, text.size());
-    if (end > pos) encode_piece(text.substr(pos, end - pos), out);
-    if (best == std::string_view::npos) break;
-    out.push_back(added[best_i].second);
-    pos = best + added[best_i].first.size();
-  }
+  const Impl& t = *impl_;
+  split_at_added(text, t.added.raw, out, [&](std::string_view raw) {
+    const std::string normalized = t.nfc ? normalize_nfc(raw) : std::string();
+    split_at_added(t.nfc ? std::string_view(normalized) : raw, t.added.normalized, out,
+                   [&](std::string_view piece) { encode_piece(piece, out); });
+  });
   return out;
 }
 
-// A stretch of text with no added token in it: prefix space, regex split, BPE.
+// A stretch of text with no added token in it: pre-tokens, then BPE.
 void BpeTokenizer::encode_piece(std::string_view piece, std::vector<std::int32_t>& out) const {
-  std::string prefixed;
-  if (impl_->add_prefix_space && piece.front() != ' ') {
-    prefixed.reserve(piece.size() + 1);
-    prefixed.push_back(' ');
-    prefixed.append(piece);
-    piece = prefixed;
-  }
-  if (!impl_->use_regex) {
-    encode_word(piece, out);
-    return;
-  }
-  impl_->splitter.split(piece, [&](std::string_view word) { encode_word(word, out); });
+  impl_->pre->split(piece, [&](std::string_view word) { encode_word(word, out); });
 }
 
 // One pre-token: bytes -> byte tokens -> merges by rank -> ids.

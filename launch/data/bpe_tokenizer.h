@@ -1,37 +1,43 @@
-// Byte-level BPE (GPT-2's tokenizer, Radford et al. 2019 section 2.2), loaded
-// from a Hugging Face `tokenizer.json` and producing exactly the ids that
-// Hugging Face `tokenizers` produces for it (tokenizer.encode(text,
-// add_special_tokens=False): no post-processor template is applied).
+// Byte-level BPE (GPT-2's tokenizer, Radford et al. 2019 section 2.2, and
+// the same kind in Llama 3, Qwen2 and SmolLM2), loaded from a Hugging Face
+// `tokenizer.json` and producing exactly the ids that Hugging Face
+// `tokenizers` produces for it (tokenizer.encode(text,
+// add_special_tokens=False); document_start() says what the post-processor's
+// template would put first).
 //
 // What a file must hold (anything else is refused with a one-line error that
 // names the file and the key):
-//   model:         {"type": "BPE", "vocab": {token: id}, "merges": ["a b", ...]
-//                  or [["a", "b"], ...]}; dropout must be null, no
-//                  continuing_subword_prefix / end_of_word_suffix;
-//                  ignore_merges honoured (a pre-token that is itself in the
-//                  vocabulary is one token).
-//   normalizer:    null.
-//   pre_tokenizer: {"type": "ByteLevel", "add_prefix_space": bool,
-//                  "use_regex": bool} (GPT-2: false, true).
-//   decoder:       ByteLevel or null.
-//   added_tokens:  [{"id", "content", ...}] e.g. <|endoftext|>; they are
-//                  matched in the raw text before anything else (leftmost,
-//                  longest first, as tokenizers' AddedVocabulary does);
-//                  lstrip/rstrip/single_word are not supported (refused).
-//   post_processor is ignored.
+//   model:          {"type": "BPE", "vocab": {token: id}, "merges": ["a b", ...]
+//                   or [["a", "b"], ...]}; dropout must be null, no
+//                   continuing_subword_prefix / end_of_word_suffix;
+//                   ignore_merges honoured (Llama 3: a pre-token that is
+//                   itself in the vocabulary is one token). Ids (here and in
+//                   added_tokens) in [0, 2^24): past 65535 `prepare` writes
+//                   uint32 shards.
+//   normalizer:     null, or {"type": "NFC"} (Qwen2; unicode_normalizer.h).
+//   pre_tokenizer:  ByteLevel (GPT-2), or a Sequence of Split (Llama 3,
+//                   Qwen2) or Digits (SmolLM2) steps ending with ByteLevel
+//                   (pre_tokenizer.h).
+//   post_processor: null, ByteLevel, TemplateProcessing of special tokens
+//                   then $A, or a Sequence of those (post_processor.h).
+//   decoder:        ByteLevel or null.
+//   added_tokens:   [{"id", "content", "special", "normalized", ...}]
+//                   (added_tokens.h); lstrip/rstrip/single_word refused.
 //
-// Encoding, per stretch of text between added tokens:
-//   1. ByteLevel's add_prefix_space: prepend " " unless it starts with one.
-//   2. Split with GPT-2's pattern (byte_level.h: PCRE2, UTF + UCP):
-//        's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-//      Invalid UTF-8 (our input is bytes, Rust's is always valid) matches
-//      nothing; each run of such bytes becomes a pre-token of its own.
-//   3. Map each byte to its printable stand-in (GPT-2's bytes_to_unicode,
-//      byte_level.h).
-//   4. Apply merges by rank (lowest first, leftmost among equal ranks; a
-//      min-heap of candidate pairs, O(n log n) in the pre-token's length) and
-//      look the symbols up in the vocabulary. Results are cached per
-//      pre-token of up to 256 bytes.
+// Encoding:
+//   1. Added tokens with normalized false are found in the raw text (leftmost,
+//      longest first, as tokenizers' AddedVocabulary does); each stretch
+//      between them is
+//   2. normalized (NFC, or as it is), then cut at the added tokens with
+//      normalized true; each stretch left is
+//   3. pre-tokenized (pre_tokenizer.h: GPT-2's, Llama 3's or Qwen2's PCRE2
+//      pattern, digits); each run of bytes that is not valid UTF-8 (our
+//      input is bytes, Rust's is always valid text) is a pre-token of its own;
+//   4. each pre-token's bytes are mapped to their printable stand-ins (GPT-2's
+//      bytes_to_unicode, byte_level.h), merged by rank (lowest first,
+//      leftmost among equal ranks; a min-heap of candidate pairs, O(n log n)
+//      in the pre-token's length) and looked up in the vocabulary. Results
+//      are cached per pre-token of up to 256 bytes.
 // Decoding: ids -> token strings -> bytes through the inverse byte map; added
 // tokens give their content verbatim; the bytes are not required to be valid
 // UTF-8. An id that is in no table gives U+FFFD (like ByteTokenizer).
@@ -49,7 +55,8 @@
 namespace launch {
 
 // GPT-2's end-of-text token: `prepare` puts it before every document when
-// the tokenizer has it (as llm.c's data scripts do).
+// the tokenizer has it and no template says otherwise (as llm.c's data
+// scripts do).
 inline constexpr const char* kEndOfText = "<|endoftext|>";
 
 class BpeTokenizer {
@@ -68,6 +75,13 @@ class BpeTokenizer {
   int vocab_size() const { return vocab_size_; }
 
   std::vector<std::int32_t> encode(std::string_view text) const;
+  // What `prepare` puts before each document: the special tokens before $A
+  // in the post_processor's template (Llama 3: <|begin_of_text|>), else
+  // <|endoftext|> when the tokenizer has it (GPT-2, Qwen2, SmolLM2), else
+  // nothing.
+  const std::vector<std::int32_t>& document_start() const;
+  // Whether document_start() is a post_processor's template's.
+  bool document_start_from_template() const;
   std::string decode(std::span<const std::int32_t> ids) const;
   std::string decode(std::span<const std::uint16_t> ids) const;
 

@@ -93,7 +93,7 @@ void BpeTrainer::add_text(std::string_view text) {
 LearnedBpe BpeTrainer::train(int vocab_size) const {
   ENGINE_CHECK(vocab_size >= kMinVocab && vocab_size <= kMaxVocab, "a byte-level BPE of ", vocab_size,
                " tokens: expected ", kMinVocab, " (the 256 bytes and ", kEndOfText, ") to ", kMaxVocab,
-               " (ids must fit the shards' uint16)");
+               " (ids that fit 16 bits, llm.c's shards)");
   LearnedBpe bpe;
   std::unordered_map<std::string, std::int32_t> ids;  // token (raw bytes) -> id
   auto add_token = [&](std::string token) {

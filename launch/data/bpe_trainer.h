@@ -69,7 +69,8 @@ class BpeTrainer {
  public:
   // Smallest vocabulary: the 256 bytes and <|endoftext|>, no merges.
   static constexpr int kMinVocab = 257;
-  // Shards hold uint16 ids (token_shard.h).
+  // Ids that fit 16 bits, so that `prepare` writes llm.c's version 1 shards
+  // (token_shard.h) for the tokenizers it learns.
   static constexpr int kMaxVocab = 65536;
 
   // Counts the pre-tokens of one text (one sequence of tokenizers'

@@ -6,36 +6,26 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "launch/data/regex_split.h"
 
 namespace launch {
 
 // GPT-2's pattern, compiled once with PCRE2 (UTF + UCP, JIT when available):
 //   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-// Linear in the text's length with or without the JIT.
-class Gpt2Splitter {
+// split() (regex_split.h) calls on_piece for every pre-token of a text, in
+// order; together they are the text. Invalid UTF-8 matches nothing; each run
+// of such bytes becomes a pre-token of its own, as tokenizers' "isolated"
+// split keeps the gaps between matches. Linear in the text's length with or
+// without the JIT.
+class Gpt2Splitter : public RegexSplitter {
  public:
   // jit = false: PCRE2's interpreter only, what runs where the JIT is
   // unavailable (for tests).
   explicit Gpt2Splitter(bool jit = true);
-  ~Gpt2Splitter();
-  Gpt2Splitter(Gpt2Splitter&& other) noexcept;
-  Gpt2Splitter& operator=(Gpt2Splitter&& other) noexcept;
-  Gpt2Splitter(const Gpt2Splitter&) = delete;
-  Gpt2Splitter& operator=(const Gpt2Splitter&) = delete;
-
-  // Calls on_piece for every pre-token of `text`, in order; together they are
-  // `text`. Invalid UTF-8 (our input is bytes, Rust's is always valid)
-  // matches nothing; each run of such bytes becomes a pre-token of its own,
-  // as tokenizers' "isolated" split keeps the gaps between matches. Throws
-  // engine::Error (one line) if PCRE2 gives up on a match.
-  void split(std::string_view text, const std::function<void(std::string_view)>& on_piece) const;
-
- private:
-  void* regex_ = nullptr;  // pcre2_code_8, kept out of this header
 };
 
 // GPT-2's bytes_to_unicode: byte -> the UTF-8 of its printable stand-in.

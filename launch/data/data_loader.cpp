@@ -67,8 +67,7 @@ void allow_open_files(std::size_t shards) {
 DataLoader::DataLoader(const std::string& pattern, int seq_len, int vocab_size, bool shuffle, std::uint64_t seed)
     : seq_len_(seq_len), vocab_size_(vocab_size), shuffle_(shuffle), seed_(seed) {
   ENGINE_CHECK(seq_len >= 1, "data loader: seq_len is ", seq_len, ", expected at least 1");
-  ENGINE_CHECK(vocab_size >= 1 && vocab_size <= 65536, "data loader: vocab_size is ", vocab_size,
-               ", expected 1..65536 (shards store uint16 token ids)");
+  ENGINE_CHECK(vocab_size >= 1, "data loader: vocab_size is ", vocab_size, ", expected at least 1");
 
   files_ = expand_shard_pattern(pattern);
   allow_open_files(files_.size());
@@ -134,16 +133,18 @@ void DataLoader::verify_shard(std::size_t s) const {
   // In chunks: a shard can be many GB, and the buffer is reused.
   const TokenShard& shard = shards_[s];
   constexpr std::int64_t kChunk = 1 << 20;
-  std::vector<std::uint16_t> tokens(static_cast<std::size_t>(std::min(kChunk, shard.num_tokens())));
+  std::vector<std::uint32_t> tokens(static_cast<std::size_t>(std::min(kChunk, shard.num_tokens())));
+  // Unsigned: a version 2 id of 2^31 or more is out of range, not negative.
+  const auto vocab = static_cast<std::uint32_t>(vocab_size_);
   for (std::int64_t first = 0; first < shard.num_tokens(); first += kChunk) {
     const std::int64_t count = std::min(kChunk, shard.num_tokens() - first);
     shard.read_tokens(first, count, tokens.data());
     const auto end = tokens.begin() + count;
     // One pass for the maximum (vectorises), a second only to locate a bad one.
-    std::uint16_t largest = 0;
+    std::uint32_t largest = 0;
     for (auto it = tokens.begin(); it != end; ++it) largest = std::max(largest, *it);
-    if (largest >= vocab_size_) {
-      const auto bad = std::find_if(tokens.begin(), end, [&](std::uint16_t id) { return id >= vocab_size_; });
+    if (largest >= vocab) {
+      const auto bad = std::find_if(tokens.begin(), end, [&](std::uint32_t id) { return id >= vocab; });
       ENGINE_FAIL("token shard ", shard.path(), ": token ", first + (bad - tokens.begin()), " is ", *bad,
                   ", outside the vocabulary of size ", vocab_size_);
     }
@@ -163,7 +164,7 @@ void DataLoader::verify_all() const {
   for (std::size_t s = 0; s < shards_.size(); ++s) verify_shard(s);
 }
 
-void DataLoader::copy_sequence(std::int64_t g, std::uint16_t* tokens, std::int32_t* inputs,
+void DataLoader::copy_sequence(std::int64_t g, std::uint32_t* tokens, std::int32_t* inputs,
                                std::int32_t* targets) const {
   const std::size_t s = shard_of(g);
   const TokenShard& shard = shards_[s];
@@ -172,9 +173,10 @@ void DataLoader::copy_sequence(std::int64_t g, std::uint16_t* tokens, std::int32
 
   // T + 1 tokens give T (input, target) pairs.
   for (int t = 0; t <= seq_len_; ++t) {
-    const std::int32_t id = tokens[t];
-    ENGINE_CHECK(id < vocab_size_, "token shard ", shard.path(), ": token ", first_token + t, " is ", id,
-                 ", outside the vocabulary of size ", vocab_size_);
+    const std::uint32_t raw = tokens[t];
+    ENGINE_CHECK(raw < static_cast<std::uint32_t>(vocab_size_), "token shard ", shard.path(), ": token ",
+                 first_token + t, " is ", raw, ", outside the vocabulary of size ", vocab_size_);
+    const auto id = static_cast<std::int32_t>(raw);  // < vocab_size_, an int
     if (t < seq_len_) inputs[t] = id;
     if (t > 0) targets[t - 1] = id;
   }
@@ -188,7 +190,7 @@ void DataLoader::read_sequences(std::int64_t first_sequence, std::int64_t count,
                "data loader: null inputs or targets buffer for ", count, " sequences");
   ENGINE_CHECK(first_sequence <= std::numeric_limits<std::int64_t>::max() - count, "data loader: stream positions ",
                first_sequence, " + ", count, " overflow int64");
-  std::vector<std::uint16_t> tokens(static_cast<std::size_t>(seq_len_) + 1);  // per call: thread-safe
+  std::vector<std::uint32_t> tokens(static_cast<std::size_t>(seq_len_) + 1);  // per call: thread-safe
   for (std::int64_t k = 0; k < count; ++k) {
     const std::int64_t g = sequence_at(first_sequence + k);
     copy_sequence(g, tokens.data(), inputs + k * seq_len_, targets + k * seq_len_);

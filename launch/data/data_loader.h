@@ -28,9 +28,10 @@ namespace launch {
 
 class DataLoader {
  public:
-  // Opens every shard matching `pattern` (validating each, see TokenShard).
-  // Throws engine::Error if seq_len < 1, vocab_size is not in [1, 65536], or
-  // the shards together hold no complete sequence.
+  // Opens every shard matching `pattern` (validating each, see TokenShard;
+  // version 1 and version 2 shards may be mixed). Throws engine::Error if
+  // seq_len < 1, vocab_size < 1, or the shards together hold no complete
+  // sequence.
   DataLoader(const std::string& pattern, int seq_len, int vocab_size, bool shuffle, std::uint64_t seed);
 
   // Fills `count` sequences starting at stream position `first_sequence`:
@@ -77,7 +78,7 @@ class DataLoader {
   void verify_shard(std::size_t s) const;
   // Copies global sequence g into one (T) row of inputs and targets, reading
   // its T + 1 tokens through `tokens` (room for T + 1).
-  void copy_sequence(std::int64_t g, std::uint16_t* tokens, std::int32_t* inputs, std::int32_t* targets) const;
+  void copy_sequence(std::int64_t g, std::uint32_t* tokens, std::int32_t* inputs, std::int32_t* targets) const;
 
   std::vector<std::string> files_;
   std::vector<TokenShard> shards_;

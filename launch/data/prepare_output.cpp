@@ -38,33 +38,56 @@ void prepare_output_dir(const Options& options) {
   for (const fs::path& path : stale) fs::remove(path);
 }
 
-void ShardWriter::add(std::span<const std::uint16_t> tokens) {
+ShardWriter::ShardWriter(fs::path dir, std::string prefix, std::int64_t shard_tokens, std::int32_t version)
+    : dir_(std::move(dir)),
+      prefix_(std::move(prefix)),
+      shard_tokens_(shard_tokens),
+      wide_(version == launch::kShardVersionU32) {
+  ENGINE_CHECK(version == launch::kShardVersionU16 || version == launch::kShardVersionU32, "shard writer: version ",
+               version, ", expected ", launch::kShardVersionU16, " or ", launch::kShardVersionU32);
+}
+
+void ShardWriter::add(std::span<const std::uint32_t> tokens) {
   while (!tokens.empty()) {
-    const auto room = static_cast<std::size_t>(shard_tokens_) - buffer_.size();
+    const auto room = static_cast<std::size_t>(shard_tokens_) - buffered();
     const std::size_t take = std::min(room, tokens.size());
-    buffer_.insert(buffer_.end(), tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(take));
+    if (wide_) {
+      buffer_.insert(buffer_.end(), tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(take));
+    } else {
+      for (std::size_t i = 0; i < take; ++i) {
+        ENGINE_CHECK(tokens[i] <= 0xFFFF, "prepare: id ", tokens[i], " does not fit the 16-bit shards of ", prefix_);
+        narrow_.push_back(static_cast<std::uint16_t>(tokens[i]));
+      }
+    }
     tokens = tokens.subspan(take);
-    if (static_cast<std::int64_t>(buffer_.size()) == shard_tokens_) flush();
+    if (static_cast<std::int64_t>(buffered()) == shard_tokens_) flush();
   }
 }
 
 void ShardWriter::finish() {
-  if (static_cast<std::int64_t>(buffer_.size()) >= launch::kShardMinTokens) {
+  if (static_cast<std::int64_t>(buffered()) >= launch::kShardMinTokens) {
     flush();
-  } else if (!buffer_.empty()) {
-    std::cerr << "prepare: note: dropping the last " << buffer_.size() << " token(s) of " << prefix_
+  } else if (buffered() > 0) {
+    std::cerr << "prepare: note: dropping the last " << buffered() << " token(s) of " << prefix_
               << ": a shard needs at least " << launch::kShardMinTokens << "\n";
     buffer_.clear();
+    narrow_.clear();
   }
 }
 
 void ShardWriter::flush() {
   char suffix[32];
   std::snprintf(suffix, sizeof(suffix), "_%06d.bin", shards_written_);
-  launch::write_token_shard((dir_ / (prefix_ + suffix)).string(), buffer_);
-  tokens_written_ += static_cast<std::int64_t>(buffer_.size());
+  const std::string path = (dir_ / (prefix_ + suffix)).string();
+  if (wide_) {
+    launch::write_token_shard(path, std::span<const std::uint32_t>(buffer_));
+  } else {
+    launch::write_token_shard(path, std::span<const std::uint16_t>(narrow_));
+  }
+  tokens_written_ += static_cast<std::int64_t>(buffered());
   ++shards_written_;
   buffer_.clear();
+  narrow_.clear();
 }
 
 }  // namespace launch::prepare

@@ -17,6 +17,7 @@
 #include "launch/data/prepare_output.h"
 #include "launch/data/prepare_progress.h"
 #include "launch/data/prepare_split.h"
+#include "launch/data/token_shard.h"
 
 namespace fs = std::filesystem;
 
@@ -37,7 +38,8 @@ int run(const Options& options) {
     const int n = *options.train_tokenizer;
     ENGINE_CHECK(n >= launch::BpeTrainer::kMinVocab && n <= launch::BpeTrainer::kMaxVocab, "--train-tokenizer ", n,
                  ": a byte-level BPE needs ", launch::BpeTrainer::kMinVocab, " tokens at least (the 256 bytes and ",
-                 launch::kEndOfText, ") and ", launch::BpeTrainer::kMaxVocab, " at most (the shards' uint16 ids)");
+                 launch::kEndOfText, ") and ", launch::BpeTrainer::kMaxVocab,
+                 " at most (so its shards stay llm.c's uint16 ones)");
   }
   const InputFiles inputs = collect_inputs(options.inputs);
   const std::vector<InputFile>& files = inputs.files;
@@ -52,24 +54,36 @@ int run(const Options& options) {
 
   const launch::ByteTokenizer bytes;
   std::optional<launch::BpeTokenizer> bpe;
-  std::optional<std::uint16_t> end_of_text;
+  std::vector<std::uint32_t> document_start;  // ids before each document
   if (options.train_tokenizer) learn_tokenizer(files, options);
   if (options.bpe()) {
     const std::string path = options.train_tokenizer ? options.learned_tokenizer_path() : options.tokenizer;
     bpe = launch::BpeTokenizer::from_file(path);
-    if (const auto id = bpe->token_to_id(launch::kEndOfText)) end_of_text = static_cast<std::uint16_t>(*id);
-    std::cout << "prepare: tokenizer " << path << ": vocabulary " << bpe->vocab_size()
-              << (end_of_text ? ", <|endoftext|> before each document" : ", no <|endoftext|> token")
+    document_start.assign(bpe->document_start().begin(), bpe->document_start().end());
+    std::cout << "prepare: tokenizer " << path << ": vocabulary " << bpe->vocab_size() << ", "
+              << (!document_start.empty() ? bpe->decode(bpe->document_start()) + " before each document"
+                                          : std::string("nothing between documents"))
+              << (bpe->document_start_from_template() ? " (its post_processor's template)"
+                                                      : document_start.empty() ? " (no <|endoftext|> token)" : "")
               << " (train with --tokenizer " << path << ")\n";
   }
   auto encode = [&](std::string_view text) {
-    if (!bpe) return bytes.encode(text);
+    if (!bpe) {
+      const std::vector<std::uint16_t> ids = bytes.encode(text);
+      return std::vector<std::uint32_t>(ids.begin(), ids.end());
+    }
     const std::vector<std::int32_t> ids = bpe->encode(text);
-    return std::vector<std::uint16_t>(ids.begin(), ids.end());  // ids < 65536: checked when loaded
+    return std::vector<std::uint32_t>(ids.begin(), ids.end());  // in [0, vocab_size()): checked when loaded
   };
+  // One shard version for the whole dataset, from the vocabulary, before any
+  // shard is written: 16-bit ids (llm.c's version 1) whenever they fit.
+  const std::int32_t version = launch::shard_version_for_vocab(bpe ? bpe->vocab_size() : bytes.vocab_size());
+  if (version != launch::kShardVersionU16)
+    std::cout << "prepare: vocabulary of " << bpe->vocab_size() << " ids does not fit 16 bits: writing version "
+              << version << " shards (uint32 ids, launch/data/token_shard.h), which llm.c cannot read\n";
   const fs::path dir(options.output_dir);
-  ShardWriter train(dir, options.name + "_train", options.shard_tokens);
-  ShardWriter val(dir, options.name + "_val", options.shard_tokens);
+  ShardWriter train(dir, options.name + "_train", options.shard_tokens, version);
+  ShardWriter val(dir, options.name + "_val", options.shard_tokens, version);
   ProgressBar progress(total_bytes);
 
   // The bar moves over every listed byte, skipped files included, since it
@@ -103,8 +117,8 @@ int run(const Options& options) {
     ++files_used;
     for_each_block(*text, options, [&](const Block& block) {
       // Encoded apart: with a BPE no token spans the cut (see the top of launch/prepare_main.cpp).
-      std::vector<std::uint16_t> train_tokens = encode(block.train);
-      if (end_of_text && block.document_start) train_tokens.insert(train_tokens.begin(), *end_of_text);
+      std::vector<std::uint32_t> train_tokens = encode(block.train);
+      if (block.document_start) train_tokens.insert(train_tokens.begin(), document_start.begin(), document_start.end());
       train.add(train_tokens);
       val.add(encode(block.val));
       const auto bytes = static_cast<std::int64_t>(block.train.size() + block.val.size());

@@ -81,6 +81,12 @@ void write_all(int fd, const void* data, std::size_t bytes, const std::string& p
 
 }  // namespace
 
+std::int32_t shard_version_for_vocab(std::int64_t vocab_size) {
+  ENGINE_CHECK(vocab_size >= 1 && vocab_size <= std::int64_t{std::numeric_limits<std::uint32_t>::max()} + 1,
+               "token shard: vocabulary of ", vocab_size, " ids, expected 1 to 2^32");
+  return vocab_size <= 65536 ? kShardVersionU16 : kShardVersionU32;
+}
+
 TokenShard::TokenShard(const std::string& path) : path_(path) {
   // stat before open: opening a FIFO for reading blocks until a writer comes,
   // which for a mistyped shard path is forever.
@@ -103,18 +109,27 @@ TokenShard::TokenShard(const std::string& path) : path_(path) {
   read_exactly(fd.get(), header, sizeof header, 0, path);
   ENGINE_CHECK(header[0] == kShardMagic, "token shard ", path, ": bad magic number ", header[0], ", expected ",
                kShardMagic, " (not an llm.c token shard)");
-  ENGINE_CHECK(header[1] == kShardVersion, "token shard ", path, ": unsupported version ", header[1], ", expected ",
-               kShardVersion);
+  ENGINE_CHECK(header[1] == kShardVersionU16 || header[1] == kShardVersionU32, "token shard ", path,
+               ": unsupported version ", header[1], ", expected ", kShardVersionU16, " (uint16 ids) or ",
+               kShardVersionU32, " (uint32 ids)");
+  const std::int32_t version = header[1];
+  const int bytes_per_token = version == kShardVersionU16 ? 2 : kShardBytesPerTokenU32;
+  ENGINE_CHECK(version == kShardVersionU16 || header[3] == kShardBytesPerTokenU32, "token shard ", path,
+               ": version ", version, " header says ", header[3], " bytes per token, expected ",
+               kShardBytesPerTokenU32);
   const std::int64_t count = header[2];
   ENGINE_CHECK(count >= kShardMinTokens, "token shard ", path, ": header says ", count, " tokens, expected at least ",
                kShardMinTokens);
-  const std::int64_t expected_bytes = kShardHeaderBytes + 2 * count;
-  ENGINE_CHECK(file_bytes >= expected_bytes, "token shard ", path, ": truncated: header says ", count,
-               " tokens, so the file should be ", expected_bytes, " bytes, but it is ", file_bytes, " bytes");
+  const std::int64_t expected_bytes = kShardHeaderBytes + bytes_per_token * count;
+  ENGINE_CHECK(file_bytes >= expected_bytes, "token shard ", path, ": truncated: header says ", count, " tokens of ",
+               bytes_per_token, " bytes, so the file should be ", expected_bytes, " bytes, but it is ", file_bytes,
+               " bytes");
   ENGINE_CHECK(file_bytes == expected_bytes, "token shard ", path, ": ", file_bytes - expected_bytes,
-               " trailing bytes: header says ", count, " tokens, so the file should be ", expected_bytes,
-               " bytes, but it is ", file_bytes, " bytes");
+               " trailing bytes: header says ", count, " tokens of ", bytes_per_token, " bytes, so the file should be ",
+               expected_bytes, " bytes, but it is ", file_bytes, " bytes");
   num_tokens_ = count;
+  version_ = version;
+  bytes_per_token_ = bytes_per_token;
   fd_ = fd.release();
 }
 
@@ -123,7 +138,9 @@ TokenShard::~TokenShard() { release(); }
 TokenShard::TokenShard(TokenShard&& other) noexcept
     : path_(std::move(other.path_)),
       fd_(std::exchange(other.fd_, -1)),
-      num_tokens_(std::exchange(other.num_tokens_, 0)) {}
+      num_tokens_(std::exchange(other.num_tokens_, 0)),
+      version_(other.version_),
+      bytes_per_token_(other.bytes_per_token_) {}
 
 TokenShard& TokenShard::operator=(TokenShard&& other) noexcept {
   if (this != &other) {
@@ -131,6 +148,8 @@ TokenShard& TokenShard::operator=(TokenShard&& other) noexcept {
     path_ = std::move(other.path_);
     fd_ = std::exchange(other.fd_, -1);
     num_tokens_ = std::exchange(other.num_tokens_, 0);
+    version_ = other.version_;
+    bytes_per_token_ = other.bytes_per_token_;
   }
   return *this;
 }
@@ -141,14 +160,29 @@ void TokenShard::release() noexcept {
   num_tokens_ = 0;
 }
 
-void TokenShard::read_tokens(std::int64_t first, std::int64_t count, std::uint16_t* out) const {
+void TokenShard::read_tokens(std::int64_t first, std::int64_t count, std::uint32_t* out) const {
   ENGINE_CHECK(first >= 0 && count >= 0 && first <= num_tokens_ - count, "token shard ", path_, ": tokens [",
                first, ", ", first + count, ") are outside its ", num_tokens_, " tokens");
-  read_exactly(fd_, out, static_cast<std::size_t>(count) * 2, kShardHeaderBytes + 2 * first, path_);
+  const std::int64_t offset = kShardHeaderBytes + bytes_per_token_ * first;
+  if (bytes_per_token_ == 4) {
+    read_exactly(fd_, out, static_cast<std::size_t>(count) * 4, offset, path_);
+    return;
+  }
+  // uint16 ids are read into the second half of `out` and widened in place,
+  // front to back, so no buffer is allocated per call: id i is read from
+  // bytes [2N + 2i, 2N + 2i + 2) before out[i] overwrites [4i, 4i + 4), and
+  // 4i + 4 <= 2N + 2i + 2 for every i < N, so no id is overwritten unread.
+  char* raw = reinterpret_cast<char*>(out) + 2 * count;
+  read_exactly(fd_, raw, static_cast<std::size_t>(count) * 2, offset, path_);
+  for (std::int64_t i = 0; i < count; ++i) {
+    std::uint16_t id;
+    std::memcpy(&id, raw + 2 * i, 2);
+    out[i] = id;
+  }
 }
 
-std::vector<std::uint16_t> TokenShard::read_all() const {
-  std::vector<std::uint16_t> tokens(static_cast<std::size_t>(num_tokens_));
+std::vector<std::uint32_t> TokenShard::read_all() const {
+  std::vector<std::uint32_t> tokens(static_cast<std::size_t>(num_tokens_));
   read_tokens(0, num_tokens_, tokens.data());
   return tokens;
 }
@@ -172,8 +206,10 @@ std::vector<std::string> expand_shard_pattern(const std::string& pattern) {
   return files;
 }
 
-void write_token_shard(const std::string& path, std::span<const std::uint16_t> tokens) {
-  const auto count = static_cast<std::int64_t>(tokens.size());
+namespace {
+
+// Writes a shard of `count` ids of `bytes_per_token` bytes each, at `ids`.
+void write_shard(const std::string& path, const void* ids, std::int64_t count, int bytes_per_token) {
   ENGINE_CHECK(count >= kShardMinTokens, "token shard ", path, ": refusing to write ", count,
                " tokens, expected at least ", kShardMinTokens);
   ENGINE_CHECK(count <= std::numeric_limits<std::int32_t>::max(), "token shard ", path, ": ", count,
@@ -181,8 +217,9 @@ void write_token_shard(const std::string& path, std::span<const std::uint16_t> t
 
   std::int32_t header[kShardHeaderInts] = {};
   header[0] = kShardMagic;
-  header[1] = kShardVersion;
+  header[1] = bytes_per_token == 2 ? kShardVersionU16 : kShardVersionU32;
   header[2] = static_cast<std::int32_t>(count);
+  if (bytes_per_token != 2) header[3] = bytes_per_token;
 
   const std::string tmp_path = path + ".tmp";
   {
@@ -190,7 +227,7 @@ void write_token_shard(const std::string& path, std::span<const std::uint16_t> t
     ENGINE_CHECK(fd.get() >= 0, "token shard ", tmp_path, ": cannot create: ", errno_text());
     try {
       write_all(fd.get(), header, sizeof(header), tmp_path);
-      write_all(fd.get(), tokens.data(), tokens.size_bytes(), tmp_path);
+      write_all(fd.get(), ids, static_cast<std::size_t>(count) * bytes_per_token, tmp_path);
       ENGINE_CHECK(::fsync(fd.get()) == 0, "token shard ", tmp_path, ": fsync failed: ", errno_text());
       ENGINE_CHECK(fd.close_now(), "token shard ", tmp_path, ": close failed: ", errno_text());
     } catch (...) {
@@ -212,6 +249,16 @@ void write_token_shard(const std::string& path, std::span<const std::uint16_t> t
     ::fsync(dir_fd);
     ::close(dir_fd);
   }
+}
+
+}  // namespace
+
+void write_token_shard(const std::string& path, std::span<const std::uint16_t> tokens) {
+  write_shard(path, tokens.data(), static_cast<std::int64_t>(tokens.size()), 2);
+}
+
+void write_token_shard(const std::string& path, std::span<const std::uint32_t> tokens) {
+  write_shard(path, tokens.data(), static_cast<std::int64_t>(tokens.size()), kShardBytesPerTokenU32);
 }
 
 }  // namespace launch

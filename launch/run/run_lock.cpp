@@ -37,9 +37,18 @@ RunFolderLock::RunFolderLock(const std::string& run_dir, const std::string& flag
   std::error_code error;
   std::filesystem::create_directories(run_dir, error);
   ENGINE_CHECK(!error, flag, " '", run_dir, "': cannot create the folder: ", error.message());
-  const std::string path = (std::filesystem::path(run_dir) / kFileName).string();
+  lock((std::filesystem::path(run_dir) / kFileName).string(), run_dir, flag);
+}
+
+RunFolderLock RunFolderLock::for_file(const std::string& file, const std::string& flag) {
+  RunFolderLock held;
+  held.lock(file + kFileSuffix, file, flag);
+  return held;
+}
+
+void RunFolderLock::lock(const std::string& path, const std::string& what, const std::string& flag) {
   fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  ENGINE_CHECK(fd_ >= 0, flag, " '", run_dir, "': cannot open its lock file '", path, "': ", std::strerror(errno));
+  ENGINE_CHECK(fd_ >= 0, flag, " '", what, "': cannot open its lock file '", path, "': ", std::strerror(errno));
   // Not blocking: a second job is refused at once rather than left waiting
   // for the first to end.
   if (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
@@ -47,9 +56,9 @@ RunFolderLock::RunFolderLock(const std::string& run_dir, const std::string& flag
     const std::string holder = why == EWOULDBLOCK ? holder_of(fd_) : "";
     close(fd_);
     fd_ = -1;
-    ENGINE_CHECK(why != EWOULDBLOCK, flag, " '", run_dir, "' is in use by another job (", holder,
+    ENGINE_CHECK(why != EWOULDBLOCK, flag, " '", what, "' is in use by another job (", holder,
                  ", lock file '", path, "'): wait for it to end, or give another ", flag);
-    ENGINE_FAIL(flag, " '", run_dir, "': cannot lock '", path, "': ", std::strerror(why));
+    ENGINE_FAIL(flag, " '", what, "': cannot lock '", path, "': ", std::strerror(why));
   }
   // Ours now: replace whatever an earlier holder wrote.
   const std::string holder = this_holder();

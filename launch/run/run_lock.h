@@ -21,13 +21,22 @@ class RunFolderLock {
   // "--checkpoint-dir" for a checkpoint folder outside any run folder (two
   // jobs saving into one would overwrite each other's checkpoints).
   explicit RunFolderLock(const std::string& folder, const std::string& flag = "--run-dir");
+  // A --log-file outside any run folder: two jobs appending to one metrics
+  // file would interleave their steps. The lock is FILE.lock beside it (the
+  // metrics file itself holds only JSON lines, not the holder's name).
+  static RunFolderLock for_file(const std::string& file, const std::string& flag);
   ~RunFolderLock();
+  RunFolderLock(RunFolderLock&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
   RunFolderLock(const RunFolderLock&) = delete;
   RunFolderLock& operator=(const RunFolderLock&) = delete;
 
   static constexpr const char* kFileName = "run.lock";
+  static constexpr const char* kFileSuffix = ".lock";
 
  private:
+  RunFolderLock() = default;
+  // Locks `lock_path`, which guards `what` (named as the flag gave it).
+  void lock(const std::string& lock_path, const std::string& what, const std::string& flag);
   int fd_ = -1;
 };
 

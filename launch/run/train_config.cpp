@@ -9,10 +9,12 @@
 #include <utility>
 #include <vector>
 
+#include "engine/buffer.h"
 #include "engine/check.h"
 #include "launch/data/bpe_tokenizer.h"
 #include "launch/data/llmc_tokenizer.h"
 #include "launch/formats/model_files.h"
+#include "launch/run/auto_layout.h"
 #include "model/partition.h"
 #include "parallel/process_grid.h"
 
@@ -83,6 +85,8 @@ void TrainConfig::resolve(int cuda_devices, int world) {
   if (n_head) model.n_head = n_head;
   if (n_embd) model.n_embd = n_embd;
   if (vocab_size) model.vocab_size = vocab_size;
+  if (n_kv_head) model.n_kv_head = n_kv_head;
+  if (ffn_hidden) model.ffn_hidden = ffn_hidden;
   if (!tokenizer.empty()) {
     // Loaded here only for its size (every rank, before allocating); the
     // sampler loads it again at the end.
@@ -104,7 +108,8 @@ void TrainConfig::resolve(int cuda_devices, int world) {
   if (init_shape && !(model == *init_shape)) {
     std::string asked = shape_from_init ? "" : "--model " + preset;
     for (const auto& [flag, value] : {std::pair<const char*, std::int64_t>{"--n-layer", n_layer}, {"--n-head", n_head},
-                                      {"--n-embd", n_embd}, {"--vocab-size", vocab_size}, {"--max-seq-len", max_seq_len}})
+                                      {"--n-embd", n_embd}, {"--vocab-size", vocab_size}, {"--max-seq-len", max_seq_len},
+                                      {"--n-kv-head", n_kv_head}, {"--ffn-hidden", ffn_hidden}})
       if (value) asked += (asked.empty() ? "" : " ") + std::string(flag) + " " + std::to_string(value);
     if (!tokenizer.empty() && !shape_from_init && vocab_size == 0) asked += " with --tokenizer's vocabulary";
     ENGINE_CHECK(false, "--init-from '", init_from, "' holds a model of another shape: its config.json says ",
@@ -113,9 +118,12 @@ void TrainConfig::resolve(int cuda_devices, int world) {
                  "folder's)");
   }
   model.validate();
-  // Found at the start, not after the last step with the model unwritten.
-  ENGINE_CHECK(save_model.empty() || !model.is_llama(), "--save-model writes llm.c's model file, which holds GPT-2 "
-               "models only; this run's model is ", model.describe(), " (write it with --save-hf DIR)");
+  // llm.c's model file holds a GPT-2 only (launch/formats/llmc_model.h).
+  ENGINE_CHECK(!model.is_llama() || save_model.empty(), "--save-model writes llm.c's GPT-2 format, which cannot hold ",
+               "this ", model::architecture_name(model.arch), " model; use --save-hf DIR");
+  ENGINE_CHECK(!model.is_llama() || init_from.empty() || is_hf_model_path(init_from), "--init-from '", init_from,
+               "' is an llm.c model file (GPT-2 only) and this is a ", model::architecture_name(model.arch),
+               " model; give a Hugging Face folder");
 
   // A NaN or infinite flag value would pass every range check below (all
   // comparisons with NaN are false) and poison the run from step 1.
@@ -127,6 +135,10 @@ void TrainConfig::resolve(int cuda_devices, int world) {
                model.max_seq_len, "] (the model's max_seq_len)");
   ENGINE_CHECK(micro_batch >= 1, "--micro-batch must be >= 1, got ", micro_batch);
   check_sizes_fit(*this);
+
+  ENGINE_CHECK(layout == "manual" || layout == "auto", "--layout ", layout, ": expected manual or auto");
+  ENGINE_CHECK(layout == "auto" || cluster.empty(), "--cluster is read by --layout auto only");
+  if (layout == "auto" && auto_layout.chosen.empty()) choose_layout(*this, layout_given);
 
   // The layout: every problem in one message, the same on every rank.
   {
@@ -246,8 +258,13 @@ std::string TrainConfig::describe() const {
       << (dp > 1 && !eval_only ? std::string(", gradient reduction ") + (overlap_grad_reduce ? "overlapped" : "after backward") : std::string())
       << (zero > 0 ? ", ZeRO stage " + std::to_string(zero) : std::string())
       << (sequence_parallel ? ", sequence parallel" : "")
-      << "\n"
-      << "device     " << device << ", precision " << model::precision_name(precision_mode);
+      << "\n";
+  if (!auto_layout.chosen.empty())
+    out << "auto       " << auto_layout.chosen << ": the fastest of " << auto_layout.candidates
+        << " layouts the planner ranked for " << cluster << " (predicted "
+        << auto_layout.predicted_step_seconds * 1e3 << " ms/step, " << engine::format_bytes(auto_layout.predicted_memory_bytes)
+        << " per device)\n";
+  out << "device     " << device << ", precision " << model::precision_name(precision_mode);
   if (eval_only) {
     out << "\nscoring    "
         << (!init_from.empty() ? "the model file " + init_from

@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <set>
 #include <string>
 
 #include "model/flops.h"
@@ -25,6 +26,7 @@ struct TrainConfig {
   std::string preset;
   std::string model_source;  // resolved: the preset's name, or the config.json the shape came from
   std::int64_t n_layer = 0, n_head = 0, n_embd = 0, vocab_size = 0, max_seq_len = 0;
+  std::int64_t n_kv_head = 0, ffn_hidden = 0;  // llama presets only
 
   // Batch. The global batch is counted in tokens; with micro-batches of B
   // sequences of T tokens it takes batch_tokens / (B*T) micro-batches
@@ -85,6 +87,11 @@ struct TrainConfig {
   bool async_checkpoint = true;
 
   // Parallel layout (world = tp x dp x pp) and communication.
+  // layout "auto": the planner chooses the fields below that were not given
+  // by hand (layout_given) for --cluster's devices (launch/run/auto_layout.h).
+  std::string layout = "manual";  // manual | auto
+  std::string cluster;            // cluster file for layout auto
+  std::set<std::string> layout_given;
   int tp = 1, pp = 1;
   int dp = 0;                     // 0 = world size / (tp x pp)
   std::string comm = "auto";      // auto | mpi | nccl
@@ -126,6 +133,12 @@ struct TrainConfig {
   std::int64_t top_k = 40;
 
   // Derived (after resolve()).
+  struct AutoLayout {
+    std::string chosen;  // "" unless layout auto chose
+    double predicted_step_seconds = 0;
+    std::size_t predicted_memory_bytes = 0;
+    std::size_t candidates = 0;  // layouts ranked
+  } auto_layout;
   model::GptConfig model;
   optim::LrSchedule lr_schedule;
   optim::AdamWConfig adamw;

@@ -33,15 +33,19 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
   app.set_config("--config", "", "JSON file of flag values (keys are flag names; command-line flags override it)");
 
   const char* kModel = "Model";
+  std::string presets;
+  for (const std::string& name : model::gpt_preset_names()) presets += (presets.empty() ? "" : ", ") + name;
   app.add_option("--model", c.preset,
-                 "Model preset: gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, gpt-micro, gpt-demo (default: the shape "
-                 "in --init-from's config.json, else gpt-demo)")
+                 "Model preset: " + presets + " (default: the shape in --init-from's config.json, else gpt-demo)")
       ->group(kModel);
   app.add_option("--n-layer", c.n_layer, "Override the preset's number of layers")->group(kModel);
   app.add_option("--n-head", c.n_head, "Override the preset's number of attention heads")->group(kModel);
   app.add_option("--n-embd", c.n_embd, "Override the preset's width")->group(kModel);
   app.add_option("--vocab-size", c.vocab_size, "Override the preset's vocabulary (padded to a multiple of 128)")->group(kModel);
   app.add_option("--max-seq-len", c.max_seq_len, "Override the preset's position-table length")->group(kModel);
+  app.add_option("--n-kv-head", c.n_kv_head, "Override a llama preset's key/value heads (grouped-query attention)")
+      ->group(kModel);
+  app.add_option("--ffn-hidden", c.ffn_hidden, "Override a llama preset's SwiGLU width")->group(kModel);
   app.add_option("--init-from", c.init_from,
                  "Start from a GPT-2 model: an llm.c model file, or a Hugging Face folder (model.safetensors) or "
                  ".safetensors file; without --model, the shape comes from the folder's config.json")
@@ -133,6 +137,12 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
       ->group(kCkpt)->capture_default_str();
 
   const char* kPar = "Parallelism";
+  app.add_option("--layout", c.layout,
+                 "manual, or auto: the planner chooses tp, pp, dp, micro-batch, ZeRO, recomputation, schedule and "
+                 "sequence parallelism not given by hand, for --cluster's devices and --batch-tokens")
+      ->group(kPar)->capture_default_str();
+  app.add_option("--cluster", c.cluster, "Cluster file --layout auto plans for (plan --calibrate --out FILE, or "
+                 "examples/scaling/clusters/)")->group(kPar);
   app.add_option("--tp", c.tp, "Tensor-parallel size (splits heads, MLP and vocabulary)")->group(kPar)->capture_default_str();
   app.add_option("--pp", c.pp, "Pipeline-parallel stages")->group(kPar)->capture_default_str();
   app.add_option("--dp", c.dp, "Data-parallel size (0 = world size / (tp x pp))")->group(kPar)->capture_default_str();

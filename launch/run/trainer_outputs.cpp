@@ -149,8 +149,9 @@ std::string Trainer::sample_text(const model::ParamStore& store) {
   if (!config_.tokenizer.empty()) {
     const BpeTokenizer tokenizer = BpeTokenizer::from_file(config_.tokenizer);
     prompt = tokenizer.encode(config_.sample_prompt);
-    // An empty prompt starts a document: prepare puts <|endoftext|> before each.
-    if (prompt.empty()) prompt.push_back(tokenizer.token_to_id(kEndOfText).value_or(tokenizer.encode("\n").at(0)));
+    // An empty prompt starts a document as prepare does (<|endoftext|>, Llama 3's <|begin_of_text|>).
+    if (prompt.empty()) prompt = tokenizer.document_start();
+    if (prompt.empty()) prompt.push_back(tokenizer.encode("\n").at(0));
     const std::vector<std::int32_t> ids = generate(sampler, config_.model.vocab_size, prompt, options, sampler_rng_);
     return config_.sample_prompt + tokenizer.decode(ids);
   }
@@ -272,6 +273,17 @@ void Trainer::report_summary(RunSummary& summary) {
                   summary.mean_mfu * 100.0, hfu, mfu_steps_ > 0 ? " (steps after the first)" : "",
                   summary.losses.back());
     out_ << line << "\n";
+    if (!config_.auto_layout.chosen.empty() && tokens_per_second > 0) {
+      // The planner's prediction beside what the chosen layout measured.
+      const double predicted = config_.auto_layout.predicted_step_seconds;
+      const double measured = static_cast<double>(config_.batch_tokens) / tokens_per_second;
+      std::snprintf(line, sizeof line, "           layout auto: predicted %.1f ms/step, measured %.1f ms (%+.1f%%)",
+                    predicted * 1e3, measured * 1e3, (predicted / measured - 1.0) * 100.0);
+      out_ << line << "\n";
+      record["auto_layout"] = {{"layout", config_.auto_layout.chosen},
+                               {"predicted_step_s", predicted},
+                               {"measured_step_s", measured}};
+    }
   }
   if (summary.best_val_loss >= 0) {
     std::snprintf(line, sizeof line, "           val loss best %.4f (step %lld%s), final %.4f", summary.best_val_loss,

@@ -45,7 +45,8 @@ Counted counted_matmuls(const GptConfig& c, double B, std::int64_t s) {
   for (const ParamInfo& p : registry.entries()) {
     if (p.global_shape.ndim() != 2 || p.name == "wpe") continue;  // biases, norms; wpe is a lookup
     const double m_n_k = 2.0 * N * static_cast<double>(p.global_shape[0]) * static_cast<double>(p.global_shape[1]);
-    if (p.name == "wte") {  // the lookup is no matmul; the tied LM head is (N,C) x (C,Vp)
+    if (p.name == "wte" && !c.tied_embeddings) continue;  // a lookup, no matmul
+    if (p.name == "wte" || p.name == "lm_head.weight") {  // the LM head (N,C) x (C,Vp), tied or not
       out.lm_head += m_n_k;
       ++lm_heads;
       continue;
@@ -70,7 +71,37 @@ GptConfig small_config() {
   return c;
 }
 
+// The Llama family's shapes: grouped-query qkv (5 query heads, 1 key/value
+// head), SwiGLU's gate, up and down, an untied head.
+GptConfig small_llama_config(bool tied) {
+  GptConfig c = small_config();
+  c.arch = Architecture::kLlama;
+  c.n_head = 5;
+  c.n_kv_head = 1;
+  c.ffn_hidden = 72;
+  c.tied_embeddings = tied;
+  c.validate();
+  return c;
+}
+
 }  // namespace
+
+TEST(Flops, LlamaEqualsEveryCountedMatmul) {
+  for (bool tied : {false, true}) {
+    const GptConfig c = small_llama_config(tied);
+    const double B = 5, L = static_cast<double>(c.n_layer);
+    const std::int64_t s = 48;
+    const Counted m = counted_matmuls(c, B, s);
+    for (AttentionFlops a : {AttentionFlops::kFull, AttentionFlops::kCausal}) {
+      const double core = counted_attention_core(c, B, s, false) * (a == AttentionFlops::kCausal ? 0.5 : 1.0);
+      const double forward = m.weights + L * core + m.lm_head;
+      EXPECT_NEAR(training_flops_per_step(c, 5, s, a), 3 * forward, 1e-9 * forward) << tied;
+      const double full = m.rerun_full + L * core;
+      EXPECT_NEAR(recompute_flops_per_step(c, 5, s, Recompute::kFull, a), full, 1e-9 * full) << tied;
+    }
+  }
+  EXPECT_NE(flops_convention(AttentionFlops::kCausal, small_llama_config(false)).find("3*h*F"), std::string::npos);
+}
 
 TEST(Flops, FullAttentionEqualsEveryCountedMatmul) {
   const GptConfig c = small_config();

@@ -106,7 +106,9 @@ TEST(TokenShard, WriteThenReadRoundTrips) {
   const TokenShard shard(dir.file("a.bin"));
   EXPECT_EQ(shard.path(), dir.file("a.bin"));
   ASSERT_EQ(shard.num_tokens(), 6);
-  EXPECT_EQ(shard.read_all(), tokens);
+  EXPECT_EQ(shard.version(), kShardVersionU16);
+  EXPECT_EQ(shard.bytes_per_token(), 2);
+  EXPECT_EQ(shard.read_all(), std::vector<std::uint32_t>(tokens.begin(), tokens.end()));
 
   TokenShard moved = TokenShard(dir.file("a.bin"));
   moved = TokenShard(std::move(moved));  // move-assign over itself via a temporary
@@ -461,7 +463,8 @@ std::string decode_shards(const std::string& pattern) {
   std::string text;
   for (const std::string& file : expand_shard_pattern(pattern)) {
     const TokenShard shard(file);
-    text += ByteTokenizer().decode(shard.read_all());
+    const std::vector<std::uint32_t> ids = shard.read_all();
+    text += ByteTokenizer().decode(std::vector<std::int32_t>(ids.begin(), ids.end()));
   }
   return text;
 }
@@ -597,8 +600,10 @@ TEST(Prepare, TokenizerFileEncodesWithBpeAndStartsDocumentsWithEndOfText) {
   expected.push_back(eot);
   for (const std::int32_t id : tokenizer.encode(b)) expected.push_back(id);
   const TokenShard shard(dir.file("out/corpus_train_000000.bin"));
-  const std::vector<std::uint16_t> ids = shard.read_all();
-  EXPECT_EQ(std::vector<std::int32_t>(ids.begin(), ids.end()), expected);
+  EXPECT_EQ(shard.version(), kShardVersionU16);  // a vocabulary of 600
+  const std::vector<std::uint32_t> read = shard.read_all();
+  const std::vector<std::int32_t> ids(read.begin(), read.end());
+  EXPECT_EQ(ids, expected);
   EXPECT_EQ(tokenizer.decode(ids), "<|endoftext|>" + a + "<|endoftext|>" + b);
   const DataLoader loader(dir.file("out/corpus_train_*.bin"), 4, tokenizer.vocab_size(), false, 0);
   EXPECT_GT(loader.sequences_per_epoch(), 0);
@@ -650,7 +655,7 @@ TEST(Prepare, TrainTokenizerLearnsFromTheTrainingSplitAndEncodesWithIt) {
     std::vector<std::int32_t> ids;
     for (const std::string& shard_file : expand_shard_pattern(dir.file(pattern))) {
       const TokenShard shard(shard_file);
-      const std::vector<std::uint16_t> read = shard.read_all();
+      const std::vector<std::uint32_t> read = shard.read_all();
       ids.insert(ids.end(), read.begin(), read.end());
     }
     return ids;

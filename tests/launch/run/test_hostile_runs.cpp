@@ -196,6 +196,24 @@ TEST_F(HostileRuns, SecondJobOnOneCheckpointFolderIsRefused) {
   EXPECT_NE(after.find("past --steps 2"), std::string::npos) << after;
 }
 
+// Without a run folder, two jobs logging into one --log-file would interleave
+// their steps in it: the file is locked (FILE.lock beside it) the same way.
+TEST_F(HostileRuns, SecondJobOnOneLogFileIsRefused) {
+  const std::string log = dir_ / "shared.jsonl";
+  Child first(train_argv(base(1000000) + " --log-file " + log), out("log_first"), err("log_first"));
+  ASSERT_TRUE(wait_until([&] { return jsonl_lines(log) >= 2; }, 120)) << first.err();
+  const std::int64_t lines_before = jsonl_lines(log);
+  EXPECT_EQ(run(base(2) + " --log-file " + log + " --overwrite", "log_second", 60), kExitBadInput);
+  const std::string said = read_text(out("log_second")) + read_text(err("log_second"));
+  EXPECT_NE(said.find("--log-file '" + log + "' is in use by another job"), std::string::npos) << said;
+  EXPECT_NE(said.find("pid " + std::to_string(first.pid())), std::string::npos) << said;
+  EXPECT_EQ(count_lines(said), 1) << said;
+  // --overwrite was refused before it could truncate the first job's file.
+  EXPECT_GE(jsonl_lines(log), lines_before);
+  first.signal(SIGTERM);
+  EXPECT_EQ(first.wait(120), kExitStopped) << first.err();
+}
+
 // A model that cannot fit in host memory is refused on the CPU as on a GPU:
 // before anything is allocated, within seconds, in one line with the plan's
 // bytes. (Under `ulimit -v` as a safety net: an engine without the check

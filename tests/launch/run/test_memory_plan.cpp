@@ -24,12 +24,13 @@ struct Case {
   const char* recompute;
   const char* schedule;
   int micro_batch;
+  const char* preset = "gpt-micro";
 };
 
 std::string name(const Case& c) {
   std::ostringstream o;
   o << "tp" << c.tp << (c.sp ? "+sp" : "") << " pp" << c.pp << " dp" << c.dp << " zero" << c.zero << " " << c.recompute
-    << " " << c.schedule << " mb" << c.micro_batch;
+    << " " << c.schedule << " mb" << c.micro_batch << " " << c.preset;
   return o.str();
 }
 
@@ -47,9 +48,13 @@ TEST(MemoryPlan, EqualsWhatEveryLayoutAllocates) {
       {2, 2, 1, 0, true, "full", "1f1b", 1},       {2, 2, 1, 0, false, "none", "afab", 2},
       {1, 4, 1, 0, false, "none", "1f1b", 1},      {1, 4, 1, 0, false, "selective", "afab", 1},
       {4, 1, 1, 0, true, "none", "1f1b", 2},       {4, 1, 1, 0, false, "full", "1f1b", 8},
+      // A Llama-family model (GQA, SwiGLU, RMSNorm without means, q/k/v bias, untied head, no wpe).
+      {1, 1, 4, 3, false, "none", "1f1b", 2, "llama-micro"},  {2, 2, 1, 0, true, "selective", "1f1b", 1, "llama-micro"},
+      {2, 1, 2, 2, false, "full", "afab", 2, "llama-micro"},  {1, 4, 1, 0, false, "none", "afab", 1, "llama-micro"},
   };
   for (const Case& k : cases) {
     launch::TrainConfig c = parity_config(dir, k.tp, k.pp, k.dp);
+    c.preset = k.preset;
     c.zero = k.zero;
     c.sequence_parallel = k.sp;
     c.recompute = k.recompute;

@@ -62,11 +62,13 @@ std::map<std::string, std::string> snapshot(const std::string& root) {
   return files;
 }
 
-void write_raw(const std::string& path, const std::vector<std::int32_t>& header, const std::vector<std::uint16_t>& tokens,
+// A shard's bytes by hand: uint16 ids for version 1, uint32 for version 2.
+template <typename Id>
+void write_raw(const std::string& path, const std::vector<std::int32_t>& header, const std::vector<Id>& tokens,
                std::size_t drop_bytes = 0) {
   std::string bytes(reinterpret_cast<const char*>(header.data()), header.size() * 4);
   bytes.resize(1024, '\0');
-  bytes.append(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2);
+  bytes.append(reinterpret_cast<const char*>(tokens.data()), tokens.size() * sizeof(Id));
   bytes.resize(bytes.size() - drop_bytes);
   std::ofstream(path, std::ios::binary) << bytes;
 }
@@ -111,6 +113,38 @@ TEST_F(TrainCli, TokenOutsideTheVocabulary) {
   // Another folder: a new run into ckpt/ would be refused for mixing with the first.
   expect_refused(base_args(dir_) + " --train-data " + (dir_ / "oov.bin") + " --checkpoint-dir " + (dir_ / "other"),
                  "outside the vocabulary");
+}
+
+// Version 2 shards (uint32 ids, launch/data/token_shard.h): an id past the
+// model's vocabulary, in 16 bits or past them, is refused before any step in
+// one line naming the shard, the id and the vocabulary size; a good one trains.
+TEST_F(TrainCli, Version2ShardTokenOutsideTheVocabulary) {
+  for (const std::uint32_t id : {300u, 70000u}) {
+    std::vector<std::uint32_t> tokens(100, 65);
+    tokens[7] = id;
+    const std::string shard = dir_ / ("oov2_" + std::to_string(id) + ".bin");
+    write_raw(shard, {20240520, 2, 100, 4}, tokens);
+    const Outcome bad = run_train(dir_, base_args(dir_) + " --train-data " + shard + " --checkpoint-dir " +
+                                            (dir_ / ("other" + std::to_string(id))));
+    EXPECT_NE(bad.exit_code, 0) << bad.output;
+    EXPECT_NE(bad.output.find(shard + ": token 7 is " + std::to_string(id) + ", outside the vocabulary of size 256"),
+              std::string::npos)
+        << bad.output;
+    std::size_t errors = 0;
+    for (std::size_t at = bad.output.find("error:"); at != std::string::npos; at = bad.output.find("error:", at + 1))
+      ++errors;
+    EXPECT_EQ(errors, 1u) << bad.output;
+    EXPECT_NE(bad.output.find("stopped before step 1 (no step taken"), std::string::npos) << bad.output;
+  }
+}
+
+TEST_F(TrainCli, Version2ShardTrains) {
+  std::vector<std::uint32_t> tokens(400);
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::uint32_t>(i % 256);
+  write_raw(dir_ / "wide.bin", {20240520, 2, 400, 4}, tokens);
+  const Outcome ok = run_train(dir_, base_args(dir_) + " --train-data " + (dir_ / "wide.bin") + " --checkpoint-dir " +
+                                         (dir_ / "wide_run"));
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
 }
 
 TEST_F(TrainCli, HeadsThatDoNotDivideTheWidth) {
@@ -196,41 +230,44 @@ TEST_F(TrainCli, SaveHfExportsTheTokenizerOrSaysThereIsNone) {
 TEST_F(TrainCli, InitFromALlamaFamilyFolder) {
   const std::string common = "--micro-batch 2 --seq-len 16 --steps 2 --device cpu --peak-tflops 1 --train-data " +
                              (dir_ / "train_*.bin");
-  const Outcome saved = run_train(dir_, common + " --model llama-micro --checkpoint-dir " + (dir_ / "l_run") +
-                                            " --save-hf " + (dir_ / "llama"));
+  // llama-micro (q/k/v bias, untied head: Qwen2's kind) trained and exported.
+  const Outcome saved = run_train(dir_, common + " --model llama-micro --checkpoint-dir " + (dir_ / "q_run") +
+                                            " --save-hf " + (dir_ / "qwen2"));
   ASSERT_EQ(saved.exit_code, 0) << saved.output;
-  EXPECT_NE(saved.output.find("(Hugging Face LlamaForCausalLM: model.safetensors"), std::string::npos) << saved.output;
-  const Outcome loaded = run_train(dir_, common + " --init-from " + (dir_ / "llama"));
+  EXPECT_NE(saved.output.find("(Hugging Face Qwen2ForCausalLM: model.safetensors"), std::string::npos) << saved.output;
+  const Outcome loaded = run_train(dir_, common + " --init-from " + (dir_ / "qwen2"));
   EXPECT_EQ(loaded.exit_code, 0) << loaded.output;
-  EXPECT_NE(loaded.output.find("model      " + (dir_ / "llama/config.json") +
-                               ": L=2 H=4 C=32 V=256(256) T=64 llama KV=2 F=64 rope=10000 eps=1e-05,"),
+  EXPECT_NE(loaded.output.find("model      " + (dir_ / "qwen2/config.json") +
+                               ": L=2 H=4 C=32 V=256(256) T=64 llama KV=2 F=64 rope=10000 eps=1e-05 qkv-bias untied,"),
             std::string::npos) << loaded.output;
-  expect_refused(base_args(dir_) + " --init-from " + (dir_ / "llama"),
-                 "(config.json's model_type \"llama\", this run's model has \"gpt2\"; leave out --model");
-  expect_refused(common + " --model llama-micro --n-layer 3 --init-from " + (dir_ / "llama"),
+  expect_refused(base_args(dir_) + " --init-from " + (dir_ / "qwen2"),
+                 "(config.json's model_type \"qwen2\", this run's model has \"gpt2\"; leave out --model");
+  expect_refused(common + " --model llama-micro --n-layer 3 --init-from " + (dir_ / "qwen2"),
                  "--model llama-micro --n-layer 3 asks for L=3 H=4 C=32 V=256(256) T=64 llama KV=2 F=64 rope=10000 "
-                 "eps=1e-05 (config.json's num_hidden_layers 2, this run's model has 3;");
-  expect_refused(common + " --model llama-micro --save-model " + (dir_ / "llama.bin"),
-                 "--save-model writes llm.c's model file, which holds GPT-2 models only");
+                 "eps=1e-05 qkv-bias untied (config.json's num_hidden_layers 2, this run's model has 3;");
+  expect_refused(common + " --model llama-micro --n-kv-head 4 --init-from " + (dir_ / "qwen2"),
+                 "(config.json's num_key_value_heads 2, this run's model has 4;");
 
-  // A Qwen2 folder with an untied head, as transformers would write one.
-  model::GptConfig qwen = model::gpt_preset("llama-micro");
-  qwen.qkv_bias = true;
-  qwen.tied_embeddings = false;
-  const model::ParamRegistry registry = model::build_gpt_registry(qwen);
+  // A Llama folder (no bias, tied head) as transformers would write one:
+  // loaded without --model and exported as LlamaForCausalLM.
+  model::GptConfig llama = model::gpt_preset("llama-micro");
+  llama.qkv_bias = false;
+  llama.tied_embeddings = true;
+  const model::ParamRegistry registry = model::build_gpt_registry(llama);
   std::vector<float> master(static_cast<std::size_t>(registry.total_numel()));
   std::mt19937 rng(3);
   std::normal_distribution<float> normal(0.0f, 0.02f);
   for (float& v : master) v = normal(rng);
-  launch::write_hf_llama(dir_ / "qwen2", qwen, registry, master.data(), launch::SafetensorsDType::kF32);
-  const Outcome qwen_run = run_train(dir_, common + " --checkpoint-dir " + (dir_ / "q_run") + " --init-from " +
-                                               (dir_ / "qwen2") + " --save-hf " + (dir_ / "qwen2_out"));
-  ASSERT_EQ(qwen_run.exit_code, 0) << qwen_run.output;
-  EXPECT_NE(qwen_run.output.find("eps=1e-05 qkv-bias untied,"), std::string::npos) << qwen_run.output;
-  EXPECT_NE(qwen_run.output.find("(Hugging Face Qwen2ForCausalLM: model.safetensors"), std::string::npos)
-      << qwen_run.output;
-  expect_refused(common + " --model llama-micro --init-from " + (dir_ / "qwen2"),
-                 "(config.json's model_type \"qwen2\", this run's model has \"llama\";");
+  launch::write_hf_llama(dir_ / "llama", llama, registry, master.data(), launch::SafetensorsDType::kF32);
+  const Outcome llama_run = run_train(dir_, common + " --checkpoint-dir " + (dir_ / "l_run") + " --init-from " +
+                                                (dir_ / "llama") + " --save-hf " + (dir_ / "llama_out"));
+  ASSERT_EQ(llama_run.exit_code, 0) << llama_run.output;
+  EXPECT_NE(llama_run.output.find("T=64 llama KV=2 F=64 rope=10000 eps=1e-05, "), std::string::npos)
+      << llama_run.output;
+  EXPECT_NE(llama_run.output.find("(Hugging Face LlamaForCausalLM: model.safetensors"), std::string::npos)
+      << llama_run.output;
+  expect_refused(common + " --model llama-micro --init-from " + (dir_ / "llama"),
+                 "(config.json's model_type \"llama\", this run's model has \"qwen2\";");
 }
 
 TEST_F(TrainCli, ZeroConfigurationsThatCannotWork) {
@@ -466,4 +503,41 @@ TEST(TrainCliMemory, StepPeakEqualsThePlanAfterTheCpuPeakProbe) {
     EXPECT_EQ(r["peak_memory_bytes"].get<std::int64_t>(), planned) << text << "\n" << out;
   }
   EXPECT_EQ(steps, 2);
+}
+
+// --layout auto (launch/run/auto_layout.h): the planner's choice for a
+// cluster file, kept flags, the refusals.
+namespace {
+void write_cpu_cluster(const std::string& path, double memory_gib) {
+  std::ofstream(path) << R"({"name": "test-cpu", "device": "cpu", "devices_per_node": 8, "peak_tflops": 0.02,
+    "memory_gib": )" << memory_gib << R"(, "gemm_efficiency": 0.5, "memory_bandwidth_gb_per_s": 10, "op_overhead_us": 5,
+    "intra_node": {"bandwidth_gb_per_s": 5, "latency_us": 2}, "inter_node": {"bandwidth_gb_per_s": 1, "latency_us": 20}})";
+}
+}  // namespace
+
+TEST_F(TrainCli, LayoutAutoChoosesWithThePlannerAndKeepsFlagsGivenByHand) {
+  write_cpu_cluster(dir_ / "cpu.json", 16);
+  const std::string args = "--model gpt-micro --seq-len 16 --batch-tokens 128 --steps 2 --device cpu --peak-tflops 1 "
+                           "--train-data " + (dir_ / "train_*.bin") + " --layout auto --cluster " + (dir_ / "cpu.json");
+  const Outcome chosen = run_train(dir_, args);
+  ASSERT_EQ(chosen.exit_code, 0) << chosen.output;
+  EXPECT_NE(chosen.output.find("auto       tp 1 pp 1 dp 1 micro-batch "), std::string::npos) << chosen.output;
+  EXPECT_NE(chosen.output.find("layouts the planner ranked for " + (dir_ / "cpu.json")), std::string::npos);
+  EXPECT_NE(chosen.output.find("layout auto: predicted "), std::string::npos) << chosen.output;
+  const Outcome kept = run_train(dir_, args + " --micro-batch 2 --recompute selective");
+  ASSERT_EQ(kept.exit_code, 0) << kept.output;
+  EXPECT_NE(kept.output.find("micro-batch 2 zero 0 recompute selective"), std::string::npos) << kept.output;
+}
+
+TEST_F(TrainCli, LayoutAutoRefusals) {
+  const std::string args = "--model gpt-micro --seq-len 16 --batch-tokens 128 --steps 2 --device cpu "
+                           "--train-data " + (dir_ / "train_*.bin") + " --layout auto";
+  expect_refused(args, "--layout auto needs --cluster FILE");
+  write_cpu_cluster(dir_ / "tiny.json", 1e-6);
+  expect_refused(args + " --cluster " + (dir_ / "tiny.json"), "--layout auto: no layout fits the ");
+  const Outcome nearest = run_train(dir_, args + " --cluster " + (dir_ / "tiny.json"));
+  EXPECT_NE(nearest.output.find("nearest: tp 1 pp 1 dp 1 micro-batch 1"), std::string::npos) << nearest.output;
+  expect_refused("--model gpt-micro --seq-len 16 --steps 2 --device cpu --train-data " + (dir_ / "train_*.bin") +
+                     " --cluster " + (dir_ / "tiny.json"),
+                 "--cluster is read by --layout auto only");
 }

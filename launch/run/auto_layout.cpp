@@ -1,0 +1,82 @@
+#include "launch/run/auto_layout.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "engine/check.h"
+#include "engine/buffer.h"
+#include "launch/plan/cluster_file.h"
+#include "launch/plan/planner.h"
+
+namespace launch {
+namespace {
+
+std::string layout_text(const model::ParallelLayout& l) {
+  std::ostringstream out;
+  out << "tp " << l.tp << " pp " << l.pp << " dp " << l.dp << " micro-batch " << l.micro_batch << " zero "
+      << l.zero << " recompute " << model::recompute_name(l.recompute) << " schedule "
+      << parallel::schedule_name(l.schedule) << (l.sequence_parallel ? " sequence-parallel" : "");
+  return out.str();
+}
+
+}  // namespace
+
+void choose_layout(TrainConfig& c, const std::set<std::string>& given) {
+  ENGINE_CHECK(!c.cluster.empty(), "--layout auto needs --cluster FILE, the devices it plans for (measure this "
+               "machine with `plan --calibrate --out FILE`, or see examples/scaling/clusters/)");
+  ENGINE_CHECK(c.batch_tokens > 0 && c.batch_tokens % c.seq_len == 0, "--layout auto plans for a global batch: give "
+               "--batch-tokens, a multiple of --seq-len ", c.seq_len, " (got ", c.batch_tokens, ")");
+  PlanRequest r;
+  r.model = c.model;
+  r.seq_len = c.seq_len;
+  r.global_batch = c.batch_tokens / c.seq_len;
+  r.devices = c.world_size;
+  r.cluster = read_cluster_file(c.cluster);
+  r.attention = model::parse_attention_flops(c.attention_flops);
+  // What was given by hand is the only choice for that field.
+  if (given.count("--tp")) r.tp = {c.tp};
+  if (given.count("--pp")) r.pp = {c.pp};
+  if (given.count("--micro-batch")) r.micro_batch = {static_cast<int>(c.micro_batch)};
+  if (given.count("--zero")) r.zero = {c.zero};
+  if (given.count("--recompute")) r.recompute = {model::parse_recompute(c.recompute)};
+  if (given.count("--pipeline-schedule")) r.schedule = {parallel::parse_schedule(c.pipeline_schedule)};
+  if (given.count("--sequence-parallel")) r.sequence_parallel = {c.sequence_parallel ? 1 : 0};
+  const std::string problem = r.check();
+  ENGINE_CHECK(problem.empty(), "--layout auto: ", problem);
+  std::vector<Prediction> ranked = plan(r);
+  if (given.count("--dp") && c.dp > 0)
+    std::erase_if(ranked, [&](const Prediction& p) { return p.layout.dp != c.dp; });
+  ENGINE_CHECK(!ranked.empty(), "--layout auto: no layout of ", c.world_size, " devices runs ", r.global_batch,
+               " sequences of ", c.seq_len, " tokens with the flags given by hand (",
+               given.empty() ? std::string("none") : *given.begin() + (given.size() > 1 ? ", ..." : ""),
+               "); give fewer of them");
+  if (!ranked.front().fits) {
+    // The nearest: the three that need least memory.
+    std::sort(ranked.begin(), ranked.end(), [](const Prediction& a, const Prediction& b) {
+      return a.memory_bytes_per_device < b.memory_bytes_per_device;
+    });
+    std::string nearest;
+    for (std::size_t i = 0; i < std::min<std::size_t>(3, ranked.size()); ++i)
+      nearest += std::string(i ? "; " : "") + layout_text(ranked[i].layout) + " needs " +
+                 engine::format_bytes(ranked[i].memory_bytes_per_device);
+    ENGINE_FAIL("--layout auto: no layout fits the ", engine::format_bytes(static_cast<std::size_t>(r.cluster.memory_bytes)),
+                " of a ", r.cluster.name, " device; nearest: ", nearest,
+                " (more devices, a smaller --micro-batch or --seq-len, or --recompute full)");
+  }
+  const Prediction& best = ranked.front();
+  const model::ParallelLayout& l = best.layout;
+  c.tp = l.tp;
+  c.pp = l.pp;
+  c.dp = l.dp;
+  c.micro_batch = l.micro_batch;
+  c.zero = l.zero;
+  c.recompute = model::recompute_name(l.recompute);
+  c.pipeline_schedule = parallel::schedule_name(l.schedule);
+  c.sequence_parallel = l.sequence_parallel;
+  c.auto_layout.chosen = layout_text(l);
+  c.auto_layout.predicted_step_seconds = best.step_seconds;
+  c.auto_layout.predicted_memory_bytes = best.memory_bytes_per_device;
+  c.auto_layout.candidates = ranked.size();
+}
+
+}  // namespace launch
