@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""The engine's Hugging Face GPT-2 files checked against transformers itself.
+"""The engine's Hugging Face files (GPT-2, Llama, Qwen2) checked against transformers itself.
 
     examples/hf/check_transformers.py --train build/launch/train
+    examples/hf/check_transformers.py --train build/launch/train --checks llama
     examples/hf/check_transformers.py --train build/launch/train --folder runs/mine/hf --val-data data/val.bin
 
 Without --folder, both directions on a tiny model (gpt-micro, vocabulary 200,
@@ -26,8 +27,17 @@ padded to 256 by the engine), on the CPU:
            <|endoftext|> as bos and eos; generate() runs with the exported
            generation_config.json, and so does pipeline("text-generation").
 
-With --folder, one folder written by `train --save-hf`: transformers' loss on
---val-data against the engine's --eval-only loss of the same folder.
+  llama    random small LlamaForCausalLM and Qwen2ForCausalLM models (GQA and
+           MQA, tied and untied heads, Qwen2's q/k/v bias, Llama 3 rope
+           scaling) written by save_pretrained (whole and sharded): `train
+           --init-from` each without --model gives transformers' losses; N
+           AdamW steps track torch.optim.AdamW step by step (loss, gradient
+           norm, learning rate, final weights); the engine's --save-hf folder
+           loads back into the same class (examples/hf/llama_checks.py).
+
+--checks gpt2 or --checks llama runs one part only. With --folder, one folder
+written by `train --save-hf` (any of the three architectures): transformers'
+loss on --val-data against the engine's --eval-only loss of the same folder.
 
 The engine prints losses, not logits, so losses are what is compared: the mean
 cross-entropy over N sequences of T tokens, sequence k being tokens
@@ -348,14 +358,23 @@ def check_folder(args):
     """One --save-hf folder: transformers' loss on --val-data against the
     engine's --eval-only loss of the same folder."""
     config = json.load(open(os.path.join(args.folder, "config.json")))
-    model, info = load(args.folder, torch.float32)
+    gpt2 = config.get("model_type", "gpt2") == "gpt2"
+    if gpt2:
+        model, info = load(args.folder, torch.float32)
+    else:
+        import llama_checks
+        model, info = llama_checks.load_folder(sys.modules[__name__], args.folder)
     problems = {k: v for k, v in info.items() if v}
     check(not problems, f"{args.folder} loads with nothing missing, unexpected or mismatched {problems or ''}")
-    check(model.lm_head.weight.data_ptr() == model.transformer.wte.weight.data_ptr(), "lm_head is tied to wte")
+    tied = model.get_output_embeddings().weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
+    check(tied == config.get("tie_word_embeddings", gpt2),
+          f"the output head is {'tied' if tied else 'untied'}, as config.json says")
     tokens = read_shard(args.val_data)
     inputs, targets = sequences(tokens, 0, min(args.val_tokens // T, (len(tokens) - 1) // T))
     theirs = hf_loss(model, inputs, targets)
-    engine = engine_eval(args, engine_shape_flags(config), args.folder, args.val_data, args.val_tokens)
+    # A Llama-family folder's config.json gives the engine its model (no --model).
+    engine = engine_eval(args, engine_shape_flags(config) if gpt2 else [], args.folder, args.val_data,
+                         args.val_tokens)
     compare(f"{args.folder}: validation loss over {inputs.numel()} tokens", engine, theirs, FP32_RTOL)
     return {"engine_val_loss": engine, "hf_val_loss": theirs}
 
@@ -370,6 +389,10 @@ def main():
     parser.add_argument("--val-tokens", type=int, default=16 * 64, help="tokens scored (default 1024)")
     parser.add_argument("--seq-len", type=int, default=T, help="sequence length (default 64)")
     parser.add_argument("--steps", type=int, default=30, help="engine steps before --save-hf (default 30)")
+    parser.add_argument("--checks", choices=("all", "gpt2", "llama"), default="all",
+                        help="which part to run without --folder (default all)")
+    parser.add_argument("--llama-steps", type=int, default=10,
+                        help="AdamW steps the Llama-family models train in the engine and in torch (default 10)")
     parser.add_argument("--work", help="working folder (default: a temporary one, deleted)")
     parser.add_argument("--json", help="also write the compared numbers here")
     args = parser.parse_args()
@@ -391,9 +414,18 @@ def main():
             # Tokens with some structure (a noisy walk), so a few steps of training move the loss.
             write_shard(train_bin, np.cumsum(rng.integers(-2, 3, 20000)) % VOCAB)
             write_shard(val_bin, np.cumsum(rng.integers(-2, 3, 4000)) % VOCAB)
-            results = {**check_export(args, train_bin, val_bin, args.val_tokens),
-                       **check_import(args, train_bin, val_bin, args.val_tokens),
-                       **check_tokenizer(args)}
+            results = {}
+            if args.checks in ("all", "gpt2"):
+                results.update(**check_export(args, train_bin, val_bin, args.val_tokens),
+                               **check_import(args, train_bin, val_bin, args.val_tokens),
+                               **check_tokenizer(args))
+            if args.checks in ("all", "llama"):
+                # Llama 3's rope scaling ("rope_type": "llama3") came with transformers 4.43.
+                if tuple(int(v) for v in transformers.__version__.split(".")[:2]) < (4, 43):
+                    check(False, f"transformers {transformers.__version__} predates Llama 3 rope scaling (4.43)")
+                else:
+                    import llama_checks
+                    results.update(llama_checks.check_llama(sys.modules[__name__], args, train_bin, val_bin))
     results.update(torch=torch.__version__, transformers=transformers.__version__)
     if args.json:
         with open(args.json, "w") as f:

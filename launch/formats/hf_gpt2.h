@@ -23,42 +23,23 @@
 // model.safetensors.index.json (launch/formats/safetensors_shards.h).
 #pragma once
 
-#include <cstdint>
 #include <optional>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
+#include "launch/formats/hf_folder.h"
 #include "launch/formats/safetensors.h"
 #include "model/gpt_config.h"
 #include "model/param_registry.h"
 
 namespace launch {
 
-// "fp32" | "bf16" (the --save-hf-dtype values), else throws.
-SafetensorsDType parse_hf_dtype(const std::string& name);
-
-// A folder, a file named *.safetensors or a sharded index named
-// *.safetensors.index.json: a Hugging Face model. Anything else is taken for
-// an llm.c model file (launch/formats/llmc_model.h).
-bool is_hf_model_path(const std::string& path);
-// The safetensors file or index of `path`: for a folder, DIR/model.safetensors,
-// else DIR/model.safetensors.index.json.
-std::string hf_safetensors_file(const std::string& path);
-
-// The tokenizer of a --save-hf folder (the run fills it from --tokenizer:
-// launch/run/trainer_outputs.cpp).
-struct HfTokenizer {
-  // A Hugging Face tokenizer.json, copied byte for byte to DIR/tokenizer.json;
-  // "" = the folder gets no tokenizer.
-  std::string tokenizer_json;
-  // The id of "<|endoftext|>" in it, if it has that token: GPT-2's bos and eos.
-  std::optional<std::int64_t> end_of_text;
-};
-
 // Writes DIR/model.safetensors, DIR/config.json and DIR/generation_config.json
 // (creating DIR); with a tokenizer also DIR/tokenizer.json and
 // DIR/tokenizer_config.json, so that AutoTokenizer, generate() and
-// pipeline("text-generation") work on the folder. `master` is the whole model
-// laid out by `registry` (model::build_gpt_registry).
+// pipeline("text-generation") work on the folder (launch/formats/hf_folder.h).
+// `master` is the whole model laid out by `registry` (model::build_gpt_registry).
 //
 // bos/eos: with a tokenizer, "<|endoftext|>" and its id when it has that
 // token, else null (no token is known to begin or end a document). Without
@@ -66,26 +47,17 @@ struct HfTokenizer {
 void write_hf_gpt2(const std::string& dir, const model::GptConfig& config, const model::ParamRegistry& registry,
                    const float* master, SafetensorsDType dtype, const HfTokenizer& tokenizer = {});
 
-// The model shape a Hugging Face folder's config.json gives (n_layer, n_head,
-// n_embd, n_positions, vocab_size), for --init-from without --model: nullopt
-// when `path` is not a Hugging Face model, has no config.json beside it, or
-// the config lacks one of those keys. A key that is not a positive integer is
-// refused on one line.
-std::optional<model::GptConfig> read_hf_config_shape(const std::string& path);
-// The config.json that read_hf_config_shape reads: DIR/config.json for a
-// folder, else the one beside the file.
-std::string hf_config_path(const std::string& path);
+// The GPT-2 model a config.json gives (n_layer, n_head, n_embd, n_positions,
+// vocab_size): nullopt when it lacks one of those keys. A key that is not a
+// positive integer is refused on one line starting with `source`.
+std::optional<model::GptConfig> hf_gpt2_config(const nlohmann::json& config, const std::string& source);
 
 // Refuses, on one line naming the tensor and both shapes, a file whose
 // tensors do not make `expected` (and a config.json beside it whose n_head
-// differs); also a missing or unexpected tensor.
+// differs, or that has a field the engine would not compute as GPT-2 does);
+// also a missing or unexpected tensor.
 void check_hf_gpt2(const std::string& path, const model::GptConfig& expected);
 void read_hf_gpt2(const std::string& path, const model::GptConfig& expected, const model::ParamRegistry& registry,
                   float* master);
-
-// --init-from in either format: checks the model's shape / reads it.
-void check_init_model(const std::string& path, const model::GptConfig& expected);
-void read_init_model(const std::string& path, const model::GptConfig& expected, const model::ParamRegistry& registry,
-                     float* master);
 
 }  // namespace launch

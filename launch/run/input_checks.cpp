@@ -11,8 +11,8 @@
 #include "engine/check.h"
 #include "launch/checkpoint/checkpoint.h"
 #include "launch/data/data_loader.h"
-#include "launch/formats/hf_gpt2.h"
 #include "launch/formats/llmc_model.h"
+#include "launch/formats/model_files.h"
 #include "launch/resilience/fault_injection.h"
 #include "launch/run/run_folder.h"
 
@@ -67,7 +67,7 @@ void check_inputs(const TrainConfig& config) {
   }
   if (!config.init_from.empty()) {
     if (is_hf_model_path(config.init_from)) {
-      check_hf_gpt2(config.init_from, config.model);
+      check_hf_model(config.init_from, config.model);
     } else {
       const model::GptConfig found = read_llmc_config(config.init_from);
       ENGINE_CHECK(found == config.model, "--init-from '", config.init_from, "' holds a model of another shape: ",

@@ -13,7 +13,7 @@
 #include "engine/check.h"
 #include "launch/data/bpe_tokenizer.h"
 #include "launch/data/llmc_tokenizer.h"
-#include "launch/formats/hf_gpt2.h"
+#include "launch/formats/model_files.h"
 #include "launch/run/auto_layout.h"
 #include "model/partition.h"
 #include "parallel/process_grid.h"
@@ -75,7 +75,8 @@ void TrainConfig::resolve(int cuda_devices, int world) {
       log_file_from_run_dir = true;
     }
   }
-  // --init-from a Hugging Face folder: its config.json gives the shape.
+  // --init-from a Hugging Face folder: its config.json gives the architecture
+  // and shape (GPT-2, Llama or Qwen2: launch/formats/model_files.h).
   const std::optional<model::GptConfig> init_shape = init_from.empty() ? std::nullopt : read_hf_config_shape(init_from);
   const bool shape_from_init = preset.empty() && init_shape.has_value();
   if (preset.empty() && !shape_from_init) preset = "gpt-demo";
@@ -112,8 +113,9 @@ void TrainConfig::resolve(int cuda_devices, int world) {
       if (value) asked += (asked.empty() ? "" : " ") + std::string(flag) + " " + std::to_string(value);
     if (!tokenizer.empty() && !shape_from_init && vocab_size == 0) asked += " with --tokenizer's vocabulary";
     ENGINE_CHECK(false, "--init-from '", init_from, "' holds a model of another shape: its config.json says ",
-                 init_shape->describe(), ", ", asked, " asks for ", model.describe(),
-                 " (leave out --model and the shape flags to take the folder's)");
+                 init_shape->describe(), ", ", asked, " asks for ", model.describe(), " (config.json's ",
+                 hf_config_difference(*init_shape, model), "; leave out --model and the shape flags to take the "
+                 "folder's)");
   }
   model.validate();
   // llm.c's model file holds a GPT-2 only (launch/formats/llmc_model.h).

@@ -74,7 +74,8 @@ struct TrainConfig {
   // schedule differs (another --steps, --lr, ...) is refused unless this is
   // set, and then follows its own schedule from the checkpoint's step.
   bool reset_schedule = false;
-  std::string init_from;                  // llm.c GPT-2 model file, or Hugging Face folder / .safetensors, to start from
+  // An llm.c GPT-2 model file, or a Hugging Face folder / .safetensors (GPT-2, Llama, Qwen2), to start from.
+  std::string init_from;
   // A save that fails (disk full) keeps the previous checkpoint and training
   // goes on; this many failures in a row stop the run.
   std::int64_t max_failed_saves = 3;
@@ -117,7 +118,9 @@ struct TrainConfig {
   bool eval_only = false;          // score the model (--init-from or --resume) on --val-data and exit
   std::int64_t log_interval = 1;   // print every K-th step (the JSONL keeps every step)
   std::string save_model;          // write the final model in llm.c's format here
-  std::string save_hf;             // write the final model as a Hugging Face GPT-2 folder here (launch/formats/hf_gpt2.h)
+  // Write the final model as a Hugging Face folder here: GPT-2, Llama or Qwen2 by the model's architecture
+  // (launch/formats/model_files.h).
+  std::string save_hf;
   std::string save_hf_dtype = "fp32";  // fp32 | bf16: the dtype of its model.safetensors
   double peak_tflops = 0;          // per device; 0 = table (GPU) or measured once and cached (CPU, launch/hardware/cpu_peak.h)
   std::string attention_flops = "causal";  // causal | full: attention FLOPs in MFU/HFU (model/flops.h)

@@ -11,7 +11,7 @@
 
 #include "engine/device.h"
 #include "engine/ops.h"
-#include "launch/formats/hf_gpt2.h"
+#include "launch/formats/model_files.h"
 #include "launch/resilience/job_error.h"
 #include "launch/resilience/stop_request.h"
 #include "launch/run/gpu_assignment.h"

@@ -18,8 +18,8 @@
 #include "launch/data/bpe_tokenizer.h"
 #include "launch/data/byte_tokenizer.h"
 #include "launch/data/llmc_tokenizer.h"
-#include "launch/formats/hf_gpt2.h"
 #include "launch/formats/llmc_model.h"
+#include "launch/formats/model_files.h"
 #include "launch/resilience/fault_injection.h"
 #include "launch/run/run_folder.h"
 #include "launch/run/sampler.h"
@@ -105,9 +105,10 @@ void Trainer::write_outputs(RunSummary& summary) {
       tokenizer.tokenizer_json = config_.tokenizer;
       tokenizer.end_of_text = BpeTokenizer::from_file(config_.tokenizer).token_to_id(kEndOfText);
     }
-    write_hf_gpt2(config_.save_hf, config_.model, whole_registry, whole.data(), parse_hf_dtype(config_.save_hf_dtype),
-                  tokenizer);
-    out_ << "model      written to " << config_.save_hf << " (Hugging Face GPT-2: model.safetensors, config.json, "
+    write_hf_model(config_.save_hf, config_.model, whole_registry, whole.data(), parse_hf_dtype(config_.save_hf_dtype),
+                   tokenizer);
+    out_ << "model      written to " << config_.save_hf << " (Hugging Face " << hf_architecture(config_.model)
+         << ": model.safetensors, config.json, "
          << "generation_config.json" << (tokenizer.tokenizer_json.empty() ? "" : ", tokenizer.json, tokenizer_config.json")
          << ", " << config_.save_hf_dtype << ")\n";
     if (tokenizer.tokenizer_json.empty())

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "engine/device.h"
-#include "launch/formats/hf_gpt2.h"
+#include "launch/formats/model_files.h"
 #include "launch/hardware/host_memory.h"
 #include "launch/resilience/job_error.h"
 #include "launch/resilience/rank_agreement.h"

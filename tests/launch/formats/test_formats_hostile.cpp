@@ -14,6 +14,7 @@
 
 #include "launch/formats/hf_gpt2.h"
 #include "launch/formats/llmc_model.h"
+#include "launch/formats/model_files.h"
 #include "launch/formats/safetensors.h"
 #include "launch/formats/safetensors_shards.h"
 #include "tests/launch/formats/hostile_model.h"

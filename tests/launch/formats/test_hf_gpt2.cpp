@@ -19,6 +19,7 @@
 #include "engine/check.h"
 #include "launch/formats/hf_gpt2.h"
 #include "launch/formats/llmc_model.h"
+#include "launch/formats/model_files.h"
 #include "launch/formats/safetensors.h"
 #include "launch/formats/safetensors_shards.h"
 #include "model/gpt_params.h"

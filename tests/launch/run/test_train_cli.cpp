@@ -11,11 +11,14 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <regex>
 #include <sstream>
 
+#include "launch/formats/hf_llama.h"
 #include "launch/resilience/exit_codes.h"
 #include "launch/run/metrics.h"
+#include "model/gpt_params.h"
 #include "tests/launch/process_harness.h"
 #include "tests/launch/training_fixture.h"
 
@@ -218,6 +221,53 @@ TEST_F(TrainCli, SaveHfExportsTheTokenizerOrSaysThereIsNone) {
   EXPECT_TRUE(std::filesystem::exists(dir_ / "hf_bytes/generation_config.json"));
   EXPECT_FALSE(std::filesystem::exists(dir_ / "hf_bytes/tokenizer.json"));
   EXPECT_NE(without.output.find("has no tokenizer: the run had no --tokenizer"), std::string::npos) << without.output;
+}
+
+// --init-from a Llama-family folder: config.json gives the architecture and
+// shape without --model (Llama or Qwen2, tied or not); a --model or shape flag
+// that disagrees is refused naming the field; --save-hf writes the
+// architecture back; --save-model (llm.c's GPT-2 format) is refused up front.
+TEST_F(TrainCli, InitFromALlamaFamilyFolder) {
+  const std::string common = "--micro-batch 2 --seq-len 16 --steps 2 --device cpu --peak-tflops 1 --train-data " +
+                             (dir_ / "train_*.bin");
+  // llama-micro (q/k/v bias, untied head: Qwen2's kind) trained and exported.
+  const Outcome saved = run_train(dir_, common + " --model llama-micro --checkpoint-dir " + (dir_ / "q_run") +
+                                            " --save-hf " + (dir_ / "qwen2"));
+  ASSERT_EQ(saved.exit_code, 0) << saved.output;
+  EXPECT_NE(saved.output.find("(Hugging Face Qwen2ForCausalLM: model.safetensors"), std::string::npos) << saved.output;
+  const Outcome loaded = run_train(dir_, common + " --init-from " + (dir_ / "qwen2"));
+  EXPECT_EQ(loaded.exit_code, 0) << loaded.output;
+  EXPECT_NE(loaded.output.find("model      " + (dir_ / "qwen2/config.json") +
+                               ": L=2 H=4 C=32 V=256(256) T=64 llama KV=2 F=64 rope=10000 eps=1e-05 qkv-bias untied,"),
+            std::string::npos) << loaded.output;
+  expect_refused(base_args(dir_) + " --init-from " + (dir_ / "qwen2"),
+                 "(config.json's model_type \"qwen2\", this run's model has \"gpt2\"; leave out --model");
+  expect_refused(common + " --model llama-micro --n-layer 3 --init-from " + (dir_ / "qwen2"),
+                 "--model llama-micro --n-layer 3 asks for L=3 H=4 C=32 V=256(256) T=64 llama KV=2 F=64 rope=10000 "
+                 "eps=1e-05 qkv-bias untied (config.json's num_hidden_layers 2, this run's model has 3;");
+  expect_refused(common + " --model llama-micro --n-kv-head 4 --init-from " + (dir_ / "qwen2"),
+                 "(config.json's num_key_value_heads 2, this run's model has 4;");
+
+  // A Llama folder (no bias, tied head) as transformers would write one:
+  // loaded without --model and exported as LlamaForCausalLM.
+  model::GptConfig llama = model::gpt_preset("llama-micro");
+  llama.qkv_bias = false;
+  llama.tied_embeddings = true;
+  const model::ParamRegistry registry = model::build_gpt_registry(llama);
+  std::vector<float> master(static_cast<std::size_t>(registry.total_numel()));
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  for (float& v : master) v = normal(rng);
+  launch::write_hf_llama(dir_ / "llama", llama, registry, master.data(), launch::SafetensorsDType::kF32);
+  const Outcome llama_run = run_train(dir_, common + " --checkpoint-dir " + (dir_ / "l_run") + " --init-from " +
+                                                (dir_ / "llama") + " --save-hf " + (dir_ / "llama_out"));
+  ASSERT_EQ(llama_run.exit_code, 0) << llama_run.output;
+  EXPECT_NE(llama_run.output.find("T=64 llama KV=2 F=64 rope=10000 eps=1e-05, "), std::string::npos)
+      << llama_run.output;
+  EXPECT_NE(llama_run.output.find("(Hugging Face LlamaForCausalLM: model.safetensors"), std::string::npos)
+      << llama_run.output;
+  expect_refused(common + " --model llama-micro --init-from " + (dir_ / "llama"),
+                 "(config.json's model_type \"llama\", this run's model has \"qwen2\";");
 }
 
 TEST_F(TrainCli, ZeroConfigurationsThatCannotWork) {
