@@ -56,7 +56,7 @@ int train(int argc, char** argv) {
   // Before anything slow: a signal during start-up is honoured between steps.
   launch::install_stop_handlers();
 
-  CLI::App app{"Train a GPT-2 style model on token shards (llm.c format), on one process or under mpirun."};
+  CLI::App app{"Train a GPT-2 or Llama-family model on token shards (llm.c format), on one process or under mpirun."};
   launch::TrainConfig config;
   launch::add_train_options(app, config);
   try {

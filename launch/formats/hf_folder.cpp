@@ -148,17 +148,30 @@ void read_hf_tensor(const SafetensorsShards& file, const std::string& name, std:
                  " at element ", i);
 }
 
-nlohmann::ordered_json HfTokenizerFiles::special_id() const {
-  return end_of_text ? nlohmann::ordered_json(*end_of_text) : nlohmann::ordered_json(nullptr);
+namespace {
+nlohmann::ordered_json id_or_null(const std::optional<HfSpecialToken>& t) {
+  return t ? nlohmann::ordered_json(t->id) : nlohmann::ordered_json(nullptr);
 }
+nlohmann::ordered_json text_or_null(const std::optional<HfSpecialToken>& t) {
+  return t ? nlohmann::ordered_json(t->text) : nlohmann::ordered_json(nullptr);
+}
+}  // namespace
+
+nlohmann::ordered_json HfTokenizerFiles::bos_id() const { return id_or_null(bos); }
+nlohmann::ordered_json HfTokenizerFiles::eos_id() const { return id_or_null(eos); }
 
 HfTokenizerFiles read_hf_tokenizer(const HfTokenizer& tokenizer, const GptConfig& config,
                                    std::optional<std::int64_t> default_end_of_text) {
   HfTokenizerFiles out;
-  out.end_of_text = tokenizer.tokenizer_json.empty() ? default_end_of_text : tokenizer.end_of_text;
-  ENGINE_CHECK(!out.end_of_text || (*out.end_of_text >= 0 && *out.end_of_text < config.vocab_size),
-               "--save-hf: the tokenizer's ", kEndOfText, " id ", out.end_of_text.value_or(0),
-               " is outside the model's vocabulary of ", config.vocab_size);
+  if (tokenizer.tokenizer_json.empty()) {
+    if (default_end_of_text) out.bos = out.eos = HfSpecialToken{*default_end_of_text, kEndOfText};
+  } else {
+    out.bos = tokenizer.bos;
+    out.eos = tokenizer.eos;
+  }
+  for (const std::optional<HfSpecialToken>* t : {&out.bos, &out.eos})
+    ENGINE_CHECK(!*t || ((*t)->id >= 0 && (*t)->id < config.vocab_size), "--save-hf: the tokenizer's ",
+                 (*t)->text, " id ", (*t)->id, " is outside the model's vocabulary of ", config.vocab_size);
   if (tokenizer.tokenizer_json.empty()) return out;
   const std::string not_regular = regular_file_problem(tokenizer.tokenizer_json);
   ENGINE_CHECK(not_regular.empty(), "--save-hf: the tokenizer '", tokenizer.tokenizer_json, "' ", not_regular);
@@ -173,9 +186,9 @@ HfTokenizerFiles read_hf_tokenizer(const HfTokenizer& tokenizer, const GptConfig
 
 void write_hf_tokenizer_files(const std::filesystem::path& dir, const GptConfig& config,
                               const HfTokenizerFiles& tokenizer) {
-  const nlohmann::ordered_json id = tokenizer.special_id();
   // What generate() starts from and stops at (GenerationConfig).
-  write_hf_json(dir / "generation_config.json", nlohmann::ordered_json{{"bos_token_id", id}, {"eos_token_id", id}});
+  write_hf_json(dir / "generation_config.json",
+                nlohmann::ordered_json{{"bos_token_id", tokenizer.bos_id()}, {"eos_token_id", tokenizer.eos_id()}});
   if (tokenizer.tokenizer_bytes.empty()) {
     // Not another run's tokenizer beside this model.
     for (const char* stale : {"tokenizer.json", "tokenizer_config.json"}) std::filesystem::remove(dir / stale);
@@ -188,11 +201,9 @@ void write_hf_tokenizer_files(const std::filesystem::path& dir, const GptConfig&
   AtomicFile copy((dir / "tokenizer.json").string());
   copy.write(tokenizer.tokenizer_bytes);
   copy.commit();
-  const nlohmann::ordered_json special =
-      tokenizer.end_of_text ? nlohmann::ordered_json(kEndOfText) : nlohmann::ordered_json(nullptr);
   write_hf_json(dir / "tokenizer_config.json", nlohmann::ordered_json{{"tokenizer_class", "PreTrainedTokenizerFast"},
-                                                                      {"bos_token", special},
-                                                                      {"eos_token", special},
+                                                                      {"bos_token", text_or_null(tokenizer.bos)},
+                                                                      {"eos_token", text_or_null(tokenizer.eos)},
                                                                       {"unk_token", nullptr},
                                                                       {"pad_token", nullptr},
                                                                       {"model_max_length", config.max_seq_len},

@@ -65,24 +65,32 @@ void read_hf_tensor(const SafetensorsShards& file, const std::string& name, std:
 
 // The tokenizer of a --save-hf folder (the run fills it from --tokenizer:
 // launch/run/trainer_outputs.cpp).
+// A special token of the tokenizer: its id and its text.
+struct HfSpecialToken {
+  std::int64_t id = 0;
+  std::string text;
+};
 struct HfTokenizer {
   // A Hugging Face tokenizer.json, copied byte for byte to DIR/tokenizer.json;
   // "" = the folder gets no tokenizer.
   std::string tokenizer_json;
-  // The id of "<|endoftext|>" in it, if it has that token: bos and eos.
-  std::optional<std::int64_t> end_of_text;
+  // What generate() starts from and stops at: "<|endoftext|>" for both in
+  // GPT-2's, Qwen2's and SmolLM2's tokenizers; Llama 3's starts a document
+  // with its template's "<|begin_of_text|>" and ends it with "<|end_of_text|>".
+  std::optional<HfSpecialToken> bos, eos;
 };
 
 // The run's tokenizer as --save-hf writes it, read before anything is
 // written (a problem with it leaves no half-written folder).
 struct HfTokenizerFiles {
   std::string tokenizer_bytes;                // "" = no tokenizer
-  std::optional<std::int64_t> end_of_text;    // bos and eos, if known
-  nlohmann::ordered_json special_id() const;  // end_of_text, or null
+  std::optional<HfSpecialToken> bos, eos;     // if known
+  nlohmann::ordered_json bos_id() const;      // the id, or null
+  nlohmann::ordered_json eos_id() const;
 };
 // Reads `tokenizer` for a model of `config`. Without a tokenizer,
 // `default_end_of_text` (GPT-2's 50256 for GPT-2's vocabulary) stands for
-// the end-of-text id; an id outside the vocabulary is refused.
+// bos and eos; an id outside the vocabulary is refused.
 HfTokenizerFiles read_hf_tokenizer(const HfTokenizer& tokenizer, const model::GptConfig& config,
                                    std::optional<std::int64_t> default_end_of_text);
 // DIR/generation_config.json (bos and eos for generate()) and, with a

@@ -198,8 +198,8 @@ void write_hf_gpt2(const std::string& dir, const GptConfig& config, const ParamR
   // which GPT2Config would otherwise default to 50256, an id outside the
   // vocabulary (transformers warns on loading, and generate() would wait for
   // a token that cannot come).
-  c["bos_token_id"] = tokenizer_files.special_id();
-  c["eos_token_id"] = tokenizer_files.special_id();
+  c["bos_token_id"] = tokenizer_files.bos_id();
+  c["eos_token_id"] = tokenizer_files.eos_id();
   write_hf_json(std::filesystem::path(dir) / "config.json", c);
   write_hf_tokenizer_files(dir, config, tokenizer_files);
 }

@@ -126,8 +126,8 @@ void write_hf_llama(const std::string& dir, const GptConfig& config, const Param
   // <|endoftext|>'s id in the run's tokenizer begins and ends documents;
   // without it null (LlamaConfig's defaults, 1 and 2, would be ids of this
   // vocabulary that mean nothing in particular).
-  c["bos_token_id"] = tokenizer_files.special_id();
-  c["eos_token_id"] = tokenizer_files.special_id();
+  c["bos_token_id"] = tokenizer_files.bos_id();
+  c["eos_token_id"] = tokenizer_files.eos_id();
   write_hf_json(std::filesystem::path(dir) / "config.json", c);
   write_hf_tokenizer_files(dir, config, tokenizer_files);
 }

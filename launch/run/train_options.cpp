@@ -47,8 +47,9 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
       ->group(kModel);
   app.add_option("--ffn-hidden", c.ffn_hidden, "Override a llama preset's SwiGLU width")->group(kModel);
   app.add_option("--init-from", c.init_from,
-                 "Start from a GPT-2 model: an llm.c model file, or a Hugging Face folder (model.safetensors) or "
-                 ".safetensors file; without --model, the shape comes from the folder's config.json")
+                 "Start from a model: a Hugging Face folder (GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM; "
+                 "model.safetensors or its sharded index) or .safetensors file, or an llm.c GPT-2 model file; "
+                 "without --model, the architecture and shape come from the folder's config.json")
       ->group(kModel);
 
   const char* kBatch = "Batch";
@@ -126,8 +127,9 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
                  "Write the final model here in llm.c's GPT-2 format (any layout: rank 0 gathers the slices)")
       ->group(kCkpt);
   app.add_option("--save-hf", c.save_hf,
-                 "Write the final model into this folder as Hugging Face GPT-2 (model.safetensors and config.json, "
-                 "loadable by transformers' GPT2LMHeadModel.from_pretrained)")
+                 "Write the final model into this folder for Hugging Face transformers (GPT2LMHeadModel, "
+                 "LlamaForCausalLM, or Qwen2ForCausalLM with a q/k/v bias): model.safetensors, config.json, "
+                 "generation_config.json and, with --tokenizer, the tokenizer files")
       ->group(kCkpt);
   app.add_option("--save-hf-dtype", c.save_hf_dtype, "dtype of --save-hf's tensors: fp32 or bf16")
       ->group(kCkpt)->capture_default_str()->check(CLI::IsMember({"fp32", "bf16"}));

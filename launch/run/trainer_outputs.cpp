@@ -28,6 +28,13 @@
 #include "parallel/pipeline_schedule.h"
 
 namespace launch {
+namespace {
+std::optional<HfSpecialToken> special_token(const BpeTokenizer& bpe, const std::string& text) {
+  const std::optional<std::int32_t> id = bpe.token_to_id(text);
+  if (!id) return std::nullopt;
+  return HfSpecialToken{*id, text};
+}
+}  // namespace
 
 StepMetrics Trainer::step_metrics(std::int64_t step, double loss, double norm, double lr, double seconds,
                                   const StepFlops& flops, PeakFlops& peak) {
@@ -103,7 +110,15 @@ void Trainer::write_outputs(RunSummary& summary) {
     HfTokenizer tokenizer;
     if (!config_.tokenizer.empty() && !LlmcTokenizer::is_llmc_file(config_.tokenizer)) {
       tokenizer.tokenizer_json = config_.tokenizer;
-      tokenizer.end_of_text = BpeTokenizer::from_file(config_.tokenizer).token_to_id(kEndOfText);
+      const BpeTokenizer bpe = BpeTokenizer::from_file(config_.tokenizer);
+      tokenizer.bos = tokenizer.eos = special_token(bpe, kEndOfText);
+      // Llama 3's template starts each document with its own token and its
+      // documents end with "<|end_of_text|>" (meta-llama's config.json).
+      if (bpe.document_start_from_template() && !bpe.document_start().empty()) {
+        const std::int32_t first = bpe.document_start().front();
+        tokenizer.bos = HfSpecialToken{first, bpe.decode(std::span<const std::int32_t>(&first, 1))};
+        if (auto end = special_token(bpe, "<|end_of_text|>")) tokenizer.eos = end;
+      }
     }
     write_hf_model(config_.save_hf, config_.model, whole_registry, whole.data(), parse_hf_dtype(config_.save_hf_dtype),
                    tokenizer);

@@ -30,6 +30,12 @@ using test_support::TempDir;
 
 namespace {
 
+// A tokenizer whose "<|endoftext|>" (id `id`) is bos and eos, as GPT-2's is.
+HfTokenizer eot_tokenizer(const std::string& json, std::int64_t id) {
+  return HfTokenizer{json, HfSpecialToken{id, "<|endoftext|>"}, HfSpecialToken{id, "<|endoftext|>"}};
+}
+
+
 // 200 tokens: padded to 256, so the unpadded vocabulary is exercised.
 model::GptConfig small_config() {
   model::GptConfig c;
@@ -455,7 +461,7 @@ std::string tokenizer_without_end_of_text(const std::string& path) {
 // and eos, and its id in config.json and generation_config.json.
 TEST_F(HfGpt2, WritesTheTokenizerAndGenerationConfig) {
   const std::string tokenizer = TOKENIZER_DATA_DIR "/tiny_bpe.json";  // <|endoftext|> is id 0
-  write_hf_gpt2(dir_ / "hf", config_, registry_, master_.data(), SafetensorsDType::kF32, {tokenizer, 0});
+  write_hf_gpt2(dir_ / "hf", config_, registry_, master_.data(), SafetensorsDType::kF32, eot_tokenizer(tokenizer, 0));
   EXPECT_EQ(read_bytes(dir_ / "hf/tokenizer.json"), read_bytes(tokenizer)) << "copied byte for byte";
   const nlohmann::json t = read_json(dir_ / "hf/tokenizer_config.json");
   EXPECT_EQ(t["tokenizer_class"], "PreTrainedTokenizerFast");  // takes tokenizer.json as written
@@ -473,7 +479,7 @@ TEST_F(HfGpt2, WritesTheTokenizerAndGenerationConfig) {
 // the folder with no special tokens; generate() then runs to max_new_tokens).
 TEST_F(HfGpt2, TokenizerWithoutEndOfTextWritesNullBosAndEos) {
   const std::string tokenizer = tokenizer_without_end_of_text(dir_ / "no_eot.json");
-  write_hf_gpt2(dir_ / "hf", config_, registry_, master_.data(), SafetensorsDType::kF32, {tokenizer, std::nullopt});
+  write_hf_gpt2(dir_ / "hf", config_, registry_, master_.data(), SafetensorsDType::kF32, HfTokenizer{tokenizer, std::nullopt, std::nullopt});
   EXPECT_EQ(read_bytes(dir_ / "hf/tokenizer.json"), read_bytes(tokenizer));
   const nlohmann::json t = read_json(dir_ / "hf/tokenizer_config.json");
   EXPECT_TRUE(t.contains("bos_token") && t["bos_token"].is_null());
@@ -489,7 +495,7 @@ TEST_F(HfGpt2, TokenizerWithoutEndOfTextWritesNullBosAndEos) {
 TEST_F(HfGpt2, WithoutATokenizerWritesNoTokenizerFiles) {
   // Over a folder that had one: the old tokenizer does not stay beside the new model.
   write_hf_gpt2(dir_ / "hf", config_, registry_, master_.data(), SafetensorsDType::kF32,
-                {TOKENIZER_DATA_DIR "/tiny_bpe.json", 0});
+                eot_tokenizer(TOKENIZER_DATA_DIR "/tiny_bpe.json", 0));
   ASSERT_TRUE(std::filesystem::exists(dir_ / "hf/tokenizer.json"));
   write_hf_gpt2(dir_ / "hf", config_, registry_, master_.data(), SafetensorsDType::kF32);
   EXPECT_FALSE(std::filesystem::exists(dir_ / "hf/tokenizer.json"));
@@ -508,12 +514,12 @@ TEST_F(HfGpt2, WithoutATokenizerWritesNoTokenizerFiles) {
 TEST_F(HfGpt2, EndOfTextOutsideTheVocabularyIsRefusedBeforeWriting) {
   const std::string e = error_of([&] {
     write_hf_gpt2(dir_ / "hf", config_, registry_, master_.data(), SafetensorsDType::kF32,
-                  {TOKENIZER_DATA_DIR "/gpt2.json", 50256});
+                  eot_tokenizer(TOKENIZER_DATA_DIR "/gpt2.json", 50256));
   });
   EXPECT_NE(e.find("<|endoftext|> id 50256 is outside the model's vocabulary of 200"), std::string::npos) << e;
   EXPECT_FALSE(std::filesystem::exists(dir_ / "hf/model.safetensors"));
   const std::string missing = error_of([&] {
-    write_hf_gpt2(dir_ / "hf", config_, registry_, master_.data(), SafetensorsDType::kF32, {dir_ / "none.json", 0});
+    write_hf_gpt2(dir_ / "hf", config_, registry_, master_.data(), SafetensorsDType::kF32, eot_tokenizer(dir_ / "none.json", 0));
   });
   EXPECT_NE(missing.find("none.json"), std::string::npos) << missing;
   EXPECT_FALSE(std::filesystem::exists(dir_ / "hf/model.safetensors"));

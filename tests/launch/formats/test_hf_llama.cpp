@@ -33,6 +33,12 @@ using test_support::TempDir;
 
 namespace {
 
+// A tokenizer whose "<|endoftext|>" (id `id`) is bos and eos, as GPT-2's is.
+HfTokenizer eot_tokenizer(const std::string& json, std::int64_t id) {
+  return HfTokenizer{json, HfSpecialToken{id, "<|endoftext|>"}, HfSpecialToken{id, "<|endoftext|>"}};
+}
+
+
 // llama-micro (L2 H4 KV2 C32 F64 T64) with 200 tokens, padded to 256: the
 // unpadded vocabulary is exercised.
 model::GptConfig micro(bool tied, bool qkv_bias, bool scaled = false) {
@@ -519,7 +525,7 @@ TEST_F(HfLlama, ReadsShardedFolders) {
 TEST_F(HfLlama, WritesTheTokenizerAndGenerationConfig) {
   const Model m(micro(true, false));
   const std::string tokenizer = TOKENIZER_DATA_DIR "/tiny_bpe.json";  // <|endoftext|> is id 0
-  write_hf_llama(dir_ / "tok", m.config, m.registry, m.master.data(), SafetensorsDType::kF32, {tokenizer, 0});
+  write_hf_llama(dir_ / "tok", m.config, m.registry, m.master.data(), SafetensorsDType::kF32, eot_tokenizer(tokenizer, 0));
   EXPECT_EQ(read_bytes(dir_ / "tok/tokenizer.json"), read_bytes(tokenizer));
   const nlohmann::json t = read_json(dir_ / "tok/tokenizer_config.json");
   EXPECT_EQ(t["tokenizer_class"], "PreTrainedTokenizerFast");
@@ -535,4 +541,20 @@ TEST_F(HfLlama, WritesTheTokenizerAndGenerationConfig) {
   EXPECT_EQ(read_json(dir_ / "dispatched/config.json")["architectures"][0], "LlamaForCausalLM");
   EXPECT_STREQ(hf_architecture(m.config), "LlamaForCausalLM");
   EXPECT_STREQ(hf_architecture(micro(true, true)), "Qwen2ForCausalLM");
+}
+
+// Llama 3's documents start with "<|begin_of_text|>" and end with
+// "<|end_of_text|>": bos and eos differ, in every file that names them.
+TEST_F(HfLlama, WritesDistinctBosAndEos) {
+  const Model m(micro(true, false));
+  const std::string tokenizer = TOKENIZER_DATA_DIR "/tiny_bpe.json";
+  write_hf_llama(dir_ / "llama3", m.config, m.registry, m.master.data(), SafetensorsDType::kF32,
+                 HfTokenizer{tokenizer, HfSpecialToken{1, "<|begin_of_text|>"}, HfSpecialToken{2, "<|end_of_text|>"}});
+  const nlohmann::json t = read_json(dir_ / "llama3/tokenizer_config.json");
+  EXPECT_EQ(t["bos_token"], "<|begin_of_text|>");
+  EXPECT_EQ(t["eos_token"], "<|end_of_text|>");
+  EXPECT_EQ(read_json(dir_ / "llama3/config.json")["bos_token_id"], 1);
+  EXPECT_EQ(read_json(dir_ / "llama3/config.json")["eos_token_id"], 2);
+  EXPECT_EQ(read_json(dir_ / "llama3/generation_config.json"),
+            (nlohmann::json{{"bos_token_id", 1}, {"eos_token_id", 2}}));
 }
