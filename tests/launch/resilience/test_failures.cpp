@@ -25,6 +25,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Every job this suite starts, under mpirun or alone, gets one OpenMP thread
+// per process: with the suite's own OMP_NUM_THREADS=2 (tests/CMakeLists.txt)
+// a job alone ran two threads, and beside a second copy of the suite (four
+// threads on two cores) libgomp's spin-waiting made each step 14x slower
+// (37 ms -> 520 ms), so a 1500-step run overran its 300 s wait.
 const std::vector<std::string> kMpiEnv = {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
                                           "OMPI_MCA_rmaps_base_oversubscribe=1", "OMP_NUM_THREADS=1"};
 
@@ -173,7 +178,7 @@ TEST_F(Failures, StoppedRankEndsTheJobNamingIt) {
 
 TEST_F(Failures, SigtermCheckpointsStopsAndResumesBitIdentically) {
   const std::int64_t steps = 1500;  // far more than the run takes before the signal
-  Child job(train_command(0, args(steps, "term")), out("term"), err("term"));
+  Child job(train_command(0, args(steps, "term")), out("term"), err("term"), kMpiEnv);
   ASSERT_TRUE(wait_until([&] { return last_logged_step(dir_ / "term.jsonl") >= 20; }, 120)) << job.err();
   job.signal(SIGTERM);
   ASSERT_EQ(job.wait(60), launch::kExitStopped) << job.err();
@@ -184,9 +189,9 @@ TEST_F(Failures, SigtermCheckpointsStopsAndResumesBitIdentically) {
   EXPECT_TRUE(fs::exists(dir_ / ("ck_term/step_" + std::string(8 - std::to_string(stopped_at).size(), '0') +
                                  std::to_string(stopped_at))));
 
-  Child resumed(train_command(0, args(steps, "term") + " --resume auto"), out("term2"), err("term2"));
+  Child resumed(train_command(0, args(steps, "term") + " --resume auto"), out("term2"), err("term2"), kMpiEnv);
   ASSERT_EQ(resumed.wait(300), 0) << resumed.err();
-  Child reference(train_command(0, args(steps, "ref")), out("ref"), err("ref"));
+  Child reference(train_command(0, args(steps, "ref")), out("ref"), err("ref"), kMpiEnv);
   ASSERT_EQ(reference.wait(300), 0) << reference.err();
   const auto want = checkpoint_files(dir_ / "ck_ref/step_00001500");
   ASSERT_FALSE(want.empty());
@@ -202,7 +207,7 @@ TEST_F(Failures, SigtermWithNothingSavedDoesNotAdviseResume) {
   std::string no_checkpoints = args(1500, "nock");
   no_checkpoints.replace(no_checkpoints.find(" --checkpoint-dir "),
                          std::string(" --checkpoint-dir ").size() + (dir_ / "ck_nock").size(), "");
-  Child job(train_command(0, no_checkpoints), out("nock"), err("nock"));
+  Child job(train_command(0, no_checkpoints), out("nock"), err("nock"), kMpiEnv);
   ASSERT_TRUE(wait_until([&] { return last_logged_step(dir_ / "nock.jsonl") >= 5; }, 120)) << job.err();
   job.signal(SIGTERM);
   ASSERT_EQ(job.wait(60), launch::kExitStopped) << job.err();
@@ -222,7 +227,7 @@ TEST_F(Failures, Sigusr1ToMpirunStopsEveryRankWithACheckpoint) {
 }
 
 TEST_F(Failures, SecondSignalAbortsAtOnce) {
-  Child job(train_command(0, args(1000000, "twice")), out("twice"), err("twice"));
+  Child job(train_command(0, args(1000000, "twice")), out("twice"), err("twice"), kMpiEnv);
   ASSERT_TRUE(wait_until([&] { return last_logged_step(dir_ / "twice.jsonl") >= 3; }, 120)) << job.err();
   // Two different signals: two of the same kind sent at once may merge into
   // one pending signal. Either may be handled first.
