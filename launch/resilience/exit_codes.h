@@ -6,7 +6,8 @@
 //   1    it failed after start-up (a crash, an I/O error): a restart may help
 //   64   EX_USAGE: bad flags or config; a restart cannot help
 //   65   EX_DATAERR: bad input (a token shard, a model file, a folder that
-//        takes no writes); a restart cannot help. A bad training shard found
+//        takes no writes, a checkpoint of another run or model to resume);
+//        a restart cannot help. A bad training shard found
 //        mid-run stops with this code after a checkpoint.
 //   75   EX_TEMPFAIL: stopped on request (SIGTERM, SIGINT, SIGUSR1) after a
 //        checkpoint; not a failure: continue with --resume auto

@@ -14,6 +14,7 @@
 #include "launch/checkpoint/checkpoint.h"
 #include "launch/checkpoint/checkpoint_files.h"
 #include "launch/checkpoint/checkpoint_saver.h"
+#include "launch/resilience/command_line.h"
 #include "launch/resilience/fault_injection.h"
 #include "launch/resilience/job_error.h"
 #include "launch/resilience/rank_agreement.h"
@@ -152,9 +153,11 @@ void Trainer::resume() {
       hard = e.what();
     }
     // Another run's checkpoint, a model of another shape, a layout 1-bit Adam
-    // cannot take: an older checkpoint would not do better. Stop.
+    // cannot take: an older checkpoint would not do better, nor would a
+    // restart with the same flags. Stop, as for bad input (no source
+    // location: the fault is in what was given, not in the engine).
     hard = first_error(*host_world_, hard);
-    if (!hard.empty()) throw JobError(kExitFailed, hard);
+    if (!hard.empty()) throw JobError(kExitBadInput, without_source_location(hard));
     damage = first_error(*host_world_, damage);
     if (damage.empty()) {
       finish_resume(dir, *state, restored, damage_reports);

@@ -149,8 +149,10 @@ TEST_F(ErrorReporting, MultiLineMessageIsPrintedAsOneLine) {
   Child first = run(0, args(2) + ck, "first");
   ASSERT_EQ(first.wait(120), 0) << first.err();
   Child job = run(0, args(4) + ck + " --n-layer 3 --seed 7 --resume latest", "other_run");
-  ASSERT_EQ(job.wait(120), launch::kExitFailed) << job.err();
+  // Bad input: no restart with these flags could load it (launch/supervise does not retry).
+  ASSERT_EQ(job.wait(120), launch::kExitBadInput) << job.err();
   const std::string err = job.err();
+  EXPECT_EQ(err.find(".cpp:"), std::string::npos) << "a source location in a bad-input error: " << err;
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
   EXPECT_EQ(err.rfind("error: checkpoint '", 0), 0u) << err;
   EXPECT_NE(err.find("was written by a different run: model: checkpoint has"), std::string::npos) << err;
