@@ -147,6 +147,33 @@ inline void expect_close_to_reference(const TrainedRun& run, const TrainedRun& r
 // Trains `config` for its steps with a checkpoint half way, then resumes a
 // second run from that checkpoint: the second half's losses must be equal
 // bit for bit.
+// Trains `source` on the first ranks of the world with one checkpoint at
+// step `saved_at` (in dir/ckpt_TAG) and returns that checkpoint's folder.
+inline std::string write_layout_checkpoint(launch::TrainConfig source, const SharedDir& dir, const std::string& tag,
+                                           int saved_at) {
+  source.checkpoint_dir = dir / ("ckpt_" + tag);
+  source.checkpoint_interval = saved_at;
+  const int ranks = source.tp * source.pp * source.dp;
+  on_groups(ranks, [&](MPI_Comm group) {
+    if (world_rank() < ranks) train_run(source, group);
+  });
+  MPI_Barrier(MPI_COMM_WORLD);
+  const std::string step = std::to_string(saved_at);
+  return dir / ("ckpt_" + tag + "/step_" + std::string(8 - step.size(), '0') + step);
+}
+
+// Resumes `checkpoint` (saved at `saved_at`) under `target` and compares the
+// continuation with `tail`, the uninterrupted run's steps after it.
+inline void expect_resumes(const std::string& checkpoint, launch::TrainConfig target, const TrainedRun& tail,
+                           int saved_at, const std::string& what) {
+  target.resume = checkpoint;
+  on_groups(target.tp * target.pp * target.dp, [&](MPI_Comm group) {
+    const TrainedRun resumed = train_run(target, group);
+    ASSERT_EQ(resumed.summary.first_step, saved_at) << what;
+    expect_close_to_reference(resumed, tail, what);
+  });
+}
+
 inline void expect_exact_resume(launch::TrainConfig config, const SharedDir& dir, const std::string& tag) {
   config.steps = 6;
   config.checkpoint_dir = dir / ("ckpt_" + tag);

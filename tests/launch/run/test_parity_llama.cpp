@@ -63,20 +63,10 @@ class LlamaParity : public ::testing::Test {
 
   // Trains `source` with a checkpoint at kSavedAt, resumes it under `target`,
   // and compares the continuation with the uninterrupted process.
-  static void expect_resumes(launch::TrainConfig source, launch::TrainConfig target, const std::string& tag) {
-    source.checkpoint_dir = *dir_ / ("ckpt_" + tag);
-    source.checkpoint_interval = kSavedAt;
-    const int ranks = source.tp * source.pp * source.dp;
-    on_groups(ranks, [&](MPI_Comm group) {
-      if (world_rank() < ranks) train_run(source, group);
-    });
-    MPI_Barrier(MPI_COMM_WORLD);
-    target.resume = *dir_ / ("ckpt_" + tag + "/step_00000003");
-    on_groups(target.tp * target.pp * target.dp, [&](MPI_Comm group) {
-      const TrainedRun resumed = train_run(target, group);
-      ASSERT_EQ(resumed.summary.first_step, kSavedAt) << tag;
-      expect_close_to_reference(resumed, *tail_, name(source) + " resumed as " + name(target));
-    });
+  static void expect_resumes(const launch::TrainConfig& source, const launch::TrainConfig& target,
+                             const std::string& tag) {
+    test_support::expect_resumes(write_layout_checkpoint(source, *dir_, tag, kSavedAt), target, *tail_, kSavedAt,
+                                 name(source) + " resumed as " + name(target));
   }
 
   static SharedDir* dir_;

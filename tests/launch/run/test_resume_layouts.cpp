@@ -44,26 +44,11 @@ class ResumeLayouts : public ::testing::Test {
     return c;
   }
 
-  // Trains `source` on the first ranks with a checkpoint at kSavedAt.
-  static std::string write_checkpoint(launch::TrainConfig source, const std::string& tag) {
-    source.checkpoint_dir = *dir_ / ("ckpt_" + tag);
-    source.checkpoint_interval = kSavedAt;
-    const int ranks = source.tp * source.pp * source.dp;
-    on_groups(ranks, [&](MPI_Comm group) {
-      if (world_rank() < ranks) train_run(source, group);
-    });
-    MPI_Barrier(MPI_COMM_WORLD);
-    return *dir_ / ("ckpt_" + tag + "/step_00000003");
+  static std::string write_checkpoint(const launch::TrainConfig& source, const std::string& tag) {
+    return write_layout_checkpoint(source, *dir_, tag, kSavedAt);
   }
-
-  // Resumes `checkpoint` under `target` and compares with the uninterrupted process.
-  static void expect_resumes(const std::string& checkpoint, launch::TrainConfig target, const std::string& what) {
-    target.resume = checkpoint;
-    on_groups(target.tp * target.pp * target.dp, [&](MPI_Comm group) {
-      const TrainedRun resumed = train_run(target, group);
-      ASSERT_EQ(resumed.summary.first_step, kSavedAt) << what;
-      expect_close_to_reference(resumed, *tail_, what);
-    });
+  static void expect_resumes(const std::string& checkpoint, const launch::TrainConfig& target, const std::string& what) {
+    test_support::expect_resumes(checkpoint, target, *tail_, kSavedAt, what);
   }
 
   static SharedDir* dir_;
