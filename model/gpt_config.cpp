@@ -79,12 +79,6 @@ const Preset kPresets[] = {
 
 const char* architecture_name(Architecture arch) { return arch == Architecture::kLlama ? "llama" : "gpt2"; }
 
-Architecture parse_architecture(const std::string& text) {
-  if (text == "gpt2") return Architecture::kGpt2;
-  if (text == "llama") return Architecture::kLlama;
-  ENGINE_FAIL("unknown architecture '", text, "'; known: gpt2, llama");
-}
-
 void GptConfig::validate() const {
   ENGINE_CHECK(n_layer >= 1, "model: n_layer must be >= 1, got ", n_layer);
   ENGINE_CHECK(n_head >= 1, "model: n_head must be >= 1, got ", n_head);

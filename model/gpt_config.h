@@ -19,7 +19,6 @@ namespace model {
 
 enum class Architecture : std::uint8_t { kGpt2, kLlama };
 const char* architecture_name(Architecture arch);  // "gpt2" | "llama"
-Architecture parse_architecture(const std::string& text);  // throws naming the known ones
 
 // Llama 3's rope scaling ("rope_type": "llama3" in config.json): wavelengths
 // longer than original_max_position / low_freq_factor are slowed down by
@@ -67,7 +66,6 @@ struct GptConfig {
   // Rows of the MLP's first weight: 4C, or gate and up fused (2F).
   std::int64_t fc_width() const { return is_llama() ? 2 * ffn_hidden : 4 * n_embd; }
   bool has_linear_biases() const { return !is_llama(); }  // GPT-2's biases on every linear layer and norm
-  bool has_qkv_bias() const { return !is_llama() || qkv_bias; }
   bool has_position_table() const { return !is_llama(); }
 
   // Throws engine::Error naming the first impossible value (non-positive

@@ -52,6 +52,7 @@ examples/gpu/llama_check.sh. Nothing here needs data or network access.
 import argparse
 import importlib
 import math
+import os
 import sys
 import time
 from collections import namedtuple
@@ -85,18 +86,9 @@ PRESETS = {
     "llama-micro": llama(64, 256, 2, 4, 2, 32, 64, 10000.0, 1e-5, qkv_bias=True, tied=False),
     "llama-demo": llama(128, 256, 4, 4, 2, 128, 384, 10000.0, 1e-5),
 }
-VOCAB_PAD_MULTIPLE = 128  # GptConfig::kVocabPadMultiple
-
-# engine/device.cpp's gpu_peak_flops_by_name, same keys in the same order
-# (first substring match wins, so "L40S" is tried before "L4").
-PEAK_FLOPS_BY_NAME = [
-    ("H200", 989e12), ("H100", 989e12), ("GH200", 989e12), ("A100", 312e12),
-    ("A10G", 125e12), ("L40S", 362e12), ("L4", 121e12), ("B200", 2250e12),
-]
-
-
-def padded_vocab(vocab_size):
-    return (vocab_size + VOCAB_PAD_MULTIPLE - 1) // VOCAB_PAD_MULTIPLE * VOCAB_PAD_MULTIPLE
+# The GPT-2 baseline's peak table (engine/device.cpp's) and vocabulary padding, shared.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pytorch_reference import PEAK_FLOPS_BY_NAME, VOCAB_PAD_MULTIPLE, padded_vocab, peak_flops  # noqa: E402,F401
 
 
 def training_flops_per_step(m, sequences, seq_len, attention="causal"):
@@ -116,15 +108,6 @@ def engine_num_parameters(m):
     qkv = (m.H + 2 * m.KV) * d
     per_block = C + qkv * C + (qkv if m.qkv_bias else 0) + C * C + C + 3 * m.F * C
     return Vp * C * (1 if m.tied else 2) + m.L * per_block + C
-
-
-def peak_flops(device_name, override_tflops):
-    if override_tflops is not None:
-        return override_tflops * 1e12
-    for key, flops in PEAK_FLOPS_BY_NAME:
-        if key in device_name:
-            return flops
-    return 0.0
 
 
 def torch_version():

@@ -46,10 +46,11 @@ void choose_layout(TrainConfig& c, const std::set<std::string>& given) {
   std::vector<Prediction> ranked = plan(r);
   if (given.count("--dp") && c.dp > 0)
     std::erase_if(ranked, [&](const Prediction& p) { return p.layout.dp != c.dp; });
+  std::string kept;
+  for (const std::string& flag : given) kept += (kept.empty() ? "" : ", ") + flag;
   ENGINE_CHECK(!ranked.empty(), "--layout auto: no layout of ", c.world_size, " devices runs ", r.global_batch,
                " sequences of ", c.seq_len, " tokens with the flags given by hand (",
-               given.empty() ? std::string("none") : *given.begin() + (given.size() > 1 ? ", ..." : ""),
-               "); give fewer of them");
+               kept.empty() ? std::string("none") : kept, "); give fewer of them");
   if (!ranked.front().fits) {
     // The nearest: the three that need least memory.
     std::sort(ranked.begin(), ranked.end(), [](const Prediction& a, const Prediction& b) {

@@ -28,6 +28,7 @@
 #include "launch/data/byte_tokenizer.h"
 #include "launch/data/data_loader.h"
 #include "launch/data/token_shard.h"
+#include "tests/launch/data/data_test_util.h"
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
@@ -35,41 +36,8 @@ using ::testing::HasSubstr;
 namespace launch {
 namespace {
 
-// A fresh directory under the system temp dir, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            ("test_data_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) + "_" +
-             std::to_string(std::random_device{}()));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-// Runs `body` and returns the engine::Error message it throws ("" and a
-// test failure if it does not throw).
-template <typename Body>
-std::string error_of(Body&& body) {
-  try {
-    body();
-  } catch (const engine::Error& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "expected engine::Error, nothing was thrown";
-  return "";
-}
+using data_test::TempDir;
+using data_test::error_of;
 
 // Shard s's token i is s * 1000 + i: every token says where it came from.
 std::vector<std::uint16_t> labelled_tokens(int shard, int count) {

@@ -24,6 +24,7 @@
 #include "launch/data/bpe_tokenizer.h"
 #include "launch/data/data_loader.h"
 #include "launch/data/token_shard.h"
+#include "tests/launch/data/data_test_util.h"
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
@@ -31,36 +32,8 @@ using ::testing::HasSubstr;
 namespace launch {
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() / ("test_shard_versions_" + std::to_string(::getpid()) + "_" +
-                                         std::to_string(counter++) + "_" + std::to_string(std::random_device{}()));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
-
-template <typename Body>
-std::string error_of(Body&& body) {
-  try {
-    body();
-  } catch (const engine::Error& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "expected engine::Error, nothing was thrown";
-  return "";
-}
+using data_test::TempDir;
+using data_test::error_of;
 
 std::vector<char> read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
