@@ -4,6 +4,7 @@
 // names the op and the tensor whatever the device.
 #include "engine/ops.h"
 
+#include <cmath>
 #include <string>
 
 #include "engine/cpu/cpu_ops.h"
@@ -125,7 +126,7 @@ void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& do
 }
 
 void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
-                       const Tensor& weight, const Tensor& bias) {
+                       const Tensor& weight, const Tensor& bias, double eps) {
   ScopedOpTimer timer("layernorm_forward");
   const std::int64_t C = inp.dim(-1), N = inp.numel() / C;
   expect_rows(out, N, C, "layernorm_forward: out");
@@ -133,7 +134,8 @@ void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd
   expect_numel(rstd, N, "layernorm_forward: rstd");
   expect_numel(weight, C, "layernorm_forward: weight");
   expect_numel(bias, C, "layernorm_forward: bias");
-  ENGINE_DISPATCH(out, layernorm_forward, out, mean, rstd, inp, weight, bias);
+  ENGINE_CHECK(eps > 0 && std::isfinite(eps), "layernorm_forward: eps must be positive and finite, got ", eps);
+  ENGINE_DISPATCH(out, layernorm_forward, out, mean, rstd, inp, weight, bias, eps);
 }
 
 void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,

@@ -42,12 +42,14 @@ void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wt
 void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens,
                         std::int64_t vocab_start = 0, std::int64_t position_start = 0);
 
-// ---- layer norm (Ba et al. 2016), eps = 1e-5 --------------------------------
+// ---- layer norm (Ba et al. 2016) ---------------------------------------------
+// rstd = 1 / sqrt(biased variance + eps); GPT-2's eps is 1e-5
+// (GptConfig::norm_eps, config.json's layer_norm_epsilon).
 //   out (N,C), mean (N), rstd (N), inp (N,C), weight (C), bias (C)
 // Statistics (mean, rstd, losses, attention's saved state) are f32, or f64 on
 // the CPU's fp64 reference path; weights may be f32 while activations are bf16.
 void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
-                       const Tensor& weight, const Tensor& bias);
+                       const Tensor& weight, const Tensor& bias, double eps);
 // dinp ACCUMULATES (+=); dweight, dbias accumulate.
 void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                         const Tensor& inp, const Tensor& weight, const Tensor& mean, const Tensor& rstd);

@@ -44,6 +44,10 @@
 // --tokenizer does. The input is read twice (learn, then encode) rather than
 // held in memory.
 //
+// --threads N encodes blocks on N threads (default: the machine's cores).
+// Each block is encoded on its own anyway, so the shards are byte-identical
+// for every N (launch/data/prepare_encode.h).
+//
 // This file is the command line; the steps are launch/data/prepare_*.h
 // (prepare_run.h runs them in order).
 
@@ -53,6 +57,7 @@
 #include <iostream>
 #include <limits>
 
+#include "launch/data/prepare_encode.h"
 #include "launch/data/prepare_options.h"
 #include "launch/data/prepare_run.h"
 #include "launch/data/token_shard.h"
@@ -96,6 +101,12 @@ int main(int argc, char** argv) {
                  "Where --train-tokenizer writes the tokenizer.json (default DIR/NAME_tokenizer.json); give it to "
                  "train --tokenizer")
       ->needs(learn);
+  options.threads = launch::prepare::default_prepare_threads();
+  app.add_option("--threads", options.threads,
+                 "Threads that encode text (default: this machine's cores); the shards are byte-identical for "
+                 "every count")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
   app.add_flag("--overwrite", options.overwrite, "Replace shards of the same name left by an earlier run");
 
   try {

@@ -96,17 +96,16 @@ void GptConfig::validate() const {
                  n_kv_head, "); use the llama architecture");
     ENGINE_CHECK(ffn_hidden == 0 || ffn_hidden == 4 * n_embd, "model: gpt2's MLP is 4 x n_embd wide (ffn_hidden ",
                  ffn_hidden, "); use the llama architecture");
-    ENGINE_CHECK(!rope_scaling.enabled() && !qkv_bias && tied_embeddings && norm_eps == 1e-5,
-                 "model: rope scaling, a q/k/v-only bias, an untied head and another norm epsilon are llama "
-                 "settings, not gpt2's");
-    return;
+    ENGINE_CHECK(!rope_scaling.enabled() && !qkv_bias,
+                 "model: rope scaling and a q/k/v-only bias are llama settings, not gpt2's");
   }
+  ENGINE_CHECK(norm_eps > 0 && std::isfinite(norm_eps), "model: norm_eps must be positive, got ", norm_eps);
+  if (!is_llama()) return;
   ENGINE_CHECK(n_kv_head >= 1 && n_kv_head <= n_head && n_head % n_kv_head == 0, "model: n_head ", n_head,
                " is not a multiple of n_kv_head ", n_kv_head, " (each key/value head serves n_head / n_kv_head "
                "query heads)");
   ENGINE_CHECK(ffn_hidden >= 1, "model: ffn_hidden (the SwiGLU width) must be >= 1, got ", ffn_hidden);
   ENGINE_CHECK(head_size() % 2 == 0, "model: head size ", head_size(), " must be even for rotary embeddings");
-  ENGINE_CHECK(norm_eps > 0 && std::isfinite(norm_eps), "model: norm_eps must be positive, got ", norm_eps);
   ENGINE_CHECK(rope_theta > 1 && std::isfinite(rope_theta), "model: rope_theta must be > 1, got ", rope_theta);
   if (rope_scaling.enabled())
     ENGINE_CHECK(rope_scaling.factor >= 1 && rope_scaling.low_freq_factor > 0 &&
@@ -135,7 +134,7 @@ std::int64_t GptConfig::num_parameters() const {
                                  + 2 * C               // ln_2
                                  + 4 * C * C + 4 * C   // mlp fc
                                  + 4 * C * C + C;      // mlp projection
-  return Vp * C + max_seq_len * C + L * per_block + 2 * C;
+  return Vp * C * (tied_embeddings ? 1 : 2) + max_seq_len * C + L * per_block + 2 * C;
 }
 
 std::string GptConfig::describe() const {
@@ -149,6 +148,11 @@ std::string GptConfig::describe() const {
           << rope_scaling.high_freq_factor << "," << rope_scaling.original_max_position << ")";
     out << " eps=" << norm_eps;
     if (qkv_bias) out << " qkv-bias";
+    if (!tied_embeddings) out << " untied";
+  } else {
+    // GPT-2's own eps and tied head go unsaid, so a GPT-2 checkpoint's
+    // recorded model (this text) reads as it did before either could change.
+    if (norm_eps != kGpt2NormEps) out << " eps=" << norm_eps;
     if (!tied_embeddings) out << " untied";
   }
   return out.str();

@@ -41,14 +41,16 @@ struct GptConfig {
   std::int64_t n_head = 12;
   std::int64_t n_embd = 768;
   Architecture arch = Architecture::kGpt2;
+  // Both architectures (a GPT2Config's layer_norm_epsilon and tie_word_embeddings):
+  static constexpr double kGpt2NormEps = 1e-5;
+  double norm_eps = kGpt2NormEps;  // the LayerNorm's (gpt2) or RMSNorm's (llama) epsilon
+  bool tied_embeddings = true;     // false: a separate lm_head.weight
   // llama only (validate() refuses them on gpt2, which has none of them):
   std::int64_t n_kv_head = 0;   // key/value heads; 0 = n_head
   std::int64_t ffn_hidden = 0;  // SwiGLU width F (gate and up each F wide)
-  double norm_eps = 1e-5;       // RMSNorm's epsilon (GPT-2's LayerNorm is fixed at 1e-5)
   double rope_theta = 10000;    // RoPE base
   RopeScaling rope_scaling;
   bool qkv_bias = false;        // Qwen2's bias on q, k and v
-  bool tied_embeddings = true;  // false: a separate lm_head.weight
 
   // The embedding table and logits are padded to a multiple of 128 so the LM
   // head's matmul has a friendly width (llm.c pads 50257 to 50304 for this).

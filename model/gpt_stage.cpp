@@ -158,7 +158,7 @@ void GptStage::cross_entropy(int slot, double grad_scale) {
 
 void GptStage::norm_forward(const Tensor& out, const Tensor& in, const UnitView& lnf) const {
   if (config_.is_llama()) ops::rmsnorm_forward(out, lnf_rstd_, in, lnf["ln_f.weight"], config_.norm_eps);
-  else ops::layernorm_forward(out, lnf_mean_, lnf_rstd_, in, lnf["ln_f.weight"], lnf["ln_f.bias"]);
+  else ops::layernorm_forward(out, lnf_mean_, lnf_rstd_, in, lnf["ln_f.weight"], lnf["ln_f.bias"], config_.norm_eps);
 }
 
 void GptStage::head_forward(int slot, double grad_scale, bool with_loss) {

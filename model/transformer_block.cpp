@@ -72,7 +72,7 @@ BlockScratch allocate_block_scratch(engine::Arena& arena, const GptConfig& confi
 void TransformerBlock::norm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& in,
                                     const Tensor& w, const Tensor& b) const {
   if (config_.is_llama()) ops::rmsnorm_forward(out, rstd, in, w, config_.norm_eps);
-  else ops::layernorm_forward(out, mean, rstd, in, w, b);
+  else ops::layernorm_forward(out, mean, rstd, in, w, b, config_.norm_eps);
 }
 
 void TransformerBlock::norm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& db, const Tensor& dout,

@@ -1,5 +1,5 @@
-// Layer normalisation (Ba, Kiros & Hinton 2016) over the last dim, eps = 1e-5,
-// biased variance, as GPT-2 uses. Forward and backward follow llm.c's
+// Layer normalisation (Ba, Kiros & Hinton 2016) over the last dim, biased
+// variance plus eps (GPT-2's 1e-5, or a config.json's layer_norm_epsilon). Forward and backward follow llm.c's
 // layernorm_forward/_backward; statistics are accumulated in double so the
 // f32 path loses nothing to long rows.
 #include <algorithm>
@@ -12,13 +12,12 @@
 namespace engine::cpu {
 namespace {
 
-constexpr double kLayerNormEps = 1e-5;
 // Channels per task of the weight/bias gradient reduction.
 constexpr std::int64_t kChannelBlock = 64;
 
 template <typename T>
 void layernorm_forward_impl(const Tensor& out_t, const Tensor& mean_t, const Tensor& rstd_t, const Tensor& inp_t,
-                            const Tensor& weight_t, const Tensor& bias_t) {
+                            const Tensor& weight_t, const Tensor& bias_t, double eps) {
   const std::int64_t C = inp_t.dim(-1), N = inp_t.numel() / C;
   T* out = out_t.data_as<T>();                   // (N, C)
   T* mean = mean_t.data_as<T>();                 // (N)
@@ -40,7 +39,7 @@ void layernorm_forward_impl(const Tensor& out_t, const Tensor& mean_t, const Ten
       const double d = x[c] - m;
       sq += d * d;
     }
-    const double s = 1.0 / std::sqrt(sq / static_cast<double>(C) + kLayerNormEps);
+    const double s = 1.0 / std::sqrt(sq / static_cast<double>(C) + eps);
     const T m_t = static_cast<T>(m), s_t = static_cast<T>(s);
     for (std::int64_t c = 0; c < C; ++c) o[c] = (x[c] - m_t) * s_t * weight[c] + bias[c];
     mean[n] = m_t;
@@ -116,10 +115,10 @@ void layernorm_backward_impl(const Tensor& dinp_t, const Tensor& dweight_t, cons
 }  // namespace
 
 void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
-                       const Tensor& weight, const Tensor& bias) {
+                       const Tensor& weight, const Tensor& bias, double eps) {
   expect_dtypes("layernorm_forward", inp.dtype(), {&out, &mean, &rstd, &weight, &bias});
   dispatch_float(inp.dtype(), "layernorm_forward", [&](auto tag) {
-    layernorm_forward_impl<decltype(tag)>(out, mean, rstd, inp, weight, bias);
+    layernorm_forward_impl<decltype(tag)>(out, mean, rstd, inp, weight, bias, eps);
   });
 }
 

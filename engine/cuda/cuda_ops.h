@@ -22,7 +22,7 @@ void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wt
 void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens,
                         std::int64_t vocab_start, std::int64_t position_start);
 void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
-                       const Tensor& weight, const Tensor& bias);
+                       const Tensor& weight, const Tensor& bias, double eps);
 void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                         const Tensor& inp, const Tensor& weight, const Tensor& mean, const Tensor& rstd);
 void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,

@@ -1,5 +1,5 @@
-// Layer normalisation (Ba, Kiros & Hinton 2016) over the last dim, eps = 1e-5,
-// biased variance, as GPT-2 uses; forward after llm.c. The backward, which
+// Layer normalisation (Ba, Kiros & Hinton 2016) over the last dim, biased variance plus eps
+// (GPT-2's 1e-5, or a config.json's layer_norm_epsilon); forward after llm.c. The backward, which
 // reads the mean and rstd saved here, is in layernorm_backward.cu; the helpers
 // both use are in layernorm_common.cuh.
 //
@@ -19,13 +19,11 @@
 namespace engine::cuda {
 namespace {
 
-constexpr float kLayerNormEps = 1e-5f;
-
 // One warp per row.
 template <typename O, typename I, typename W>
 __global__ void layernorm_forward_kernel(O* __restrict__ out, float* __restrict__ mean, float* __restrict__ rstd,
                                          const I* __restrict__ inp, const W* __restrict__ weight,
-                                         const W* __restrict__ bias, std::int64_t N, int C) {
+                                         const W* __restrict__ bias, std::int64_t N, int C, float eps) {
   // out (N, C), mean (N), rstd (N), inp (N, C), weight (C), bias (C)
   const int lane = threadIdx.x % 32;
   const std::int64_t n = blockIdx.x * std::int64_t{kWarpsPerBlock} + threadIdx.x / 32;
@@ -39,7 +37,7 @@ __global__ void layernorm_forward_kernel(O* __restrict__ out, float* __restrict_
     const float d = to_float(x[c]) - m;
     sq += d * d;
   }
-  const float s = rsqrtf(warp_sum(sq) / C + kLayerNormEps);
+  const float s = rsqrtf(warp_sum(sq) / C + eps);
   O* o = out + n * C;  // (C)
   for (int c = lane; c < C; c += 32)
     o[c] = from_float<O>((to_float(x[c]) - m) * s * to_float(weight[c]) + to_float(bias[c]));
@@ -54,7 +52,7 @@ __global__ void layernorm_forward_kernel(O* __restrict__ out, float* __restrict_
 template <typename T, int K>
 __global__ void layernorm_forward_vec_kernel(T* __restrict__ out, float* __restrict__ mean, float* __restrict__ rstd,
                                              const T* __restrict__ inp, const T* __restrict__ weight,
-                                             const T* __restrict__ bias, std::int64_t N, int C) {
+                                             const T* __restrict__ bias, std::int64_t N, int C, float eps) {
   // out (N, C), mean (N), rstd (N), inp (N, C), weight (C), bias (C)
   constexpr int V = Pack16<T>::kSize;
   const int lane = threadIdx.x % 32;
@@ -85,7 +83,7 @@ __global__ void layernorm_forward_vec_kernel(T* __restrict__ out, float* __restr
       }
     }
   }
-  const float s = rsqrtf(warp_sum(sq) / C + kLayerNormEps);
+  const float s = rsqrtf(warp_sum(sq) / C + eps);
   T* o = out + n * C;  // (C)
 #pragma unroll
   for (int j = 0; j < K; ++j) {
@@ -108,7 +106,7 @@ __global__ void layernorm_forward_vec_kernel(T* __restrict__ out, float* __restr
 }  // namespace
 
 void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
-                       const Tensor& weight, const Tensor& bias) {
+                       const Tensor& weight, const Tensor& bias, double eps) {
   for (const Tensor* t : {&out, &mean, &rstd, &inp, &weight, &bias}) expect_cuda(*t, "layernorm_forward: operand");
   expect_f32(mean, "layernorm_forward: mean");
   expect_f32(rstd, "layernorm_forward: rstd");
@@ -126,7 +124,8 @@ void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd
         layernorm_forward_vec_kernel<T, decltype(packs)::value>
             <<<ceil_div(N, kWarpsPerBlock), 32 * kWarpsPerBlock, 0, current_stream()>>>(
                 out.data_as<T>(), mean.data_as<float>(), rstd.data_as<float>(), inp.data_as<const T>(),
-                weight.data_as<const T>(), bias.data_as<const T>(), N, static_cast<int>(C));
+                weight.data_as<const T>(), bias.data_as<const T>(), N, static_cast<int>(C),
+                static_cast<float>(eps));
         CUDA_CHECK_LAUNCH();
       });
     });
@@ -140,7 +139,8 @@ void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd
         using W = decltype(w_tag);
         layernorm_forward_kernel<<<ceil_div(N, kWarpsPerBlock), 32 * kWarpsPerBlock, 0, current_stream()>>>(
             out.data_as<O>(), mean.data_as<float>(), rstd.data_as<float>(), inp.data_as<const I>(),
-            weight.data_as<const W>(), bias.data_as<const W>(), N, static_cast<int>(C));
+            weight.data_as<const W>(), bias.data_as<const W>(), N, static_cast<int>(C),
+            static_cast<float>(eps));
         CUDA_CHECK_LAUNCH();
       });
     });

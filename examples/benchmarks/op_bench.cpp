@@ -118,7 +118,7 @@ int main(int argc, char** argv) {
       std::snprintf(shape, sizeof shape, "(%lld, %lld) bf16", static_cast<long long>(N), static_cast<long long>(C));
       rows.push_back({"add", shape, seconds_per_call([&] { engine::ops::add(out.t, x.t, y.t); }, reps), 3 * act * nc});
       rows.push_back({"layernorm_forward", shape,
-                      seconds_per_call([&] { engine::ops::layernorm_forward(out.t, mean.t, rstd.t, x.t, w.t, b.t); },
+                      seconds_per_call([&] { engine::ops::layernorm_forward(out.t, mean.t, rstd.t, x.t, w.t, b.t, 1e-5); },
                                        reps),
                       2 * act * nc});
       // dinp accumulates, so it is read and written: dout, inp, dinp in, dinp out.

@@ -220,12 +220,14 @@ def check_export(args, train_bin, val_bin, val_tokens):
     return results
 
 
-def random_gpt2():
+def random_gpt2(tied=True, eps=1e-5):
     """A GPT2LMHeadModel of gpt-micro's shape with every tensor random: the
-    default init's zero biases and unit LayerNorm gains would hide a swap."""
-    torch.manual_seed(0)
-    config = GPT2Config(vocab_size=VOCAB, activation_function="gelu_new", layer_norm_epsilon=1e-5, resid_pdrop=0.0,
-                        embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=None, eos_token_id=None, **MICRO)
+    default init's zero biases and unit LayerNorm gains would hide a swap.
+    tied=False gives it its own lm_head.weight; eps is layer_norm_epsilon."""
+    torch.manual_seed(0 if tied else 1)
+    config = GPT2Config(vocab_size=VOCAB, activation_function="gelu_new", layer_norm_epsilon=eps, resid_pdrop=0.0,
+                        embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=None, eos_token_id=None,
+                        tie_word_embeddings=tied, **MICRO)
     model = GPT2LMHeadModel(config).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -286,6 +288,40 @@ def check_import(args, train_bin, val_bin, val_tokens):
         compare(f"--init-from {label}: --eval-only validation loss", engine_val, theirs_val, FP32_RTOL)
         results[f"engine_{label}_step1_loss"], results[f"engine_{label}_val_loss"] = step1, engine_val
     return results
+
+
+def check_untied(args, train_bin, val_bin, val_tokens):
+    """A GPT-2 with its own output head and another layer_norm_epsilon (issue
+    38: both were once dropped or refused): loaded by --init-from, scored the
+    same as transformers, trained, and written back by --save-hf as such."""
+    print("== untied head, layer_norm_epsilon 1e-3: save_pretrained, --init-from, --save-hf", flush=True)
+    # eps 1e-3 against LayerNorm inputs of variance ~1e-2 (0.1 x randn weights):
+    # a model computed with GPT-2's 1e-5 instead scores visibly differently.
+    model = random_gpt2(tied=False, eps=1e-3)
+    check(model.lm_head.weight.data_ptr() != model.transformer.wte.weight.data_ptr(), "the model's head is untied")
+    folder = os.path.join(args.work, "untied")
+    model.save_pretrained(folder)
+    train_tokens, val_tokens_all = read_shard(train_bin), read_shard(val_bin)
+    val = sequences(val_tokens_all, 0, min(val_tokens // T, (len(val_tokens_all) - 1) // T))
+    theirs_train, theirs_val = hf_loss(model, *sequences(train_tokens, 0, B)), hf_loss(model, *val)
+    records = run_engine(args, "--micro-batch", B, "--seq-len", T, "--steps", 1, "--shuffle", "false",
+                         "--train-data", train_bin, "--init-from", folder)
+    step1 = next(r for r in records if r.get("step") == 1 and "loss" in r)["loss"]
+    compare("--init-from untied: step-1 training loss", step1, theirs_train, FP32_RTOL)
+    engine_val = engine_eval(args, [], folder, val_bin, val_tokens)
+    compare("--init-from untied: --eval-only validation loss", engine_val, theirs_val, FP32_RTOL)
+    saved = os.path.join(args.work, "untied_saved")
+    run_engine(args, "--micro-batch", B, "--seq-len", T, "--steps", 3, "--train-data", train_bin,
+               "--init-from", folder, "--save-hf", saved, "--save-hf-dtype", "fp32")
+    config = json.load(open(os.path.join(saved, "config.json")))
+    check(config["tie_word_embeddings"] is False and config["layer_norm_epsilon"] == 1e-3,
+          "--save-hf wrote tie_word_embeddings false and layer_norm_epsilon 1e-3")
+    folder_results = check_folder(argparse.Namespace(**{**vars(args), "folder": saved, "val_data": val_bin,
+                                                       "val_tokens": val_tokens}))
+    return {"hf_untied_step1_loss": theirs_train, "engine_untied_step1_loss": step1,
+            "hf_untied_val_loss": theirs_val, "engine_untied_val_loss": engine_val,
+            "engine_untied_saved_val_loss": folder_results["engine_val_loss"],
+            "hf_untied_saved_val_loss": folder_results["hf_val_loss"]}
 
 
 def run_prepare(args, *flags):
@@ -418,6 +454,7 @@ def main():
             if args.checks in ("all", "gpt2"):
                 results.update(**check_export(args, train_bin, val_bin, args.val_tokens),
                                **check_import(args, train_bin, val_bin, args.val_tokens),
+                               **check_untied(args, train_bin, val_bin, args.val_tokens),
                                **check_tokenizer(args))
             if args.checks in ("all", "llama"):
                 # Llama 3's rope scaling ("rope_type": "llama3") came with transformers 4.43.

@@ -20,6 +20,7 @@ struct Options {
   std::string tokenizer;  // tokenizer.json; "" = bytes
   std::optional<int> train_tokenizer;  // learn a BPE of this many tokens
   std::string tokenizer_out;  // where the learned one goes; "" = DIR/NAME_tokenizer.json
+  int threads = 1;  // encoding threads (prepare_encode.h); the shards are the same for every count
 
   bool bpe() const { return !tokenizer.empty() || train_tokenizer; }
   std::string learned_tokenizer_path() const {

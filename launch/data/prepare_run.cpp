@@ -1,17 +1,17 @@
 #include "launch/data/prepare_run.h"
 
 #include <cstdint>
+#include <deque>
 #include <filesystem>
 #include <iostream>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "engine/check.h"
 #include "launch/data/bpe_tokenizer.h"
 #include "launch/data/bpe_trainer.h"
-#include "launch/data/byte_tokenizer.h"
+#include "launch/data/prepare_encode.h"
 #include "launch/data/prepare_inputs.h"
 #include "launch/data/prepare_learn_tokenizer.h"
 #include "launch/data/prepare_output.h"
@@ -28,6 +28,10 @@ namespace {
 // A directory such as /usr/share/doc holds thousands of .gz files; name the
 // first few skipped files and count the rest in the summary.
 constexpr int kMaxSkipNotes = 10;
+
+// Blocks (1 MiB each, see prepare_split.h) per thread in one encoding batch:
+// enough that a file's short last block does not leave threads idle for long.
+constexpr std::size_t kBatchBlocksPerThread = 4;
 
 }  // namespace
 
@@ -52,34 +56,24 @@ int run(const Options& options) {
   ENGINE_CHECK(!files.empty(), "no files found in the inputs (", options.inputs.size(), " path(s) given)");
   prepare_output_dir(options);
 
-  const launch::ByteTokenizer bytes;
-  std::optional<launch::BpeTokenizer> bpe;
-  std::vector<std::uint32_t> document_start;  // ids before each document
   if (options.train_tokenizer) learn_tokenizer(files, options);
-  if (options.bpe()) {
-    const std::string path = options.train_tokenizer ? options.learned_tokenizer_path() : options.tokenizer;
-    bpe = launch::BpeTokenizer::from_file(path);
-    document_start.assign(bpe->document_start().begin(), bpe->document_start().end());
-    std::cout << "prepare: tokenizer " << path << ": vocabulary " << bpe->vocab_size() << ", "
-              << (!document_start.empty() ? bpe->decode(bpe->document_start()) + " before each document"
-                                          : std::string("nothing between documents"))
+  const std::string tokenizer_path =
+      options.train_tokenizer ? options.learned_tokenizer_path() : options.tokenizer;  // "" = bytes
+  BlockEncoder encoder(tokenizer_path, options.threads);
+  if (const launch::BpeTokenizer* bpe = encoder.bpe()) {
+    const bool starts = !bpe->document_start().empty();
+    std::cout << "prepare: tokenizer " << tokenizer_path << ": vocabulary " << bpe->vocab_size() << ", "
+              << (starts ? bpe->decode(bpe->document_start()) + " before each document"
+                         : std::string("nothing between documents"))
               << (bpe->document_start_from_template() ? " (its post_processor's template)"
-                                                      : document_start.empty() ? " (no <|endoftext|> token)" : "")
-              << " (train with --tokenizer " << path << ")\n";
+                                                      : !starts ? " (no <|endoftext|> token)" : "")
+              << " (train with --tokenizer " << tokenizer_path << ")\n";
   }
-  auto encode = [&](std::string_view text) {
-    if (!bpe) {
-      const std::vector<std::uint16_t> ids = bytes.encode(text);
-      return std::vector<std::uint32_t>(ids.begin(), ids.end());
-    }
-    const std::vector<std::int32_t> ids = bpe->encode(text);
-    return std::vector<std::uint32_t>(ids.begin(), ids.end());  // in [0, vocab_size()): checked when loaded
-  };
   // One shard version for the whole dataset, from the vocabulary, before any
   // shard is written: 16-bit ids (llm.c's version 1) whenever they fit.
-  const std::int32_t version = launch::shard_version_for_vocab(bpe ? bpe->vocab_size() : bytes.vocab_size());
+  const std::int32_t version = launch::shard_version_for_vocab(encoder.vocab_size());
   if (version != launch::kShardVersionU16)
-    std::cout << "prepare: vocabulary of " << bpe->vocab_size() << " ids does not fit 16 bits: writing version "
+    std::cout << "prepare: vocabulary of " << encoder.vocab_size() << " ids does not fit 16 bits: writing version "
               << version << " shards (uint32 ids, launch/data/token_shard.h), which llm.c cannot read\n";
   const fs::path dir(options.output_dir);
   ShardWriter train(dir, options.name + "_train", options.shard_tokens, version);
@@ -107,26 +101,40 @@ int run(const Options& options) {
     progress_bytes += file.bytes;
     progress.update(progress_bytes);
   };
+  // Blocks are gathered across files into batches of about kBatchBlocksPerThread
+  // per thread, encoded on the threads, and appended in their order, so the
+  // shards do not depend on --threads. The batch's texts stay alive (in a
+  // deque, whose elements never move) until its blocks are written.
+  std::deque<std::string> batch_texts;
+  std::vector<Block> batch;
+  const auto batch_limit = static_cast<std::size_t>(encoder.threads()) * kBatchBlocksPerThread;
+  auto write_batch = [&] {
+    const std::vector<EncodedBlock> encoded = encoder.encode(batch);
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      train.add(encoded[i].train);
+      val.add(encoded[i].val);
+      const auto bytes = static_cast<std::int64_t>(batch[i].train.size() + batch[i].val.size());
+      text_bytes += bytes;
+      progress_bytes += bytes;
+      progress.update(progress_bytes);
+    }
+    batch.clear();
+    batch_texts.clear();
+  };
   for (const InputFile& file : files) {
     std::string why_skipped;
-    const std::optional<std::string> text = read_text_file(file, why_skipped);
+    std::optional<std::string> text = read_text_file(file, why_skipped);
     if (!text) {
       skip(file, why_skipped);
       continue;
     }
     ++files_used;
-    for_each_block(*text, options, [&](const Block& block) {
-      // Encoded apart: with a BPE no token spans the cut (see the top of launch/prepare_main.cpp).
-      std::vector<std::uint32_t> train_tokens = encode(block.train);
-      if (block.document_start) train_tokens.insert(train_tokens.begin(), document_start.begin(), document_start.end());
-      train.add(train_tokens);
-      val.add(encode(block.val));
-      const auto bytes = static_cast<std::int64_t>(block.train.size() + block.val.size());
-      text_bytes += bytes;
-      progress_bytes += bytes;
-      progress.update(progress_bytes);
-    });
+    batch_texts.push_back(std::move(*text));
+    for_each_block(batch_texts.back(), options, [&](const Block& block) { batch.push_back(block); });
+    // A file's blocks stay in one batch (they point into its text).
+    if (batch.size() >= batch_limit) write_batch();
   }
+  if (!batch.empty()) write_batch();
   progress.finish();
   train.finish();  // may print a note, so after the bar's last line
   val.finish();

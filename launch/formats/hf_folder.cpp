@@ -102,11 +102,16 @@ std::string hf_config_difference(const GptConfig& file, const GptConfig& run) {
     add("rms_norm_eps", text(file.norm_eps), text(run.norm_eps));
     add("rope_theta", text(file.rope_theta), text(run.rope_theta));
     add("rope_scaling", rope_scaling_text(file.rope_scaling), rope_scaling_text(run.rope_scaling));
+  } else if (!file.is_llama() && !run.is_llama()) {
+    add("tie_word_embeddings", file.tied_embeddings ? "true" : "false", run.tied_embeddings ? "true" : "false");
+    add("layer_norm_epsilon", text(file.norm_eps), text(run.norm_eps));
   }
   for (const auto& [name, values] : fields)
     if (values.first != values.second) return name + " " + values.first + ", this run's model has " + values.second;
   // Equal as printed, different in the last digits of a float.
-  if (!(file == run)) return "rms_norm_eps, rope_theta or rope_scaling (beyond the digits printed)";
+  if (!(file == run))
+    return llama ? "rms_norm_eps, rope_theta or rope_scaling (beyond the digits printed)"
+                 : "layer_norm_epsilon (beyond the digits printed)";
   return "";
 }
 

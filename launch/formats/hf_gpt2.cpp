@@ -26,7 +26,8 @@ constexpr const char* kPrefix = "transformer.";
 // One engine tensor as Hugging Face names and lays it out.
 struct HfTensor {
   const ParamInfo* param;
-  std::string name;                // without the "transformer." prefix
+  std::string name;                // without the file's prefix ("transformer.") where it has one
+  bool prefixed = true;            // false: lm_head.weight, outside GPT2LMHeadModel's transformer
   std::vector<std::int64_t> shape;  // Hugging Face's shape
   bool transpose = false;           // Conv1D (in, out) of a Linear (out, in)
   std::int64_t rows = 0;            // rows kept (wte: the real vocabulary)
@@ -47,10 +48,11 @@ std::vector<HfTensor> hf_tensors(const GptConfig& config, const ParamRegistry& r
   std::vector<HfTensor> out;
   for (const ParamInfo& p : registry.entries()) {
     ENGINE_CHECK(p.shape == p.global_shape, "Hugging Face GPT-2 files need the whole model; '", p.name, "' is a slice");
-    HfTensor t{&p, hf_name(p.name), {}, false, p.global_shape[0]};
-    if (p.name == "wte") {
+    HfTensor t{&p, hf_name(p.name), true, {}, false, p.global_shape[0]};
+    if (p.name == "wte" || p.name == "lm_head.weight") {  // (Vp, C) in the engine, (V, C) in the file
       t.rows = config.vocab_size;
       t.shape = {config.vocab_size, p.global_shape[1]};
+      t.prefixed = p.name == "wte";
     } else if (p.name == "wpe" || p.global_shape.ndim() == 1) {
       for (int d = 0; d < p.global_shape.ndim(); ++d) t.shape.push_back(p.global_shape[d]);
     } else {
@@ -62,9 +64,10 @@ std::vector<HfTensor> hf_tensors(const GptConfig& config, const ParamRegistry& r
   return out;
 }
 
-// Buffers and tied copies a GPT-2 checkpoint may hold that are not parameters.
-bool ignored(const std::string& name) {
-  return name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias") || name == "lm_head.weight";
+// Buffers (and, for a tied model, the head's copy of wte) that a GPT-2
+// checkpoint may hold and that are not parameters of the model.
+bool ignored(const std::string& name, bool tied) {
+  return name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias") || (tied && name == "lm_head.weight");
 }
 
 // "transformer." or "", whichever the file uses.
@@ -79,15 +82,37 @@ std::string file_prefix(const SafetensorsShards& file) {
   return "";
 }
 
+// GPT2Config's layer_norm_epsilon (its default 1e-5 when absent or null): a
+// positive finite number, or refused naming it.
+double gpt2_layer_norm_epsilon(const nlohmann::json& config, const std::string& source) {
+  if (!config.contains("layer_norm_epsilon") || config["layer_norm_epsilon"].is_null()) return GptConfig::kGpt2NormEps;
+  const nlohmann::json& e = config["layer_norm_epsilon"];
+  ENGINE_CHECK(e.is_number() && std::isfinite(e.get<double>()) && e.get<double>() > 0, source,
+               ": its config.json has layer_norm_epsilon ", json_excerpt(e), ", expected a positive number");
+  return e.get<double>();
+}
+
+// PretrainedConfig's tie_word_embeddings (default true when absent or null).
+bool gpt2_tied_embeddings(const nlohmann::json& config, const std::string& source) {
+  if (!config.contains("tie_word_embeddings") || config["tie_word_embeddings"].is_null()) return true;
+  const nlohmann::json& t = config["tie_word_embeddings"];
+  ENGINE_CHECK(t.is_boolean(), source, ": its config.json has tie_word_embeddings ", json_excerpt(t),
+               ", expected true or false");
+  return t.get<bool>();
+}
+
 // config.json beside the safetensors file, if any.
 nlohmann::json sibling_config(const std::string& safetensors_path) {
   return read_hf_config((std::filesystem::path(safetensors_path).parent_path() / "config.json").string());
 }
 
-// GPT2Config fields that change what the model computes. Each one the engine
-// computes as GPT-2 does is accepted at GPT-2's value and refused at any
-// other, naming it, rather than loaded and silently computed differently.
-void check_supported_fields(const nlohmann::json& config, const std::string& path) {
+// GPT2Config fields that change what the model computes. layer_norm_epsilon
+// and tie_word_embeddings are the run's own (GptConfig::norm_eps and
+// tied_embeddings, taken from this file when the run's shape is): each must
+// be what the run computes. Every other one the engine computes as GPT-2
+// does is accepted at GPT-2's value and refused at any other, naming it,
+// rather than loaded and silently computed differently.
+void check_supported_fields(const nlohmann::json& config, const std::string& path, const GptConfig& expected) {
   const auto refuse = [&](const char* key, const std::string& why) {
     ENGINE_CHECK(false, "model file '", path, "': its config.json has ", key, " ", json_excerpt(config[key]), ", ",
                  why);
@@ -101,16 +126,23 @@ void check_supported_fields(const nlohmann::json& config, const std::string& pat
     if (!(f.is_string() && (f == "gelu_new" || f == "gelu_pytorch_tanh")))
       refuse("activation_function", "but the engine's MLP computes the tanh-approximated GELU (\"gelu_new\") only");
   }
-  if (config.contains("layer_norm_epsilon")) {
-    const nlohmann::json& e = config["layer_norm_epsilon"];
-    if (!(e.is_number() && std::abs(e.get<double>() - 1e-5) <= 1e-12))
-      refuse("layer_norm_epsilon", "but the engine's layer norms use GPT-2's 1e-5");
-  }
+  // (Absent, each is GPT2Config's default; a message says which it was.)
+  const auto stated = [&](const char* key, const std::string& fallback) {
+    return config.contains(key) && !config[key].is_null() ? json_excerpt(config[key]) : fallback + " (by default)";
+  };
+  const std::string source = "model file '" + path + "'";
+  const double eps = gpt2_layer_norm_epsilon(config, source);
+  ENGINE_CHECK(eps == expected.norm_eps, "model file '", path, "': its config.json has layer_norm_epsilon ",
+               stated("layer_norm_epsilon", "1e-05"), ", but this run's model normalises with eps ", expected.norm_eps);
+  const bool tied = gpt2_tied_embeddings(config, source);
+  ENGINE_CHECK(tied == expected.tied_embeddings, "model file '", path, "': its config.json has tie_word_embeddings ",
+               stated("tie_word_embeddings", "true"), ", but this run's model ",
+               expected.tied_embeddings ? "ties its output head to the token embedding (wte)"
+                                        : "has an untied output head (lm_head.weight)");
   const auto refuse_unless = [&](const char* key, bool gpt2_value, const char* what) {
     if (config.contains(key) && !(config[key].is_boolean() && config[key].get<bool>() == gpt2_value))
       refuse(key, std::string("but the engine ") + what);
   };
-  refuse_unless("tie_word_embeddings", true, "ties the output head to the token embedding (wte)");
   refuse_unless("scale_attn_weights", true, "scales attention scores by 1/sqrt(head size), as GPT-2 does");
   refuse_unless("scale_attn_by_inverse_layer_idx", false, "does not scale attention by 1/(layer index + 1)");
   refuse_unless("add_cross_attention", false, "has no cross-attention");
@@ -119,19 +151,23 @@ void check_supported_fields(const nlohmann::json& config, const std::string& pat
 void check_file(const SafetensorsShards& file, const GptConfig& expected, const std::vector<HfTensor>& tensors) {
   // config.json first: a folder of another architecture is named as such.
   const nlohmann::json config = sibling_config(file.path());
-  if (config.is_object()) check_supported_fields(config, file.path());
+  if (config.is_object()) check_supported_fields(config, file.path(), expected);
   const std::string prefix = file_prefix(file);
   const std::string run = "this run's model (" + expected.describe() + ")";
   std::vector<HfExpectedTensor> expected_tensors;
-  for (const HfTensor& t : tensors) expected_tensors.push_back({prefix + t.name, t.shape});
-  check_hf_tensors(file, expected_tensors, [](const std::string& name) {
-    return ignored(name.rfind(kPrefix, 0) == 0 ? name.substr(std::string(kPrefix).size()) : name);
+  for (const HfTensor& t : tensors) expected_tensors.push_back({(t.prefixed ? prefix : "") + t.name, t.shape});
+  const bool tied = expected.tied_embeddings;
+  check_hf_tensors(file, expected_tensors, [tied](const std::string& name) {
+    return ignored(name.rfind(kPrefix, 0) == 0 ? name.substr(std::string(kPrefix).size()) : name, tied);
   }, run);
-  // An lm_head.weight in the file must be wte itself (a tied copy, as some
-  // exports write it): an untied head would be dropped, and the model loaded
-  // would compute other logits (measured: loss off by 2.3e-2).
-  check_tied_copy(file, "lm_head.weight", prefix + "wte.weight",
-                  "an untied output head, which the engine (tied to wte) cannot load");
+  // For a tied model, an lm_head.weight in the file must be wte itself (a
+  // tied copy, as some exports write it): a different head would be dropped,
+  // and the model loaded would compute other logits (measured: loss off by
+  // 2.3e-2). Such a folder says tie_word_embeddings false, and loads untied.
+  if (tied)
+    check_tied_copy(file, "lm_head.weight", prefix + "wte.weight",
+                    "an untied output head, which this run's model (tied to wte) would drop (its config.json "
+                    "should say tie_word_embeddings false; the engine then loads it untied)");
   if (!config.is_object()) return;
   // GPT2Config's sizes: positive integers, or a float (12.0), a string, 2^63
   // or -1 would be read as some other number.
@@ -159,7 +195,7 @@ void write_hf_gpt2(const std::string& dir, const GptConfig& config, const ParamR
     const float* src = master + t.param->offset;
     const std::int64_t rows = t.param->global_shape[0];
     const std::int64_t cols = t.param->global_shape.ndim() > 1 ? t.param->global_shape[1] : 1;
-    outputs.push_back({kPrefix + t.name, t.shape, [src, rows, cols, t](float* out) {
+    outputs.push_back({(t.prefixed ? kPrefix : "") + t.name, t.shape, [src, rows, cols, t](float* out) {
                          if (!t.transpose) {
                            std::copy(src, src + t.rows * cols, out);
                            return;
@@ -171,14 +207,15 @@ void write_hf_gpt2(const std::string& dir, const GptConfig& config, const ParamR
   write_safetensors((std::filesystem::path(dir) / "model.safetensors").string(), outputs, dtype, {{"format", "pt"}});
 
   // What transformers' GPT2Config needs; dropout 0 as the engine trains
-  // without it, eps and the tanh GELU ("gelu_new") as the engine computes.
+  // without it, the tanh GELU ("gelu_new"), eps and the head as the model
+  // computes.
   nlohmann::ordered_json c = {
       {"activation_function", "gelu_new"},
       {"architectures", {"GPT2LMHeadModel"}},
       {"attn_pdrop", 0.0},
       {"embd_pdrop", 0.0},
       {"initializer_range", 0.02},
-      {"layer_norm_epsilon", 1e-5},
+      {"layer_norm_epsilon", config.norm_eps},
       {"model_type", "gpt2"},
       {"n_ctx", config.max_seq_len},
       {"n_embd", config.n_embd},
@@ -189,7 +226,7 @@ void write_hf_gpt2(const std::string& dir, const GptConfig& config, const ParamR
       {"resid_pdrop", 0.0},
       {"scale_attn_weights", true},
       {"summary_first_dropout", 0.0},
-      {"tie_word_embeddings", true},
+      {"tie_word_embeddings", config.tied_embeddings},
       {"torch_dtype", dtype == SafetensorsDType::kBF16 ? "bfloat16" : "float32"},
       {"use_cache", true},
       {"vocab_size", config.vocab_size}};
@@ -216,6 +253,8 @@ std::optional<GptConfig> hf_gpt2_config(const nlohmann::json& config, const std:
   shape.n_embd = config["n_embd"].get<std::int64_t>();
   shape.max_seq_len = config["n_positions"].get<std::int64_t>();
   shape.vocab_size = config["vocab_size"].get<std::int64_t>();
+  shape.norm_eps = gpt2_layer_norm_epsilon(config, source);
+  shape.tied_embeddings = gpt2_tied_embeddings(config, source);
   return shape;
 }
 
@@ -235,14 +274,14 @@ void read_hf_gpt2(const std::string& path, const GptConfig& expected, const Para
   const std::string prefix = file_prefix(file);
   std::vector<float> values;
   for (const HfTensor& t : tensors) {
-    const std::string name = prefix + t.name;
+    const std::string name = (t.prefixed ? prefix : "") + t.name;
     read_hf_tensor(file, name, values);
     float* dst = master + t.param->offset;
     const std::int64_t rows = t.param->global_shape[0];
     const std::int64_t cols = t.param->global_shape.ndim() > 1 ? t.param->global_shape[1] : 1;
     if (!t.transpose) {
       std::copy(values.begin(), values.end(), dst);
-      std::fill(dst + t.rows * cols, dst + rows * cols, 0.0f);  // wte's padded rows
+      std::fill(dst + t.rows * cols, dst + rows * cols, 0.0f);  // wte's (and lm_head's) padded rows
       continue;
     }
     for (std::int64_t r = 0; r < rows; ++r)  // (in, out) -> (out, in)

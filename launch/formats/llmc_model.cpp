@@ -36,6 +36,17 @@ std::vector<const ParamInfo*> llmc_order(const GptConfig& config, const ParamReg
   return order;
 }
 
+}  // namespace
+
+std::string llmc_format_refusal(const GptConfig& config) {
+  if (config.is_llama()) return "a " + std::string(model::architecture_name(config.arch)) + " model";
+  if (!config.tied_embeddings) return "an untied output head (lm_head.weight)";
+  if (config.norm_eps != GptConfig::kGpt2NormEps) return "a layer-norm eps other than GPT-2's 1e-5";
+  return "";
+}
+
+namespace {
+
 // A regular file only: a FIFO would block the reader, a device read garbage.
 ReadFile open_model(const std::string& path) {
   std::string why;
@@ -73,6 +84,8 @@ GptConfig read_llmc_config(const std::string& path) {
 
 WrittenFile write_llmc_model(const std::string& path, const GptConfig& config, const ParamRegistry& registry,
                       const float* master) {
+  const std::string refusal = llmc_format_refusal(config);
+  ENGINE_CHECK(refusal.empty(), "model file '", path, "': llm.c's GPT-2 format cannot hold ", refusal);
   std::array<std::int32_t, kHeaderInts> header{};
   header[0] = kLlmcModelMagic;
   header[1] = kLlmcModelVersionFp32;

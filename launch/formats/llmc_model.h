@@ -22,6 +22,10 @@ namespace launch {
 constexpr int kLlmcModelMagic = 20240326;
 constexpr int kLlmcModelVersionFp32 = 3;
 
+// "" when llm.c's format can hold `config`'s model, else why not: it holds a
+// GPT-2 with a head tied to wte and GPT-2's layer-norm eps, and nothing else.
+std::string llmc_format_refusal(const model::GptConfig& config);
+
 model::GptConfig read_llmc_config(const std::string& path);
 // `master` is a flat f32 buffer laid out by `registry` (whole, unsharded model).
 // Returns the file's size and checksum.

@@ -188,9 +188,10 @@ Prediction predict(const PlanRequest& r, const ParallelLayout& l) {
   }
   // Fill and drain (sum_s t_s - max_s t_s) run in chunks of 1/v of a stage.
   const double pipeline = mbs * slowest + (sum_stage - slowest) / chunks;
-  // The tied embedding's two copies (first and last stage) are summed once per step.
+  // The tied embedding's two copies (first and last stage) are summed once per
+  // step; an untied head has one copy.
   double tied = 0;
-  if (l.pp > 1) {
+  if (l.pp > 1 && m.tied_embeddings) {
     const double wte = static_cast<double>(m.padded_vocab() / l.tp * m.n_embd);
     tied = parallel::all_reduce_seconds(wte * software.grad_reduce_bytes, 2, pp_link);
   }

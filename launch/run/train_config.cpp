@@ -13,6 +13,7 @@
 #include "engine/check.h"
 #include "launch/data/bpe_tokenizer.h"
 #include "launch/data/llmc_tokenizer.h"
+#include "launch/formats/llmc_model.h"
 #include "launch/formats/model_files.h"
 #include "launch/run/auto_layout.h"
 #include "model/partition.h"
@@ -118,12 +119,13 @@ void TrainConfig::resolve(int cuda_devices, int world) {
                  "folder's)");
   }
   model.validate();
-  // llm.c's model file holds a GPT-2 only (launch/formats/llmc_model.h).
-  ENGINE_CHECK(!model.is_llama() || save_model.empty(), "--save-model writes llm.c's GPT-2 format, which cannot hold ",
-               "this ", model::architecture_name(model.arch), " model; use --save-hf DIR");
-  ENGINE_CHECK(!model.is_llama() || init_from.empty() || is_hf_model_path(init_from), "--init-from '", init_from,
-               "' is an llm.c model file (GPT-2 only) and this is a ", model::architecture_name(model.arch),
-               " model; give a Hugging Face folder");
+  // llm.c's model file holds a tied GPT-2 only (launch/formats/llmc_model.h).
+  const std::string llmc_refusal = llmc_format_refusal(model);
+  ENGINE_CHECK(llmc_refusal.empty() || save_model.empty(), "--save-model writes llm.c's GPT-2 format, which cannot ",
+               "hold this model's ", llmc_refusal, "; use --save-hf DIR");
+  ENGINE_CHECK(llmc_refusal.empty() || init_from.empty() || is_hf_model_path(init_from), "--init-from '", init_from,
+               "' is an llm.c model file (a tied GPT-2 only) and this model has ", llmc_refusal,
+               "; give a Hugging Face folder");
 
   // A NaN or infinite flag value would pass every range check below (all
   // comparisons with NaN are false) and poison the run from step 1.

@@ -14,6 +14,7 @@
 #include "launch/checkpoint/checkpoint.h"
 #include "launch/checkpoint/checkpoint_files.h"
 #include "launch/checkpoint/checkpoint_saver.h"
+#include "launch/formats/llmc_model.h"
 #include "launch/resilience/command_line.h"
 #include "launch/resilience/fault_injection.h"
 #include "launch/resilience/job_error.h"
@@ -274,7 +275,7 @@ void Trainer::start_save(std::int64_t steps_done) {
   state.sampler_rng = rng.str();
   const ShardRole role{grid_.world_rank(), writes_shard,
                        grid_.world_rank() == 0 && grid_.tp_size() == 1 && grid_.pp_size() == 1 &&
-                           !config_.model.is_llama(),  // llm.c's model.bin holds GPT-2 only
+                           llmc_format_refusal(config_.model).empty(),  // llm.c's model.bin: a tied GPT-2 only
                        faults_.save_fails(steps_done)};
   // Rank-own optimizer state (1-bit Adam's error buffers): every rank saves its own.
   saver_->start(state, role, optimizer_checkpoint_->rank_extra(steps_done),

@@ -1,4 +1,5 @@
 // layernorm_forward / layernorm_backward: reference loops and finite differences.
+#include <algorithm>
 #include <cmath>
 
 #include "engine/ops.h"
@@ -9,20 +10,20 @@ using namespace engine::test;
 
 namespace {
 
-constexpr double kEps = 1e-5;
+constexpr double kEps = 1e-5;  // GPT-2's
 
 struct LnReference {
   std::vector<double> out, mean, rstd;
 };
 
 LnReference reference_forward(std::int64_t N, std::int64_t C, const std::vector<double>& x,
-                              const std::vector<double>& w, const std::vector<double>& b) {
+                              const std::vector<double>& w, const std::vector<double>& b, double eps = kEps) {
   LnReference r{std::vector<double>(N * C), std::vector<double>(N), std::vector<double>(N)};
   for (std::int64_t n = 0; n < N; ++n) {
     double mean = 0, var = 0;
     for (std::int64_t c = 0; c < C; ++c) mean += x[n * C + c] / C;
     for (std::int64_t c = 0; c < C; ++c) var += (x[n * C + c] - mean) * (x[n * C + c] - mean) / C;
-    const double rstd = 1 / std::sqrt(var + kEps);
+    const double rstd = 1 / std::sqrt(var + eps);
     for (std::int64_t c = 0; c < C; ++c) r.out[n * C + c] = (x[n * C + c] - mean) * rstd * w[c] + b[c];
     r.mean[n] = mean;
     r.rstd[n] = rstd;
@@ -51,7 +52,7 @@ TYPED_TEST(CpuLayerNorm, ForwardAndBackwardMatchReference) {
     std::vector<T> x = cast_to<T>(random_values(N * C, 31, 3, 5)), w = cast_to<T>(random_values(C, 32)),
                    b = cast_to<T>(random_values(C, 33)), out(N * C), mean(N), rstd(N);
     ops::layernorm_forward(view(out, {s.B, s.T, C}), view(mean, {s.B, s.T}), view(rstd, {s.B, s.T}),
-                           view(x, {s.B, s.T, C}), view(w, {C}), view(b, {C}));
+                           view(x, {s.B, s.T, C}), view(w, {C}), view(b, {C}), kEps);
     const LnReference ref = reference_forward(N, C, to_double(x), to_double(w), to_double(b));
     expect_all_close(out, ref.out, tol.rtol, tol.atol, "out");
     expect_all_close(mean, ref.mean, tol.rtol, tol.atol, "mean");
@@ -88,6 +89,31 @@ TYPED_TEST(CpuLayerNorm, ForwardAndBackwardMatchReference) {
   }
 }
 
+// eps is the caller's (a config.json's layer_norm_epsilon): on rows whose
+// variance is near eps, 1e-5 and 1e-3 give visibly different outputs, and
+// each must match the reference computed with the same eps.
+TEST(CpuLayerNorm, EpsIsTheCallers) {
+  const std::int64_t N = 3, C = 8;
+  std::vector<double> x = random_values(N * C, 41), w = random_values(C, 42), b = random_values(C, 43);
+  for (double& v : x) v *= 1e-2;  // variance ~3e-5: eps is a third of it or more
+  std::vector<double> out_small(N * C), out_large(N * C), mean(N), rstd(N);
+  for (const double eps : {1e-5, 1e-3}) {
+    std::vector<double>& out = eps == 1e-5 ? out_small : out_large;
+    ops::layernorm_forward(view(out, {N, C}), view(mean, {N}), view(rstd, {N}), view(x, {N, C}), view(w, {C}),
+                           view(b, {C}), eps);
+    const LnReference ref = reference_forward(N, C, x, w, b, eps);
+    expect_all_close(out, ref.out, 1e-12, 1e-12, "out");
+    expect_all_close(rstd, ref.rstd, 1e-12, 0, "rstd");
+  }
+  double largest = 0;
+  for (std::int64_t i = 0; i < N * C; ++i) largest = std::max(largest, std::abs(out_small[i] - out_large[i]));
+  EXPECT_GT(largest, 0.1) << "eps 1e-5 and 1e-3 should normalise these rows differently";
+  std::vector<double> out(N * C);
+  EXPECT_THROW(ops::layernorm_forward(view(out, {N, C}), view(mean, {N}), view(rstd, {N}), view(x, {N, C}),
+                                      view(w, {C}), view(b, {C}), 0.0),
+               Error);
+}
+
 TEST(CpuLayerNorm, BackwardMatchesFiniteDifferencesAndAccumulatesDinp) {
   const std::int64_t N = 6, C = 13;
   auto x = random_values(N * C, 41), w = random_values(C, 42, 0.5, 1.5), b = random_values(C, 43);
@@ -95,7 +121,7 @@ TEST(CpuLayerNorm, BackwardMatchesFiniteDifferencesAndAccumulatesDinp) {
   std::vector<double> out(N * C), mean(N), rstd(N);
   auto forward = [&] {
     ops::layernorm_forward(view(out, {N, C}), view(mean, {N}), view(rstd, {N}), view(x, {N, C}), view(w, {C}),
-                           view(b, {C}));
+                           view(b, {C}), kEps);
   };
   auto loss = [&] {  // L = sum(out * R)
     forward();

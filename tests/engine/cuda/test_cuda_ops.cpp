@@ -382,10 +382,10 @@ TEST_P(CudaMode, LayerNorm) {
     Dev d_inp = to_device(inp, act()), d_weight = to_device(weight, act()), d_bias = to_device(bias, act());
 
     Host out(Shape{B, T, C}), mean(Shape{N}), rstd(Shape{N});
-    ops::layernorm_forward(out.t, mean.t, rstd.t, inp.t, weight.t, bias.t);
+    ops::layernorm_forward(out.t, mean.t, rstd.t, inp.t, weight.t, bias.t, 1e-5);
     Dev d_out = poisoned(Shape{B, T, C}, act()), d_mean = poisoned(Shape{N}, DType::kF32),
         d_rstd = poisoned(Shape{N}, DType::kF32);
-    ops::layernorm_forward(d_out.t, d_mean.t, d_rstd.t, d_inp.t, d_weight.t, d_bias.t);
+    ops::layernorm_forward(d_out.t, d_mean.t, d_rstd.t, d_inp.t, d_weight.t, d_bias.t, 1e-5);
     expect_close(d_out.t, out, pick(act(), kF32Tight, kBf16Once), "layernorm_forward out");
     expect_close(d_mean.t, mean, Tolerance{1e-5, 1e-5}, "layernorm_forward mean");
     expect_close(d_rstd.t, rstd, Tolerance{1e-5, 0}, "layernorm_forward rstd");
@@ -415,7 +415,7 @@ TEST_P(CudaMode, LayerNormBackwardOverManyRowsRepeats) {
     Host inp = random_in(act(), Shape{N, C}, rng, 2.0f, 0.5f), weight = random_in(act(), Shape{C}, rng, 0.2f, 1.0f);
     Host bias = random_in(act(), Shape{C}, rng, 0.2f);
     Host out(Shape{N, C}), mean(Shape{N}), rstd(Shape{N});
-    ops::layernorm_forward(out.t, mean.t, rstd.t, inp.t, weight.t, bias.t);
+    ops::layernorm_forward(out.t, mean.t, rstd.t, inp.t, weight.t, bias.t, 1e-5);
     Host dout = random_in(act(), Shape{N, C}, rng), dinp = random_in(act(), Shape{N, C}, rng);
     Host dweight = random_host(Shape{C}, rng), dbias = random_host(Shape{C}, rng);
     Dev d_inp = to_device(inp, act()), d_weight = to_device(weight, act()), d_dout = to_device(dout, act());

@@ -587,6 +587,49 @@ TEST(Prepare, TokenizerFileEncodesWithBpeAndStartsDocumentsWithEndOfText) {
   EXPECT_EQ(std::count(message.begin(), message.end(), '\n'), 1) << message;
 }
 
+// --threads: blocks are encoded on several threads and written in order, so
+// the shards are byte-identical for every thread count, with the byte
+// tokenizer and with a BPE, over files of several blocks (1 MiB each) and
+// files smaller than one.
+TEST(Prepare, ShardsAreTheSameForEveryThreadCount) {
+  TempDir dir;
+  std::mt19937 random(7);
+  const std::vector<std::string> words{"the", "cat's", "caf\xC3\xA9", "1234", "  spaced", "end.", "\xF0\x9F\x98\x80"};
+  auto text_of = [&](std::size_t bytes) {
+    std::string text;
+    while (text.size() < bytes) {
+      for (int w = 0; w < 12; ++w) text += words[random() % words.size()] + (w % 5 == 4 ? "\n\n" : " ");
+      text += "line" + std::to_string(random() % 1000) + "\n";
+    }
+    return text;
+  };
+  const std::vector<std::size_t> sizes{(5u << 20) / 2, 300, (3u << 20) / 2, 20, 4u << 20};  // 8 blocks, 5 files
+  for (std::size_t i = 0; i < sizes.size(); ++i) write_text(dir.file("in/f" + std::to_string(i)), text_of(sizes[i]));
+  const std::string tokenizer_file = std::string(TOKENIZER_DATA_DIR) + "/tiny_bpe.json";
+  for (const std::string& tokenizer : {std::string(), " --tokenizer " + tokenizer_file}) {
+    std::vector<std::string> shard_bytes[2];
+    for (const int threads : {1, 3}) {
+      const std::string out = dir.file("out" + std::to_string(threads) + (tokenizer.empty() ? "b" : "t"));
+      const std::string log = dir.file("log.txt");
+      ASSERT_EQ(run_command(std::string(PREPARE_BIN) + " --input " + dir.file("in") + " --output-dir " + out +
+                            " --shard-tokens 1000000 --threads " + std::to_string(threads) + tokenizer + " >" + log +
+                            " 2>&1"),
+                0)
+          << std::string(read_bytes(log).data(), read_bytes(log).size());
+      for (const char* split : {"train", "val"})
+        for (const std::string& shard : expand_shard_pattern(out + "/corpus_" + split + "_*.bin")) {
+          const std::vector<char> bytes = read_bytes(shard);
+          shard_bytes[threads == 1 ? 0 : 1].emplace_back(bytes.begin(), bytes.end());
+        }
+    }
+    EXPECT_GT(shard_bytes[0].size(), 3u) << "several shards";
+    EXPECT_TRUE(shard_bytes[0] == shard_bytes[1]) << "--threads 3 wrote other shards than --threads 1" << tokenizer;
+  }
+  EXPECT_NE(run_command(std::string(PREPARE_BIN) + " --input " + dir.file("in") + " --output-dir " +
+                        dir.file("out0") + " --threads 0 >/dev/null 2>&1"),
+            0);
+}
+
 // --train-tokenizer: a BPE learned from the training split only, written next
 // to the shards (or to --tokenizer-out), equal to the trainer's on that text,
 // and the shards encoded with it; the validation split starts at a line start.

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/check.h"
+#include "launch/formats/hf_folder.h"
 #include "launch/formats/hf_gpt2.h"
 #include "launch/formats/llmc_model.h"
 #include "launch/formats/model_files.h"
@@ -53,7 +54,8 @@ std::vector<float> random_model(const model::GptConfig& config, const model::Par
   std::normal_distribution<float> normal(0.0f, 0.5f);
   for (const model::ParamInfo& p : registry.entries()) {
     std::int64_t n = p.numel();
-    if (p.name == "wte") n = config.vocab_size * config.n_embd;  // padded rows stay zero, as a read gives them
+    if (p.name == "wte" || p.name == "lm_head.weight")
+      n = config.vocab_size * config.n_embd;  // padded rows stay zero, as a read gives them
     for (std::int64_t i = 0; i < n; ++i) master[p.offset + i] = normal(rng);
   }
   return master;
@@ -225,7 +227,9 @@ TEST_F(HfGpt2, ModelOfAnotherShapeNamesTheTensor) {
 
 // config.json fields that change what GPT-2 computes: GPT-2's values load,
 // any other is refused naming the field (issue 38), instead of the model
-// being loaded and computed as GPT-2 anyway.
+// being loaded and computed as GPT-2 anyway. layer_norm_epsilon and
+// tie_word_embeddings are honoured (UntiedHeadAndEpsRoundTrip), so here
+// they are refused only for differing from this run's tied, 1e-5 model.
 TEST_F(HfGpt2, ConfigFieldsTheEngineCannotHonourAreRefused) {
   write_hf_gpt2(dir_ / "hf", config_, registry_, master_.data(), SafetensorsDType::kF32);
   const std::string path = dir_ / "hf/config.json";
@@ -252,6 +256,8 @@ TEST_F(HfGpt2, ConfigFieldsTheEngineCannotHonourAreRefused) {
       {"scale_attn_by_inverse_layer_idx", true},
       {"add_cross_attention", true},
       {"layer_norm_epsilon", "1e-5"},
+      {"layer_norm_epsilon", -1e-5},
+      {"tie_word_embeddings", "false"},
   };
   for (const auto& [key, value] : refused) {
     const std::string e = with(key, value);
@@ -263,8 +269,10 @@ TEST_F(HfGpt2, ConfigFieldsTheEngineCannotHonourAreRefused) {
   EXPECT_EQ(error_of([&] { check_init_model(dir_ / "hf", config_); }), "(no error)");
 }
 
-// An lm_head.weight beside wte loads only when it is wte itself.
-TEST_F(HfGpt2, UntiedOutputHeadIsRefused) {
+// In a folder whose config.json says the head is tied, an lm_head.weight
+// beside wte loads only when it is wte itself; the same folder saying
+// tie_word_embeddings false loads it as the untied model's head.
+TEST_F(HfGpt2, UntiedOutputHeadInATiedFolderIsRefused) {
   write_hf_gpt2(dir_ / "hf", config_, registry_, master_.data(), SafetensorsDType::kF32);
   const SafetensorsFile ours(dir_ / "hf/model.safetensors");
   const auto write_with_head = [&](const std::string& folder, float shift) {
@@ -286,6 +294,72 @@ TEST_F(HfGpt2, UntiedOutputHeadIsRefused) {
   write_with_head("untied", 0.5f);
   const std::string e = error_of([&] { check_init_model(dir_ / "untied", config_); });
   EXPECT_NE(e.find("lm_head.weight differs from transformer.wte.weight"), std::string::npos) << e;
+  EXPECT_NE(e.find("tie_word_embeddings false"), std::string::npos) << "says what would load it: " << e;
+
+  nlohmann::json config = nlohmann::json::parse(read_bytes(dir_ / "untied/config.json"));
+  config["tie_word_embeddings"] = false;
+  write_bytes(dir_ / "untied/config.json", config.dump());
+  const std::optional<model::GptConfig> shape = read_hf_config_shape(dir_ / "untied");
+  ASSERT_TRUE(shape.has_value());
+  EXPECT_FALSE(shape->tied_embeddings);
+  const model::ParamRegistry registry = model::build_gpt_registry(*shape);
+  std::vector<float> got(static_cast<std::size_t>(registry.total_numel()), 0.0f);
+  read_init_model(dir_ / "untied", *shape, registry, got.data());
+  const model::ParamInfo& head = registry.find("lm_head.weight");
+  const model::ParamInfo& wte = registry.find("wte");
+  const std::int64_t last = config_.vocab_size * config_.n_embd - 1;  // the element shifted by 0.5
+  EXPECT_FLOAT_EQ(got[head.offset + last], got[wte.offset + last] + 0.5f);
+  EXPECT_EQ(got[head.offset], got[wte.offset]);
+  EXPECT_EQ(got[head.offset + last + 1], 0.0f) << "the padded rows stay zero";
+}
+
+// An untied head and another layer_norm_epsilon (issue 38): written as
+// transformers' GPT2LMHeadModel holds them (lm_head.weight outside
+// "transformer.", tie_word_embeddings false, layer_norm_epsilon), read back
+// exactly, the shape taken from config.json with both, and a run of another
+// eps or head refused naming the field. (examples/hf/check_transformers.py
+// checks the same model's loss against transformers.)
+TEST_F(HfGpt2, UntiedHeadAndEpsRoundTrip) {
+  model::GptConfig untied = config_;
+  untied.tied_embeddings = false;
+  untied.norm_eps = 1e-6;
+  EXPECT_NE(untied.describe().find(" eps=1e-06 untied"), std::string::npos) << untied.describe();
+  EXPECT_EQ(config_.describe().find("eps"), std::string::npos) << "GPT-2's own eps goes unsaid: " << config_.describe();
+  EXPECT_EQ(untied.num_parameters(), config_.num_parameters() + untied.padded_vocab() * untied.n_embd);
+  const model::ParamRegistry registry = model::build_gpt_registry(untied);
+  const std::vector<float> master = random_model(untied, registry);
+  write_hf_gpt2(dir_ / "hf", untied, registry, master.data(), SafetensorsDType::kF32);
+  const SafetensorsFile file(dir_ / "hf/model.safetensors");
+  ASSERT_TRUE(file.contains("lm_head.weight"));
+  EXPECT_EQ(file.entry("lm_head.weight").shape, (std::vector<std::int64_t>{200, 32}));
+  const nlohmann::json c = nlohmann::json::parse(read_bytes(dir_ / "hf/config.json"));
+  EXPECT_EQ(c["tie_word_embeddings"], false);
+  EXPECT_DOUBLE_EQ(c["layer_norm_epsilon"].get<double>(), 1e-6);
+
+  const std::optional<model::GptConfig> shape = read_hf_config_shape(dir_ / "hf");
+  ASSERT_TRUE(shape.has_value());
+  EXPECT_TRUE(*shape == untied) << shape->describe();
+  std::vector<float> got(master.size(), 0.0f);
+  read_init_model(dir_ / "hf", untied, registry, got.data());
+  for (const model::ParamInfo& p : registry.entries())
+    for (std::int64_t i = 0; i < p.numel(); ++i)
+      ASSERT_EQ(got[p.offset + i], master[p.offset + i]) << p.name << " element " << i;
+
+  std::string e = error_of([&] { check_init_model(dir_ / "hf", config_); });
+  EXPECT_NE(e.find("config.json has layer_norm_epsilon 1e-06, but this run's model normalises with eps 1e-05"),
+            std::string::npos) << e;
+  model::GptConfig tied_eps = untied;
+  tied_eps.tied_embeddings = true;
+  e = error_of([&] { check_init_model(dir_ / "hf", tied_eps); });
+  EXPECT_NE(e.find("config.json has tie_word_embeddings false, but this run's model ties its output head"),
+            std::string::npos) << e;
+  EXPECT_NE(hf_config_difference(*shape, config_).find("tie_word_embeddings false, this run's model has true"),
+            std::string::npos) << hf_config_difference(*shape, config_);
+
+  // llm.c's format holds neither.
+  e = error_of([&] { write_llmc_model(dir_ / "model.bin", untied, registry, master.data()); });
+  EXPECT_NE(e.find("llm.c's GPT-2 format cannot hold an untied output head"), std::string::npos) << e;
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "model.bin"));
 }
 
 TEST_F(HfGpt2, DamagedFilesAreRefusedClearly) {
