@@ -147,6 +147,21 @@ TEST_F(TrainCli, Version2ShardTrains) {
   EXPECT_EQ(ok.exit_code, 0) << ok.output;
 }
 
+// 1-bit Adam frozen before its variance settles (2 / (1 - beta2) steps) is
+// allowed but warned about on one line; frozen later, nothing is said.
+TEST_F(TrainCli, EarlyOneBitFreezeIsWarnedAbout) {
+  const std::string onebit = base_args(dir_) + " --optimizer onebit-adam --checkpoint-dir " + (dir_ / "onebit_run");
+  const Outcome early = run_train(dir_, onebit + " --freeze-step 5");
+  EXPECT_EQ(early.exit_code, 0) << early.output;
+  EXPECT_NE(early.output.find("warning    --freeze-step 5 freezes Adam's variance before it settles (about 40 "
+                              "steps at beta2 0.95)"),
+            std::string::npos)
+      << early.output;
+  const Outcome settled = run_train(dir_, onebit + "_2 --freeze-step 40");
+  EXPECT_EQ(settled.exit_code, 0) << settled.output;
+  EXPECT_EQ(settled.output.find("freezes Adam's variance"), std::string::npos) << settled.output;
+}
+
 TEST_F(TrainCli, HeadsThatDoNotDivideTheWidth) {
   expect_refused(base_args(dir_) + " --n-head 3", "n_head (3) must divide n_embd (32)");
 }
