@@ -133,6 +133,49 @@ class Failures : public ::testing::Test {
     for (const auto& [name, bytes] : want) EXPECT_TRUE(got.count(name) && got.at(name) == bytes) << name;
   }
 
+  // SIGSTOPs world rank `stopped_rank` of an np-rank job (`layout`) mid-run
+  // under --collective-timeout 5: the live ranks sleep rather than spin while
+  // they wait, and the job ends with the watchdog's exit code and exactly one
+  // line that names the stopped rank, and only it, as missing.
+  void expect_stopped_rank_named(int np, const std::string& layout, int stopped_rank, const std::string& tag) {
+    SCOPED_TRACE(layout + ", rank " + std::to_string(stopped_rank) + " stopped (" + tag + ")");
+    Child job(train_command(np, args(1000000, tag) + " " + layout + " --collective-timeout 5"), out(tag), err(tag),
+              kMpiEnv);
+    ASSERT_TRUE(wait_until([&] { return last_logged_step(dir_ / (tag + ".jsonl")) >= 3; }, 120)) << job.err();
+    const pid_t stopped = find_rank(job.pid(), stopped_rank);
+    const pid_t waiting = find_rank(job.pid(), 0);
+    ASSERT_GT(stopped, 0);
+    ASSERT_GT(waiting, 0);
+    ::kill(stopped, SIGSTOP);
+    const auto t0 = std::chrono::steady_clock::now();
+
+    // Past the short spinning phase the waiting rank sleeps between polls.
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    auto cpu_seconds = [](pid_t pid) {
+      const std::string text = read_text("/proc/" + std::to_string(pid) + "/stat");
+      std::istringstream stat(text.substr(text.rfind(')') + 2));  // fields from 3 (state) on
+      std::string field;
+      double ticks = 0;
+      for (int i = 3; i <= 15 && stat >> field; ++i)
+        if (i == 14 || i == 15) ticks += std::stod(field);  // utime, stime
+      return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+    };
+    const double cpu0 = cpu_seconds(waiting);
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    const double cpu1 = cpu_seconds(waiting);
+    EXPECT_LT(cpu1 - cpu0, 1.0) << "the waiting rank used " << cpu1 - cpu0 << " s of CPU in 2 s of waiting";
+
+    const int code = job.wait(60);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ::kill(stopped, SIGKILL);  // in case the job did not end
+    EXPECT_EQ(code, launch::kExitCollectiveTimeout) << job.err();
+    EXPECT_LT(seconds, 5 + 30) << "the watchdog took " << seconds << " s";
+    EXPECT_EQ(count_lines_with(job.err(), "collective timeout"), 1) << job.err();
+    EXPECT_NE(job.err().find("rank " + std::to_string(stopped_rank) + " did not arrive"), std::string::npos)
+        << job.err();
+    EXPECT_NE(job.err().find("; rank 0 in "), std::string::npos) << job.err();  // where the live rank waited
+  }
+
   TempDir dir_{"failures"};
 };
 
@@ -140,40 +183,15 @@ TEST_F(Failures, KilledRankUnderSuperviseDataParallelEndsBitIdentical) { kill_un
 
 TEST_F(Failures, KilledRankUnderSuperviseTp2Pp2EndsBitIdentical) { kill_under_supervise(4, "--tp 2 --pp 2"); }
 
-TEST_F(Failures, StoppedRankEndsTheJobNamingIt) {
-  Child job(train_command(2, args(1000000, "stall") + " --collective-timeout 5"), out("stall"), err("stall"), kMpiEnv);
-  ASSERT_TRUE(wait_until([&] { return last_logged_step(dir_ / "stall.jsonl") >= 3; }, 120)) << job.err();
-  const pid_t stopped = find_rank(job.pid(), 1);
-  const pid_t waiting = find_rank(job.pid(), 0);
-  ASSERT_GT(stopped, 0);
-  ASSERT_GT(waiting, 0);
-  ::kill(stopped, SIGSTOP);
-  const auto t0 = std::chrono::steady_clock::now();
+TEST_F(Failures, StoppedRankEndsTheJobNamingIt) { expect_stopped_rank_named(2, "--dp 2", 1, "stall"); }
 
-  // Past the short spinning phase the waiting rank sleeps between polls.
-  std::this_thread::sleep_for(std::chrono::seconds(1));
-  auto cpu_seconds = [](pid_t pid) {
-    const std::string text = read_text("/proc/" + std::to_string(pid) + "/stat");
-    std::istringstream stat(text.substr(text.rfind(')') + 2));  // fields from 3 (state) on
-    std::string field;
-    double ticks = 0;
-    for (int i = 3; i <= 15 && stat >> field; ++i)
-      if (i == 14 || i == 15) ticks += std::stod(field);  // utime, stime
-    return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
-  };
-  const double cpu0 = cpu_seconds(waiting);
-  std::this_thread::sleep_for(std::chrono::seconds(2));
-  const double cpu1 = cpu_seconds(waiting);
-  EXPECT_LT(cpu1 - cpu0, 1.0) << "the waiting rank used " << cpu1 - cpu0 << " s of CPU in 2 s of waiting";
-
-  const int code = job.wait(60);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  ::kill(stopped, SIGKILL);  // in case the job did not end
-  EXPECT_EQ(code, launch::kExitCollectiveTimeout) << job.err();
-  EXPECT_LT(seconds, 5 + 30) << "the watchdog took " << seconds << " s";
-  EXPECT_EQ(count_lines_with(job.err(), "collective timeout"), 1) << job.err();
-  EXPECT_NE(job.err().find("rank 1 did not arrive"), std::string::npos) << job.err();
-  EXPECT_NE(job.err().find("; rank 0 in "), std::string::npos) << job.err();  // where the live rank waited
+// tp2 x pp2, the last rank stopped: its tensor-parallel partner waits in an
+// all-reduce with it and the first stage waits for the pipeline's gradients,
+// so the live ranks wait in different operations, and the roll call must
+// still name rank 3 alone (issue 37: it did not in every run; 8 runs of this
+// test in a row named it alone, 16-18 s each).
+TEST_F(Failures, StoppedRankOfATp2Pp2GridIsNamedAlone) {
+  expect_stopped_rank_named(4, "--tp 2 --pp 2", 3, "stall_grid");
 }
 
 TEST_F(Failures, SigtermCheckpointsStopsAndResumesBitIdentically) {
