@@ -6,13 +6,28 @@
 namespace parallel {
 
 void run_schedule(const std::vector<Action>& actions, Stage& stage, Communicator& pp_comm) {
-  const int me = pp_comm.rank();
-  const int prev = me - 1;  // -1 on the first stage
-  const int next = me + 1;  // == size on the last stage
-  auto peer = [&](int rank, const Action& a) {
-    ENGINE_CHECK(rank >= 0 && rank < pp_comm.size(), "pipeline stage ", me, " of ", pp_comm.size(),
-                 " has no neighbour for ", to_string(a), " (was the schedule made for another stage?)");
+  run_schedule(actions, std::vector<Stage*>{&stage}, pp_comm);
+}
+
+void run_schedule(const std::vector<Action>& actions, const std::vector<Stage*>& chunks, Communicator& pp_comm) {
+  const int me = pp_comm.rank(), size = pp_comm.size();
+  const int v = static_cast<int>(chunks.size());
+  ENGINE_CHECK(v >= 1, "run_schedule needs at least one stage");
+  // The rank a message goes to or comes from; with one chunk per rank the
+  // pipeline does not wrap round, so a message past either end is a schedule
+  // made for another stage.
+  auto peer = [&](const Action& a) {
+    const int rank = pipeline_peer(a, size, me);
+    const bool towards_next = a.kind == ActionKind::kSendForward || a.kind == ActionKind::kRecvBackward;
+    const bool wraps = towards_next ? me == size - 1 : me == 0;
+    ENGINE_CHECK(size > 1 && (v > 1 || !wraps), "pipeline stage ", me, " of ", size, " has no neighbour for ",
+                 to_string(a), " (was the schedule made for another stage?)");
     return rank;
+  };
+  auto chunk = [&](const Action& a) -> Stage& {
+    ENGINE_CHECK(a.chunk >= 0 && a.chunk < v, "pipeline stage ", me, ": ", to_string(a), " names chunk ", a.chunk,
+                 " of the ", v, " this rank holds");
+    return *chunks[a.chunk];
   };
 
   std::vector<P2POp> batch;
@@ -24,28 +39,28 @@ void run_schedule(const std::vector<Action>& actions, Stage& stage, Communicator
   for (const Action& a : actions) {
     switch (a.kind) {
       case ActionKind::kRecvForward:
-        batch.push_back(P2POp::recv(stage.forward_input(a.micro), peer(prev, a)));
+        batch.push_back(P2POp::recv(chunk(a).forward_input(a.micro), peer(a)));
         break;
       case ActionKind::kSendForward:
-        batch.push_back(P2POp::send(stage.forward_output(a.micro), peer(next, a)));
+        batch.push_back(P2POp::send(chunk(a).forward_output(a.micro), peer(a)));
         break;
       case ActionKind::kRecvBackward:
-        batch.push_back(P2POp::recv(stage.backward_input_grad(a.micro), peer(next, a)));
+        batch.push_back(P2POp::recv(chunk(a).backward_input_grad(a.micro), peer(a)));
         break;
       case ActionKind::kSendBackward:
-        batch.push_back(P2POp::send(stage.backward_output_grad(a.micro), peer(prev, a)));
+        batch.push_back(P2POp::send(chunk(a).backward_output_grad(a.micro), peer(a)));
         break;
       case ActionKind::kForward:
         // The messages this compute waits for belong to its phase (for the
         // watchdog's message).
         watchdog_set_phase("forward");
         flush();
-        stage.forward(a.micro);
+        chunk(a).forward(a.micro);
         break;
       case ActionKind::kBackward:
         watchdog_set_phase("backward");
         flush();
-        stage.backward(a.micro);
+        chunk(a).backward(a.micro);
         break;
     }
   }

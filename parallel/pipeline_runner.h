@@ -55,4 +55,10 @@ class Stage {
 // batch are free for reuse when it returns.
 void run_schedule(const std::vector<Action>& actions, Stage& stage, Communicator& pp_comm);
 
+// The same for an interleaved schedule: chunks[c] runs the actions of chunk
+// c (this rank's virtual stage c * pp + rank). Messages go to the
+// neighbouring ranks, the last rank's sending on to rank 0 and back
+// (pipeline_peer).
+void run_schedule(const std::vector<Action>& actions, const std::vector<Stage*>& chunks, Communicator& pp_comm);
+
 }  // namespace parallel

@@ -7,7 +7,7 @@
 // on its own ("RF3 F3 SF3 RB1 B1 SB1"), and the runner (pipeline_runner.h)
 // just executes the list.
 //
-// Both schedules here are "flush" schedules: all micro-batches of a step go
+// Every schedule here is a "flush" schedule: all micro-batches of a step go
 // through before the optimizer step, so the weights every micro-batch sees are
 // the same as in one process (synchronous semantics, exact parity).
 //
@@ -18,6 +18,17 @@
 //   forwards, then alternates one forward and one backward, then drains the
 //   remaining backwards. Same bubble as GPipe, but stage s holds at most
 //   min(p - s, m) micro-batches' activations instead of m.
+// - interleaved_one_f_one_b (Narayanan et al. 2021 §2.2, Fig. 4 bottom;
+//   Megatron-LM's --num-layers-per-virtual-pipeline-stage): each rank holds v
+//   chunks of layers, chunk c of rank r being virtual stage k = c p + r of a
+//   pipeline of v p stages, so an activation visits every rank v times and
+//   the last rank hands chunk c's output to rank 0's chunk c + 1. Micro-batches
+//   go in groups of p: forwards of chunk 0 for the group, then chunk 1, ...;
+//   backwards the same from the last chunk. Warm-up on rank r: 2 (p - r - 1)
+//   + (v - 1) p forwards (all of them when m = p). Each device then idles
+//   (p - 1) / v of a stage's forward+backward time at either end instead of
+//   p - 1: the bubble shrinks by v, for v times the pipeline messages.
+//   Megatron's conditions (m a multiple of p, p > 2) are required.
 //
 // Deadlock freedom. The runner posts every maximal run of consecutive
 // communication actions as one batch (all its sends and receives progress
@@ -59,34 +70,52 @@ enum class ActionKind : std::uint8_t {
 
 struct Action {
   ActionKind kind;
-  int micro;  // micro-batch index in [0, m)
+  int micro;      // micro-batch index in [0, m)
+  int chunk = 0;  // the rank's chunk of layers (interleaved schedules), in [0, v)
   bool operator==(const Action&) const = default;
 };
 
 bool is_communication(ActionKind kind);
-std::string to_string(const Action& action);               // "RF3"
+std::string to_string(const Action& action);               // "RF3"; chunk 1: "RF3.1"
 std::string format_actions(const std::vector<Action>& a);  // "RF0 F0 SF0 ..."
 std::string format_compute(const std::vector<Action>& a);  // only F and B: "F0 F1 B0 ..."
 
-enum class ScheduleKind { kOneFOneB, kAllForwardAllBackward };
-const char* schedule_name(ScheduleKind kind);  // "1f1b", "afab"
-// Accepts "1f1b", "afab" and "gpipe"; throws engine::Error naming the choices.
+enum class ScheduleKind { kOneFOneB, kAllForwardAllBackward, kInterleaved };
+const char* schedule_name(ScheduleKind kind);  // "1f1b", "afab", "interleaved"
+// Accepts "1f1b", "afab", "gpipe" and "interleaved"; throws engine::Error naming the choices.
 ScheduleKind parse_schedule(const std::string& name);
 
 // The actions of `stage` in a pipeline of `pp_size` stages running
 // `micro_batches` micro-batches (any m >= 1, also m < pp_size).
 std::vector<Action> one_f_one_b(int pp_size, int stage, int micro_batches);
 std::vector<Action> all_forward_all_backward(int pp_size, int stage, int micro_batches);
-std::vector<Action> make_schedule(ScheduleKind kind, int pp_size, int stage, int micro_batches);
+// Megatron's interleaved 1F1B with `virtual_stages` chunks per rank (v = 1 is
+// one_f_one_b). Throws engine::Error with interleaved_refusal()'s reason.
+std::vector<Action> interleaved_one_f_one_b(int pp_size, int stage, int micro_batches, int virtual_stages);
+// "" when an interleaved pipeline of v chunks per rank can run m
+// micro-batches over p ranks (and, with layers > 0, split the layers into
+// v p equal chunks), else why not, naming the numbers.
+std::string interleaved_refusal(int pp_size, int micro_batches, int virtual_stages, std::int64_t layers = 0);
+// virtual_stages is used by kInterleaved only (and must be 1 otherwise).
+std::vector<Action> make_schedule(ScheduleKind kind, int pp_size, int stage, int micro_batches,
+                                  int virtual_stages = 1);
 
 // Adds the communication implied by a compute order: RF before and SF after
 // each forward, RB before and SB after each backward, except at the ends of
-// the pipeline (the first stage receives no activation, the last sends none).
-std::vector<Action> with_communication(const std::vector<Action>& compute, int pp_size, int stage);
+// the (virtual) pipeline: rank 0's chunk 0 receives no activation, the last
+// rank's last chunk sends none.
+std::vector<Action> with_communication(const std::vector<Action>& compute, int pp_size, int stage,
+                                       int virtual_stages = 1);
+
+// The rank that the message of communication action `a` on `stage` goes to
+// or comes from: the neighbouring rank, wrapping from the last rank to rank 0
+// (and back) between chunks of an interleaved pipeline.
+int pipeline_peer(const Action& a, int pp_size, int stage);
 
 // Most micro-batches whose forward has run and backward has not, at any point
 // of the list: the number of activation sets the stage must hold at once.
-// 1F1B: min(pp_size - stage, m). GPipe: m.
+// 1F1B: min(pp_size - stage, m). GPipe: m. Interleaved: counted over
+// (chunk, micro-batch) pairs, each a set of 1/v of the rank's layers.
 int peak_in_flight(const std::vector<Action>& actions);
 
 // Fraction of a step's time each stage idles in the pipeline bubble, with
@@ -94,14 +123,28 @@ int peak_in_flight(const std::vector<Action>& actions);
 // (Huang et al. 2019 §2.3; Narayanan et al. 2021 §2.2 write the same bubble
 // as (p - 1) / m of the ideal time). Same for 1F1B and GPipe.
 double bubble_fraction(int pp_size, int micro_batches);
+// The same for the interleaved schedule, whose fill and drain take 1/v as
+// long (Narayanan et al. 2021 §2.2.2): (p - 1) / (v m + p - 1).
+double interleaved_bubble_fraction(int pp_size, int micro_batches, int virtual_stages);
 
-// Checks a whole pipeline's schedules (index = stage): every micro-batch runs
-// F then B exactly once per stage, receives come before the compute that
-// needs them and sends after the compute that produces them, every send has
-// the matching receive on the neighbour in the same order, and running the
-// lists as the runner does (batches of consecutive communication, rendezvous
-// sends) finishes without deadlock. Returns "" when all holds, else what
-// failed first.
-std::string check_schedules(const std::vector<std::vector<Action>>& per_stage, int micro_batches);
+// Checks a whole pipeline's schedules (index = stage, i.e. rank): every
+// micro-batch runs F then B exactly once per stage and chunk, receives come
+// before the compute that needs them and sends after the compute that
+// produces them, every send has the matching receive on its peer
+// (pipeline_peer) in the same order -- messages between two ranks match in
+// posting order, whatever they carry, as MPI and NCCL match them -- and
+// running the lists as the runner does (batches of consecutive communication,
+// rendezvous sends) finishes without deadlock. Returns "" when all holds, else
+// what failed first.
+std::string check_schedules(const std::vector<std::vector<Action>>& per_stage, int micro_batches,
+                            int virtual_stages = 1);
+
+// The step time of a whole pipeline's schedules run as the runner runs them
+// (check_schedules' semantics) when each forward of a chunk takes
+// forward_seconds, each backward backward_seconds and messages take no time:
+// the schedule's own bubble, against which bubble_fraction's theory is tested.
+// Throws engine::Error with check_schedules' reason when the lists are wrong.
+double simulated_step_seconds(const std::vector<std::vector<Action>>& per_stage, int micro_batches,
+                              int virtual_stages, double forward_seconds, double backward_seconds);
 
 }  // namespace parallel

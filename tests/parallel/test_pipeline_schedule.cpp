@@ -13,9 +13,9 @@ using namespace parallel;
 
 namespace {
 
-std::vector<std::vector<Action>> whole_pipeline(ScheduleKind kind, int pp, int m) {
+std::vector<std::vector<Action>> whole_pipeline(ScheduleKind kind, int pp, int m, int v = 1) {
   std::vector<std::vector<Action>> out;
-  for (int s = 0; s < pp; ++s) out.push_back(make_schedule(kind, pp, s, m));
+  for (int s = 0; s < pp; ++s) out.push_back(make_schedule(kind, pp, s, m, v));
   return out;
 }
 
@@ -121,7 +121,110 @@ TEST(Schedules, CheckerFindsDeadlocksAndMismatches) {
   EXPECT_NE(check_schedules({parse("F0 SF0 B0")}, 1).find("must not appear"), std::string::npos);
 }
 
+// Megatron-LM's interleaved order, written out by hand for p 3, v 2, m 6:
+// micro-batches in groups of 3, chunk 0 of a group then chunk 1 ("F0.1" is
+// micro-batch 0 in chunk 1); rank 0 warms up with 2 (p - 1) + (v - 1) p = 7
+// forwards, the last rank with p = 3.
+TEST(Interleaved, ThreeRanksTwoChunksSixMicroBatches) {
+  EXPECT_EQ(format_compute(interleaved_one_f_one_b(3, 0, 6, 2)),
+            "F0 F1 F2 F0.1 F1.1 F2.1 F3 F4 B0.1 F5 B1.1 F3.1 B2.1 F4.1 B0 F5.1 B1 B2 B3.1 B4.1 B5.1 B3 B4 B5");
+  EXPECT_EQ(format_compute(interleaved_one_f_one_b(3, 2, 6, 2)),
+            "F0 F1 F2 F0.1 B0.1 F1.1 B1.1 F2.1 B2.1 F3 B0 F4 B1 F5 B2 F3.1 B3.1 F4.1 B4.1 F5.1 B5.1 B3 B4 B5");
+  // The last rank hands chunk 0's output to rank 0's chunk 1, and rank 0
+  // hands chunk 1's input gradient back to the last rank's chunk 0.
+  const std::vector<Action> last = interleaved_one_f_one_b(3, 2, 6, 2);
+  EXPECT_EQ(format_actions(std::vector<Action>(last.begin(), last.begin() + 3)), "RF0 F0 SF0");
+  EXPECT_EQ(pipeline_peer({ActionKind::kSendForward, 0, 0}, 3, 2), 0);
+  EXPECT_EQ(pipeline_peer({ActionKind::kSendBackward, 0, 1}, 3, 0), 2);
+  EXPECT_EQ(pipeline_peer({ActionKind::kRecvForward, 0, 1}, 3, 0), 2);
+  EXPECT_EQ(pipeline_peer({ActionKind::kRecvBackward, 0, 0}, 3, 1), 2);
+  // m = p: every forward first (Megatron's all-warm-up case).
+  EXPECT_EQ(format_compute(interleaved_one_f_one_b(3, 1, 3, 2)), "F0 F1 F2 F0.1 F1.1 F2.1 B0.1 B1.1 B2.1 B0 B1 B2");
+  // v = 1 with make_schedule's other kinds only.
+  EXPECT_THROW(make_schedule(ScheduleKind::kOneFOneB, 4, 0, 8, 2), engine::Error);
+}
+
+TEST(Interleaved, RefusesWhatMegatronRefuses) {
+  EXPECT_EQ(interleaved_refusal(4, 8, 2, 16), "");
+  EXPECT_NE(interleaved_refusal(2, 8, 2).find("needs pp > 2"), std::string::npos);
+  EXPECT_NE(interleaved_refusal(4, 6, 2).find("must be a multiple of pp (pp 4, 6 micro-batches, 2 virtual stages)"),
+            std::string::npos);
+  EXPECT_NE(interleaved_refusal(4, 8, 1).find("at least 2 virtual stages"), std::string::npos);
+  EXPECT_NE(interleaved_refusal(4, 8, 2, 12).find("the 12 layers into pp x virtual stages = 8 equal chunks"),
+            std::string::npos);
+  EXPECT_THROW(interleaved_one_f_one_b(4, 0, 6, 2), engine::Error);
+}
+
+// Every (p, v, m) Megatron accepts up to p 8, v 4, m 4p: each (chunk,
+// micro-batch) runs F then B once, messages match on every pair of ranks in
+// posting order (the last rank's hand-over to rank 0 included), no deadlock
+// under rendezvous sends, and the activation sets held at once are
+// Megatron's warm-up plus one.
+TEST(Interleaved, InvariantsForManyShapes) {
+  for (int pp = 3; pp <= 8; ++pp)
+    for (int v = 2; v <= 4; ++v)
+      for (int m = pp; m <= 4 * pp; m += pp) {
+        SCOPED_TRACE("pp " + std::to_string(pp) + " v " + std::to_string(v) + " m " + std::to_string(m));
+        const auto stages = whole_pipeline(ScheduleKind::kInterleaved, pp, m, v);
+        ASSERT_EQ(check_schedules(stages, m, v), "");
+        for (int s = 0; s < pp; ++s) {
+          const int warmup = m == pp ? m * v : std::min(2 * (pp - s - 1) + (v - 1) * pp, m * v);
+          ASSERT_EQ(peak_in_flight(stages[s]), std::min(warmup + 1, m * v)) << "stage " << s;
+          // 2 compute actions per (chunk, micro-batch); 4 messages but at the two ends of the virtual pipeline.
+          const int ends = (s == 0 ? 2 * m : 0) + (s == pp - 1 ? 2 * m : 0);
+          ASSERT_EQ(static_cast<int>(stages[s].size()), 6 * m * v - ends) << "stage " << s;
+        }
+      }
+}
+
+// The bubble each schedule really has, run by the runner's rules with every
+// stage's forward + backward of a micro-batch taking 1 (a chunk's 1/v):
+// 1F1B and GPipe take m + p - 1, the interleaved schedule m + (p - 1) / v,
+// so the idle fraction is bubble_fraction's (p - 1) / (v m + p - 1)
+// (Narayanan et al. 2021 §2.2). Backward twice the forward, as in a
+// transformer, changes nothing for these schedules.
+TEST(Schedules, SimulatedBubbleMatchesTheory) {
+  for (const double forward_share : {0.5, 1.0 / 3.0})
+    for (int pp = 1; pp <= 8; ++pp)
+      for (int m = 1; m <= 16; ++m) {
+        SCOPED_TRACE("pp " + std::to_string(pp) + " m " + std::to_string(m));
+        for (ScheduleKind kind : {ScheduleKind::kOneFOneB, ScheduleKind::kAllForwardAllBackward}) {
+          const double t =
+              simulated_step_seconds(whole_pipeline(kind, pp, m), m, 1, forward_share, 1.0 - forward_share);
+          EXPECT_NEAR(t, m + pp - 1, 1e-9) << schedule_name(kind);
+          EXPECT_NEAR((t - m) / t, bubble_fraction(pp, m), 1e-12) << schedule_name(kind);
+        }
+        if (pp < 3 || m % pp != 0) continue;
+        for (int v = 2; v <= 4; ++v) {
+          const double t = simulated_step_seconds(whole_pipeline(ScheduleKind::kInterleaved, pp, m, v), m, v,
+                                                  forward_share / v, (1.0 - forward_share) / v);
+          EXPECT_NEAR(t, m + static_cast<double>(pp - 1) / v, 1e-9) << "interleaved v " << v;
+          EXPECT_NEAR((t - m) / t, interleaved_bubble_fraction(pp, m, v), 1e-12) << "interleaved v " << v;
+        }
+      }
+}
+
+TEST(Schedules, CheckerFollowsMessagesRoundTheInterleavedPipeline) {
+  // p 3, v 2, m 3: rank 2 sends chunk 0's outputs round to rank 0 in micro-batch
+  // order; rank 0 posting the receive for micro-batch 1 first (still before
+  // its forward) takes micro-batch 0's activation as 1's: the checker names
+  // both ends.
+  auto stages = whole_pipeline(ScheduleKind::kInterleaved, 3, 3, 2);
+  std::vector<Action>& first = stages[0];
+  auto rf = [&](int micro) {
+    return std::find(first.begin(), first.end(), Action{ActionKind::kRecvForward, micro, 1});
+  };
+  first.erase(rf(1));
+  first.insert(rf(0), Action{ActionKind::kRecvForward, 1, 1});
+  const std::string error = check_schedules(stages, 3, 2);
+  EXPECT_NE(error.find("stage 2's message 0 is SF0 but stage 0 receives it as RF1.1"), std::string::npos) << error;
+  EXPECT_NE(check_schedules(whole_pipeline(ScheduleKind::kInterleaved, 3, 3, 2), 3, 1).find("outside chunks"),
+            std::string::npos);
+}
+
 TEST(Schedules, BubbleAndNames) {
+  EXPECT_DOUBLE_EQ(interleaved_bubble_fraction(4, 8, 2), 3.0 / 19.0);
+  EXPECT_EQ(parse_schedule("interleaved"), ScheduleKind::kInterleaved);
   EXPECT_DOUBLE_EQ(bubble_fraction(4, 8), 3.0 / 11.0);
   EXPECT_DOUBLE_EQ(bubble_fraction(1, 8), 0.0);
   EXPECT_DOUBLE_EQ(bubble_fraction(8, 1), 7.0 / 8.0);
