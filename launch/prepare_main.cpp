@@ -44,7 +44,8 @@
 // --tokenizer does. The input is read twice (learn, then encode) rather than
 // held in memory.
 //
-// --threads N encodes blocks on N threads (default: the machine's cores).
+// --threads N encodes blocks on N threads (default: the CPUs this process may
+// run on).
 // Each block is encoded on its own anyway, so the shards are byte-identical
 // for every N (launch/data/prepare_encode.h).
 //
@@ -103,7 +104,7 @@ int main(int argc, char** argv) {
       ->needs(learn);
   options.threads = launch::prepare::default_prepare_threads();
   app.add_option("--threads", options.threads,
-                 "Threads that encode text (default: this machine's cores); the shards are byte-identical for "
+                 "Threads that encode text (default: the CPUs this process may run on); the shards are byte-identical for "
                  "every count")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();

@@ -1,5 +1,7 @@
 #include "launch/data/prepare_encode.h"
 
+#include <sched.h>
+
 #include <atomic>
 #include <exception>
 #include <mutex>
@@ -69,6 +71,11 @@ std::vector<EncodedBlock> BlockEncoder::encode(const std::vector<Block>& blocks)
 }
 
 int default_prepare_threads() {
+  // The CPUs this process may run on (taskset, a container's cpuset, Slurm's
+  // binding), not the machine's: more threads than those only take turns.
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof allowed, &allowed) == 0 && CPU_COUNT(&allowed) > 0) return CPU_COUNT(&allowed);
   const unsigned n = std::thread::hardware_concurrency();
   return n == 0 ? 1 : static_cast<int>(n);
 }
