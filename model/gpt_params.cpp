@@ -40,7 +40,13 @@ void add_llama_blocks(ParamRegistry& reg, const GptConfig& config, const StageRa
 
 ParamRegistry build_gpt_registry(const GptConfig& config, const StageRange& stage, TensorParallel tp,
                                  std::int64_t align_multiple) {
+  return build_gpt_registry(config, std::vector<StageRange>{stage}, tp, align_multiple);
+}
+
+ParamRegistry build_gpt_registry(const GptConfig& config, const std::vector<StageRange>& chunks, TensorParallel tp,
+                                 std::int64_t align_multiple) {
   config.validate();
+  const StageRange stage = rank_range(chunks);
   const std::int64_t C = config.n_embd, L = config.n_layer;
   const double std = 0.02;
   const double proj_std = 0.02 / std::sqrt(2.0 * static_cast<double>(L));
@@ -63,24 +69,26 @@ ParamRegistry build_gpt_registry(const GptConfig& config, const StageRange& stag
       reg.add("wpe", engine::Shape{config.max_seq_len, C}, Init::kNormal, std, true);
     }
   }
-  if (config.is_llama()) {
-    add_llama_blocks(reg, config, stage, tp, std, proj_std);
-  } else {
-    for (std::int64_t l = stage.first_layer; l < stage.last_layer; ++l) {
-      auto name = [l](const char* suffix) { return block_param_name(l, suffix); };
-      reg.begin_unit(block_unit_name(l));
-      reg.add(name("ln_1.weight"), engine::Shape{C}, Init::kOnes, 0, false);
-      reg.add(name("ln_1.bias"), engine::Shape{C}, Init::kZeros, 0, false);
-      reg.add(name("attn.qkv.weight"), engine::Shape{3 * C, C}, Init::kNormal, std, true, qkv_rows);
-      reg.add(name("attn.qkv.bias"), engine::Shape{3 * C}, Init::kZeros, 0, false, qkv_rows);
-      reg.add(name("attn.proj.weight"), engine::Shape{C, C}, Init::kNormal, proj_std, true, columns);
-      reg.add(name("attn.proj.bias"), engine::Shape{C}, Init::kZeros, 0, false);
-      reg.add(name("ln_2.weight"), engine::Shape{C}, Init::kOnes, 0, false);
-      reg.add(name("ln_2.bias"), engine::Shape{C}, Init::kZeros, 0, false);
-      reg.add(name("mlp.fc.weight"), engine::Shape{4 * C, C}, Init::kNormal, std, true, rows);
-      reg.add(name("mlp.fc.bias"), engine::Shape{4 * C}, Init::kZeros, 0, false, rows);
-      reg.add(name("mlp.proj.weight"), engine::Shape{C, 4 * C}, Init::kNormal, proj_std, true, columns);
-      reg.add(name("mlp.proj.bias"), engine::Shape{C}, Init::kZeros, 0, false);
+  for (const StageRange& chunk : chunks) {
+    if (config.is_llama()) {
+      add_llama_blocks(reg, config, chunk, tp, std, proj_std);
+    } else {
+      for (std::int64_t l = chunk.first_layer; l < chunk.last_layer; ++l) {
+        auto name = [l](const char* suffix) { return block_param_name(l, suffix); };
+        reg.begin_unit(block_unit_name(l));
+        reg.add(name("ln_1.weight"), engine::Shape{C}, Init::kOnes, 0, false);
+        reg.add(name("ln_1.bias"), engine::Shape{C}, Init::kZeros, 0, false);
+        reg.add(name("attn.qkv.weight"), engine::Shape{3 * C, C}, Init::kNormal, std, true, qkv_rows);
+        reg.add(name("attn.qkv.bias"), engine::Shape{3 * C}, Init::kZeros, 0, false, qkv_rows);
+        reg.add(name("attn.proj.weight"), engine::Shape{C, C}, Init::kNormal, proj_std, true, columns);
+        reg.add(name("attn.proj.bias"), engine::Shape{C}, Init::kZeros, 0, false);
+        reg.add(name("ln_2.weight"), engine::Shape{C}, Init::kOnes, 0, false);
+        reg.add(name("ln_2.bias"), engine::Shape{C}, Init::kZeros, 0, false);
+        reg.add(name("mlp.fc.weight"), engine::Shape{4 * C, C}, Init::kNormal, std, true, rows);
+        reg.add(name("mlp.fc.bias"), engine::Shape{4 * C}, Init::kZeros, 0, false, rows);
+        reg.add(name("mlp.proj.weight"), engine::Shape{C, 4 * C}, Init::kNormal, proj_std, true, columns);
+        reg.add(name("mlp.proj.bias"), engine::Shape{C}, Init::kZeros, 0, false);
+      }
     }
   }
   if (stage.has_head) {

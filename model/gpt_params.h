@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "model/gpt_config.h"
 #include "model/param_registry.h"
@@ -48,6 +49,11 @@ std::string block_unit_name(std::int64_t layer);  // "h.3"
 // (ZeRO passes the data-parallel size).
 ParamRegistry build_gpt_registry(const GptConfig& config, const StageRange& stage, TensorParallel tp = {},
                                  std::int64_t align_multiple = 1);
+// The same for a rank that holds several chunks of layers (the interleaved
+// pipeline, model/partition.h): the embedding if the first chunk has it,
+// every chunk's blocks in layer order, the head if the last chunk has it.
+ParamRegistry build_gpt_registry(const GptConfig& config, const std::vector<StageRange>& chunks, TensorParallel tp,
+                                 std::int64_t align_multiple);
 inline ParamRegistry build_gpt_registry(const GptConfig& config) {
   return build_gpt_registry(config, whole_model(config));
 }

@@ -17,9 +17,18 @@ namespace {
 constexpr std::size_t kAdamMoments = 2;
 }  // namespace
 
+std::vector<int> chunk_activation_slots(const ParallelLayout& layout, int pp_rank) {
+  const std::vector<parallel::Action> actions = parallel::make_schedule(
+      layout.schedule, layout.pp, pp_rank, static_cast<int>(layout.micro_batches), layout.virtual_stages);
+  std::vector<int> slots;
+  for (int c = 0; c < layout.virtual_stages; ++c) slots.push_back(std::max(1, parallel::peak_in_flight(actions, c)));
+  return slots;
+}
+
 int activation_slots(const ParallelLayout& layout, int pp_rank) {
-  return std::max(1, parallel::peak_in_flight(parallel::make_schedule(layout.schedule, layout.pp, pp_rank,
-                                                                      static_cast<int>(layout.micro_batches))));
+  int total = 0;
+  for (const int s : chunk_activation_slots(layout, pp_rank)) total += s;
+  return total;
 }
 
 namespace {
@@ -33,13 +42,17 @@ struct StageFootprint {
   std::size_t per_slot = 0;
 };
 
-StageFootprint stage_footprint(const GptConfig& config, const ParallelLayout& layout, const StageRange& range) {
+// chunks: the rank's chunks of layers (one, but for the interleaved
+// schedule); pp_rank: the rank, whose schedule gives each chunk its slots.
+StageFootprint stage_footprint(const GptConfig& config, const ParallelLayout& layout,
+                               const std::vector<StageRange>& chunks, int pp_rank) {
+  const StageRange range = rank_range(chunks);
   const int zero = layout.zero_stage();
   // Every tp rank of a stage holds the same sizes; rank 0 stands for all.
   const TensorParallel tp{0, layout.tp, layout.sequence_parallel};
   // Under ZeRO every entry is padded so that it splits into dp equal chunks
   // (launch/run/optimizer_setup.h, shard_ways).
-  const ParamRegistry registry = build_gpt_registry(config, range, tp, zero >= 1 ? layout.dp : 1);
+  const ParamRegistry registry = build_gpt_registry(config, chunks, tp, zero >= 1 ? layout.dp : 1);
   const parallel::FlatLayout flat = flat_layout(registry, range, tp, config.n_layer);
   const std::int64_t whole = registry.total_numel();
   // The shard of a rank: its chunk of every unit (ZeRO-2/3) or of every
@@ -65,6 +78,15 @@ StageFootprint stage_footprint(const GptConfig& config, const ParallelLayout& la
   f.fixed.optimizer = kAdamMoments * bytes(zero >= 1 ? shard : whole, master);
   if (zero >= 2) f.fixed.staging = parallel::ZeroUnitShards::staging_bound(zero, flat.units, working, master);
   const ActivationShape shape{layout.micro_batch, layout.seq_len, working};
+  if (chunks.size() > 1) {
+    // One GptStage per chunk (launch/run/trainer.cpp), each with its own
+    // slots and scratch: their bytes, summed; the slots are in already.
+    std::size_t c = 0;
+    for (const int slots : chunk_activation_slots(layout, pp_rank))
+      f.fixed.activations += stage_activation_bytes(layout.device, config, chunks[c++], shape, slots, tp,
+                                                    layout.recompute);
+    return f;
+  }
   const std::size_t one = stage_activation_bytes(layout.device, config, range, shape, 1, tp, layout.recompute);
   const std::size_t two = stage_activation_bytes(layout.device, config, range, shape, 2, tp, layout.recompute);
   f.per_slot = two - one;
@@ -81,8 +103,9 @@ RankMemory with_slots(const StageFootprint& f, int slots) {
 }  // namespace
 
 RankMemory plan_stage_memory(const GptConfig& config, const ParallelLayout& layout, int pp_rank) {
-  const StageRange range = pipeline_stage_range(config, pp_rank, layout.pp);
-  return with_slots(stage_footprint(config, layout, range), activation_slots(layout, pp_rank));
+  const std::vector<StageRange> chunks = pipeline_chunk_ranges(config, pp_rank, layout.pp, layout.virtual_stages);
+  if (chunks.size() > 1) return stage_footprint(config, layout, chunks, pp_rank).fixed;
+  return with_slots(stage_footprint(config, layout, chunks, pp_rank), activation_slots(layout, pp_rank));
 }
 
 MemoryPlan plan_memory(const GptConfig& config, const ParallelLayout& layout) {
@@ -94,6 +117,11 @@ MemoryPlan plan_memory(const GptConfig& config, const ParallelLayout& layout) {
   ENGINE_CHECK(!(layout.sequence_parallel && layout.tp > 1) || (layout.micro_batch * layout.seq_len) % layout.tp == 0,
                "sequence parallel: the ", layout.micro_batch, " x ", layout.seq_len,
                " tokens of a micro-batch do not split evenly over tp ", layout.tp);
+  if (layout.schedule == parallel::ScheduleKind::kInterleaved) {
+    const std::string refusal = parallel::interleaved_refusal(layout.pp, static_cast<int>(layout.micro_batches),
+                                                              layout.virtual_stages, config.n_layer);
+    ENGINE_CHECK(refusal.empty(), refusal);
+  }
   // Stages differ only in their layer count (balanced to within one), the
   // embedding, the head and their slots: size each kind of stage once.
   struct Seen {
@@ -104,13 +132,17 @@ MemoryPlan plan_memory(const GptConfig& config, const ParallelLayout& layout) {
   std::vector<Seen> seen;
   MemoryPlan plan;
   for (int s = 0; s < layout.pp; ++s) {
+    if (layout.virtual_stages > 1) {  // every rank's chunks differ: no sharing of footprints
+      plan.stages.push_back(plan_stage_memory(config, layout, s));
+      continue;
+    }
     const StageRange range = pipeline_stage_range(config, s, layout.pp);
     const std::int64_t layers = range.last_layer - range.first_layer;
     const Seen* match = nullptr;
     for (const Seen& k : seen)
       if (k.layers == layers && k.embedding == range.has_embedding && k.head == range.has_head) match = &k;
     if (!match) {
-      seen.push_back({layers, range.has_embedding, range.has_head, stage_footprint(config, layout, range)});
+      seen.push_back({layers, range.has_embedding, range.has_head, stage_footprint(config, layout, {range}, s)});
       match = &seen.back();
     }
     plan.stages.push_back(with_slots(match->footprint, activation_slots(layout, s)));

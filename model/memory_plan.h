@@ -45,6 +45,7 @@ struct ParallelLayout {
   bool sequence_parallel = false;
   Recompute recompute = Recompute::kNone;
   parallel::ScheduleKind schedule = parallel::ScheduleKind::kOneFOneB;
+  int virtual_stages = 1;  // chunks of layers per rank (the interleaved schedule)
   std::int64_t micro_batch = 1;    // sequences per micro-batch
   std::int64_t micro_batches = 1;  // per data-parallel replica per step
   std::int64_t seq_len = 1;
@@ -72,7 +73,9 @@ struct MemoryPlan {
 MemoryPlan plan_memory(const GptConfig& config, const ParallelLayout& layout);
 RankMemory plan_stage_memory(const GptConfig& config, const ParallelLayout& layout, int pp_rank);
 
-// Activation slots of `pp_rank` under the layout's schedule.
+// Activation slots of `pp_rank` under the layout's schedule (summed over its
+// chunks of layers), and each chunk's (one entry unless interleaved).
 int activation_slots(const ParallelLayout& layout, int pp_rank);
+std::vector<int> chunk_activation_slots(const ParallelLayout& layout, int pp_rank);
 
 }  // namespace model

@@ -11,6 +11,18 @@ StageRange pipeline_stage_range(const GptConfig& config, int stage, int stages) 
   return StageRange{L * stage / stages, L * (stage + 1) / stages, stage == 0, stage == stages - 1};
 }
 
+std::vector<StageRange> pipeline_chunk_ranges(const GptConfig& config, int pp_rank, int pp, int virtual_stages) {
+  std::vector<StageRange> chunks;
+  for (int c = 0; c < virtual_stages; ++c)
+    chunks.push_back(pipeline_stage_range(config, c * pp + pp_rank, virtual_stages * pp));
+  return chunks;
+}
+
+StageRange rank_range(const std::vector<StageRange>& chunks) {
+  return StageRange{chunks.front().first_layer, chunks.back().last_layer, chunks.front().has_embedding,
+                    chunks.back().has_head};
+}
+
 std::string check_partition(const GptConfig& config, int tp, int pp) {
   std::ostringstream problems;
   if (tp >= 1 && config.n_head % tp != 0)

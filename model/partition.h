@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "model/gpt_config.h"
 
@@ -21,6 +22,18 @@ StageRange whole_model(const GptConfig& config);
 // most one); the embedding goes to the first stage, the head and loss to the
 // last (Narayanan et al. 2021).
 StageRange pipeline_stage_range(const GptConfig& config, int stage, int stages);
+
+// The chunks of layers rank `pp_rank` of a pipeline of `pp` ranks holds when
+// each holds `virtual_stages` of them (the interleaved schedule,
+// parallel/pipeline_schedule.h): chunk c is stage c pp + pp_rank of a
+// pipeline of virtual_stages pp stages. One chunk, the plain stage range,
+// when virtual_stages is 1.
+std::vector<StageRange> pipeline_chunk_ranges(const GptConfig& config, int pp_rank, int pp, int virtual_stages);
+
+// What a rank's chunks hold together: the embedding if its first does, the
+// head if its last does, its first and last layer (the layers between may
+// belong to other ranks).
+StageRange rank_range(const std::vector<StageRange>& chunks);
 
 // The tensor-parallel group this process belongs to (size 1: no split).
 // With sequence parallelism (Korthikanti et al. 2023, section 4.2.2) the

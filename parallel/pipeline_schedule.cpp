@@ -226,6 +226,13 @@ int peak_in_flight(const std::vector<Action>& actions) {
   return peak;
 }
 
+int peak_in_flight(const std::vector<Action>& actions, int chunk) {
+  std::vector<Action> mine;
+  for (const Action& a : actions)
+    if (a.chunk == chunk) mine.push_back(a);
+  return peak_in_flight(mine);
+}
+
 double bubble_fraction(int pp_size, int micro_batches) {
   ENGINE_CHECK(pp_size >= 1 && micro_batches >= 1, "bubble_fraction needs pp_size >= 1 and micro_batches >= 1; got ",
                pp_size, " and ", micro_batches);

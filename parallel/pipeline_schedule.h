@@ -117,6 +117,9 @@ int pipeline_peer(const Action& a, int pp_size, int stage);
 // 1F1B: min(pp_size - stage, m). GPipe: m. Interleaved: counted over
 // (chunk, micro-batch) pairs, each a set of 1/v of the rank's layers.
 int peak_in_flight(const std::vector<Action>& actions);
+// The same for one chunk of an interleaved schedule: the activation sets of
+// that chunk's layers held at once.
+int peak_in_flight(const std::vector<Action>& actions, int chunk);
 
 // Fraction of a step's time each stage idles in the pipeline bubble, with
 // equal forward+backward time per micro-batch: (p - 1) / (m + p - 1)

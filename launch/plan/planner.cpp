@@ -64,7 +64,7 @@ std::string PlanRequest::check() const {
   try {
     if (virtual_stages > 1 && !model::software_by_name(software, cluster.device).interleaved_schedule)
       add("--virtual-stages " + std::to_string(virtual_stages) + ": software '" + software +
-          "' has no interleaved pipeline schedule (the engine runs 1f1b and afab)");
+          "' has no interleaved pipeline schedule the planner models (the engine's own, --pipeline-schedule interleaved, is not modelled yet)");
   } catch (const std::exception& e) {
     add(e.what());
   }

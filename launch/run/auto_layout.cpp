@@ -39,6 +39,10 @@ void choose_layout(TrainConfig& c, const std::set<std::string>& given) {
   if (given.count("--micro-batch")) r.micro_batch = {static_cast<int>(c.micro_batch)};
   if (given.count("--zero")) r.zero = {c.zero};
   if (given.count("--recompute")) r.recompute = {model::parse_recompute(c.recompute)};
+  // The planner models the interleaved schedule for Megatron-LM only
+  // (launch/plan/planner.h), not yet for this engine.
+  ENGINE_CHECK(c.pipeline_schedule != "interleaved", "--layout auto chooses among the 1f1b and afab schedules; "
+               "give the whole layout by hand to run --pipeline-schedule interleaved");
   if (given.count("--pipeline-schedule")) r.schedule = {parallel::parse_schedule(c.pipeline_schedule)};
   if (given.count("--sequence-parallel")) r.sequence_parallel = {c.sequence_parallel ? 1 : 0};
   const std::string problem = r.check();

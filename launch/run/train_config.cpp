@@ -17,6 +17,7 @@
 #include "launch/formats/model_files.h"
 #include "launch/run/auto_layout.h"
 #include "model/partition.h"
+#include "parallel/pipeline_schedule.h"
 #include "parallel/process_grid.h"
 
 namespace launch {
@@ -160,6 +161,19 @@ void TrainConfig::resolve(int cuda_devices, int world) {
                " must be a positive multiple of micro-batch x seq-len x dp = ", micro_batch, " x ", seq_len, " x ", dp,
                " = ", micro_tokens * dp, " (the micro-batches must divide the batch)");
   grad_accum = batch_tokens / (micro_tokens * dp);
+  // Megatron-LM's interleaved 1F1B (parallel/pipeline_schedule.h): v chunks
+  // of layers per rank. What it does not compose with yet is refused here.
+  const bool interleaved = pipeline_schedule == "interleaved";
+  ENGINE_CHECK(interleaved || virtual_stages == 1, "--virtual-stages ", virtual_stages,
+               " needs --pipeline-schedule interleaved (this run uses ", pipeline_schedule, ")");
+  if (interleaved && !eval_only) {
+    const std::string refusal = parallel::interleaved_refusal(pp, static_cast<int>(grad_accum), virtual_stages,
+                                                              model.n_layer);
+    ENGINE_CHECK(refusal.empty(), "--pipeline-schedule interleaved: ", refusal);
+    ENGINE_CHECK(zero <= 1, "--pipeline-schedule interleaved composes with --zero 0 or 1 so far, not --zero ", zero,
+                 " (ZeRO-2/3 stage and gather each unit in one stage's order)");
+    ENGINE_CHECK(optimizer == "adamw", "--pipeline-schedule interleaved runs with --optimizer adamw so far");
+  }
   ENGINE_CHECK(bucket_mb > 0, "--bucket-mb must be > 0, got ", bucket_mb);
   ENGINE_CHECK(!sequence_parallel || tp > 1, "--sequence-parallel splits tokens over the tensor-parallel group and "
                "needs --tp > 1 (got tp ", tp, ")");
@@ -256,7 +270,10 @@ std::string TrainConfig::describe() const {
         << (shuffle ? ", shuffled" : ", in order") << "\n";
   }
   out << "layout     world " << world_size << " = tp " << tp << " x dp " << dp << " x pp " << pp << ", " << comm
-      << " communicator" << (pp > 1 ? ", pipeline " + pipeline_schedule : std::string())
+      << " communicator"
+      << (pp > 1 ? ", pipeline " + pipeline_schedule +
+                       (virtual_stages > 1 ? " (" + std::to_string(virtual_stages) + " chunks of layers per rank)" : "")
+                 : std::string())
       << (dp > 1 && !eval_only ? std::string(", gradient reduction ") + (overlap_grad_reduce ? "overlapped" : "after backward") : std::string())
       << (zero > 0 ? ", ZeRO stage " + std::to_string(zero) : std::string())
       << (sequence_parallel ? ", sequence parallel" : "")

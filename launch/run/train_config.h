@@ -95,7 +95,8 @@ struct TrainConfig {
   int tp = 1, pp = 1;
   int dp = 0;                     // 0 = world size / (tp x pp)
   std::string comm = "auto";      // auto | mpi | nccl
-  std::string pipeline_schedule = "1f1b";  // 1f1b | afab
+  std::string pipeline_schedule = "1f1b";  // 1f1b | afab | interleaved
+  int virtual_stages = 1;                   // interleaved: chunks of layers per pipeline rank
   bool overlap_grad_reduce = true;  // start data-parallel reductions during the last backward
   double bucket_mb = 25;            // data-parallel reduction bucket size
 

@@ -150,8 +150,14 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--dp", c.dp, "Data-parallel size (0 = world size / (tp x pp))")->group(kPar)->capture_default_str();
   app.add_option("--comm", c.comm, "Communicator: auto (nccl on cuda with one GPU per rank, else mpi), mpi or nccl")
       ->group(kPar)->capture_default_str()->check(CLI::IsMember({"auto", "mpi", "nccl"}));
-  app.add_option("--pipeline-schedule", c.pipeline_schedule, "1f1b or afab (all-forward-all-backward)")
-      ->group(kPar)->capture_default_str()->check(CLI::IsMember({"1f1b", "afab"}));
+  app.add_option("--pipeline-schedule", c.pipeline_schedule,
+                 "1f1b, afab (all-forward-all-backward) or interleaved (Megatron-LM's interleaved 1F1B: "
+                 "--virtual-stages chunks of layers per rank, the bubble divided by that many; pp > 2, "
+                 "micro-batches a multiple of pp)")
+      ->group(kPar)->capture_default_str()->check(CLI::IsMember({"1f1b", "afab", "interleaved"}));
+  app.add_option("--virtual-stages", c.virtual_stages,
+                 "interleaved: chunks of layers per pipeline rank (>= 2; the layers must split into pp x this)")
+      ->group(kPar)->capture_default_str()->check(CLI::Range(1, 64));
   add_switch(app, "--overlap-grad-reduce", c.overlap_grad_reduce,
              "Start data-parallel gradient reductions during the last micro-batch's backward (ZeRO-2/3 always "
              "reduce each layer's gradient as soon as its backward is done)")

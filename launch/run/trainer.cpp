@@ -115,9 +115,10 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
   refuse_if_too_big(planned_memory_before_allocating());
 
   // This rank's slice of the model and how the data-parallel strategy sees it.
-  range_ = model::pipeline_stage_range(mc, grid_.pp_rank(), grid_.pp_size());
+  chunks_ = model::pipeline_chunk_ranges(mc, grid_.pp_rank(), grid_.pp_size(), config.virtual_stages);
+  range_ = model::rank_range(chunks_);
   tp_ = model::TensorParallel{grid_.tp_rank(), grid_.tp_size(), config.sequence_parallel};
-  registry_ = model::build_gpt_registry(mc, range_, tp_, shard_ways(config, grid_));
+  registry_ = model::build_gpt_registry(mc, chunks_, tp_, shard_ways(config, grid_));
   layout_ = model::flat_layout(registry_, range_, tp_, mc.n_layer);
   tied_ = std::make_unique<parallel::TiedEmbedding>(world, grid_, layout_.tied, layout_.tied_unit,
                                                     config.comm == "nccl", mc.tied_embeddings);
@@ -145,19 +146,24 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
         mc, registry_, *host_world_, config.device_type);
 
   // The schedule decides how many micro-batches are alive at once, and so
-  // how many activation slots the stage needs.
+  // how many activation slots each chunk's stage needs.
   schedule_ = parallel::make_schedule(parallel::parse_schedule(config.pipeline_schedule), grid_.pp_size(),
-                                      grid_.pp_rank(), batch_.micro_batches());
-  const int slots = std::max(1, parallel::peak_in_flight(schedule_));
+                                      grid_.pp_rank(), batch_.micro_batches(), config.virtual_stages);
   const model::ActivationShape shape{config.micro_batch, config.seq_len, model::activation_dtype(config.precision_mode)};
-  stage_ = std::make_unique<model::GptStage>(mc, *store_, range_, shape, slots, tp_, comms_.tp.get(),
-                                             config.recompute_mode, data_parallel_->staged_units());
   engine::Arena plan = engine::Arena::planning(config.device_type);
-  stage_->allocate(plan);
+  for (std::size_t c = 0; c < chunks_.size(); ++c) {
+    const int slots = std::max(1, parallel::peak_in_flight(schedule_, static_cast<int>(c)));
+    stages_.push_back(std::make_unique<model::GptStage>(mc, *store_, chunks_[c], shape, slots, tp_, comms_.tp.get(),
+                                                        config.recompute_mode, data_parallel_->staged_units()));
+    stages_.back()->allocate(plan);
+  }
   activations_ = engine::Arena(config.device_type, plan.used());
-  stage_->allocate(activations_);
+  for (auto& stage : stages_) stage->allocate(activations_);
   if (train_data_)
-    pipeline_ = std::make_unique<TrainingStage>(*stage_, *train_data_, batch_, config.seq_len, *data_parallel_);
+    for (auto& stage : stages_) {
+      pipeline_.push_back(std::make_unique<TrainingStage>(*stage, *train_data_, batch_, config.seq_len, *data_parallel_));
+      pipeline_chunks_.push_back(pipeline_.back().get());
+    }
   sampler_rng_.seed(config.seed);
 
   report_start();
@@ -199,19 +205,19 @@ double Trainer::train_step(std::int64_t step) {
   parallel::watchdog_set_phase("forward");
   store_->zero_grads();
   data_parallel_->begin_step();
-  pipeline_->begin_step(step, grad_scale);
-  parallel::run_schedule(schedule_, *pipeline_, *comms_.pp);
+  for (auto& chunk : pipeline_) chunk->begin_step(step, grad_scale);
+  parallel::run_schedule(schedule_, pipeline_chunks_, *comms_.pp);
   finish_gradients();
   if (nonfinite_.poisoned(step) && is_logger() && !data_parallel_->norm_ranges().empty())
     engine::ops::fill(store_->grads().flat_slice(data_parallel_->norm_ranges().front().offset, 1), std::nan(""));
   // After the data-parallel reduction has landed (it may still be writing
   // these buffers until then); sums commute, so the order is free.
-  stage_->reduce_sequence_parallel_grads();
+  for (auto& stage : stages_) stage->reduce_sequence_parallel_grads();
   // Every data-parallel replica's last stage holds part of the loss; count
   // each tensor-parallel group once.
   parallel::watchdog_set_phase("loss");
   const bool contributes = range_.has_head && tp_.rank == 0;
-  return sum_over_world(contributes ? pipeline_->loss_sum() : 0.0) * grad_scale;
+  return sum_over_world(contributes ? pipeline_.back()->loss_sum() : 0.0) * grad_scale;  // the head's chunk
 }
 
 Trainer::StepGate Trainer::agree_between_steps(bool my_data_is_bad) {
@@ -232,7 +238,7 @@ std::string Trainer::check_step_data(std::int64_t step) {
   try {
     for (int micro = 0; micro < batch_.micro_batches(); ++micro)
       train_data_->verify_sequences(batch_.first_sequence(step, micro), batch_.micro_batch);
-    pipeline_->load_step(step);
+    for (auto& chunk : pipeline_) chunk->load_step(step);
   } catch (const std::exception& e) {
     return e.what();
   }

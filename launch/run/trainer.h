@@ -181,7 +181,8 @@ class Trainer {
   parallel::GridComms comms_;                           // device traffic (MPI or NCCL)
   std::unique_ptr<parallel::MpiCommunicator> host_world_;  // host scalars, checkpoint coordination, CPU peak
   int gpu_ = 0;  // the GPU this rank uses (launch/run/gpu_assignment.h); 0 on the CPU
-  model::StageRange range_;
+  std::vector<model::StageRange> chunks_;  // this rank's layers: one chunk, or v with the interleaved schedule
+  model::StageRange range_;                // what the chunks hold together (model::rank_range)
   model::TensorParallel tp_;
   model::ParamRegistry registry_;
   parallel::FlatLayout layout_;
@@ -190,14 +191,15 @@ class Trainer {
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<OptimizerCheckpoint> optimizer_checkpoint_;
   std::unique_ptr<CheckpointSaver> saver_;  // null without --checkpoint-dir
-  std::unique_ptr<parallel::DataParallel> data_parallel_;  // before stage_, which may acquire through it
-  std::unique_ptr<model::GptStage> stage_;
+  std::unique_ptr<parallel::DataParallel> data_parallel_;  // before stages_, which may acquire through it
+  std::vector<std::unique_ptr<model::GptStage>> stages_;  // one per chunk of chunks_
   engine::Arena activations_;
   MemoryFigures memory_;  // planned and allocated bytes, from report_start()
   std::unique_ptr<DataLoader> train_data_, val_data_;
   BatchLayout batch_{};
   std::vector<parallel::Action> schedule_;
-  std::unique_ptr<TrainingStage> pipeline_;
+  std::vector<std::unique_ptr<TrainingStage>> pipeline_;  // one per chunk; empty with --eval-only
+  std::vector<parallel::Stage*> pipeline_chunks_;         // the same, as run_schedule takes them
   std::mt19937_64 sampler_rng_;
   std::int64_t start_step_ = 0;
   double exposed_comm_seconds_ = 0;  // last step's wait in finish_gradients()

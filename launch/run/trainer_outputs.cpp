@@ -69,7 +69,7 @@ StepMetrics Trainer::step_metrics(std::int64_t step, double loss, double norm, d
   m.exposed_comm_seconds = exposed_comm_seconds_;
   if (m.parallel) {
     const parallel::Communicator* embedding = tied_->comm();
-    m.bubble_fraction = parallel::bubble_fraction(grid_.pp_size(), batch_.micro_batches());
+    m.bubble_fraction = parallel::interleaved_bubble_fraction(grid_.pp_size(), batch_.micro_batches(), config_.virtual_stages);
     m.comm_bytes_tp = sum_over_world(static_cast<double>(comms_.tp->bytes_sent()));
     m.comm_bytes_dp = sum_over_world(static_cast<double>(comms_.dp->bytes_sent()));
     m.comm_bytes_pp = sum_over_world(static_cast<double>(comms_.pp->bytes_sent()) +

@@ -46,6 +46,18 @@ void Trainer::initialize_weights() {
   store_->upload_master(mine.data());
 }
 
+namespace {
+
+// "[0, 2)", or "[0, 1) [4, 5)" for a rank's interleaved chunks.
+std::string layers_of(const std::vector<model::StageRange>& chunks) {
+  std::string out;
+  for (const model::StageRange& c : chunks)
+    out += (out.empty() ? "[" : " [") + std::to_string(c.first_layer) + ", " + std::to_string(c.last_layer) + ")";
+  return out;
+}
+
+}  // namespace
+
 model::ParallelLayout Trainer::parallel_layout() const {
   model::ParallelLayout l;
   l.tp = grid_.tp_size();
@@ -55,6 +67,7 @@ model::ParallelLayout Trainer::parallel_layout() const {
   l.sequence_parallel = config_.sequence_parallel;
   l.recompute = config_.recompute_mode;
   l.schedule = parallel::parse_schedule(config_.pipeline_schedule);
+  l.virtual_stages = config_.virtual_stages;
   l.micro_batch = config_.micro_batch;
   l.micro_batches = batch_.micro_batches();
   l.seq_len = config_.seq_len;
@@ -144,10 +157,10 @@ void Trainer::report_start() {
          << "); 1-bit Adam then trails AdamW (Tang et al. 2021 freeze after 15-20% of training)\n";
   if (is_logger())
     out_ << config_.describe() << "\n"
-         << "rank 0     " << grid_.describe() << ", layers [" << range_.first_layer << ", " << range_.last_layer
-         << ")\n";
-  const MemoryNotes notes{store_->working().data() != store_->master().data(), stage_->slots(),
-                          config_.recompute_mode};
+         << "rank 0     " << grid_.describe() << ", layers " << layers_of(chunks_) << "\n";
+  int slots = 0;  // summed over the chunks (each of 1/v of the layers)
+  for (const auto& stage : stages_) slots += stage->slots();
+  const MemoryNotes notes{store_->working().data() != store_->master().data(), slots, config_.recompute_mode};
   memory_ = report_memory(is_logger() ? &out_ : nullptr, *host_world_, planned_memory(), allocated_memory(),
                           *data_parallel_, *optimizer_, notes);
   if (!config_.eval_only) metrics_.record_event(memory_.event());

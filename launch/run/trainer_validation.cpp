@@ -43,10 +43,16 @@ double Trainer::validate() {
       std::copy(pad_inputs.begin(), pad_inputs.end(), inputs.begin() + r * T);
       std::copy(pad_targets.begin(), pad_targets.end(), targets.begin() + r * T);
     }
-    if (!range_.has_embedding) pp.recv(stage_->input(0), pp.rank() - 1);
-    stage_->forward(0, inputs.data(), targets.data(), 0.0);
-    if (!range_.has_head) pp.send(stage_->output(0), pp.rank() + 1);
-    if (range_.has_head) loss_sum += stage_->loss_sum(0, rows);
+    // Through this rank's chunks in order; with several (interleaved), the
+    // last rank hands each chunk's output round to rank 0's next chunk.
+    const int prev = (pp.rank() + pp.size() - 1) % pp.size(), next = (pp.rank() + 1) % pp.size();
+    for (const auto& stage : stages_) {
+      const model::StageRange& chunk = stage->range();
+      if (!chunk.has_embedding) pp.recv(stage->input(0), prev);
+      stage->forward(0, inputs.data(), targets.data(), 0.0);
+      if (!chunk.has_head) pp.send(stage->output(0), next);
+      if (chunk.has_head) loss_sum += stage->loss_sum(0, rows);
+    }
   }
   // Each tensor-parallel group's loss counted once, every replica's share.
   const bool contributes = range_.has_head && tp_.rank == 0;

@@ -2,7 +2,7 @@
 // the trainer's memory line: it must predict exactly what a run allocates.
 // Here real trainers are built under every kind of layout of four ranks
 // (tp, pp, dp, ZeRO 0-3, recomputation, sequence parallelism, both
-// schedules, several micro-batch sizes) and each kind of memory of every
+// schedules and the interleaved one, several micro-batch sizes) and each kind of memory of every
 // rank is compared, byte for byte, with the plan; the planner's per-device
 // figure must equal the largest rank's allocation.
 #include <gtest/gtest.h>
@@ -25,12 +25,14 @@ struct Case {
   const char* schedule;
   int micro_batch;
   const char* preset = "gpt-micro";
+  int virtual_stages = 1;  // > 1: the interleaved schedule, on 8 layers
 };
 
 std::string name(const Case& c) {
   std::ostringstream o;
   o << "tp" << c.tp << (c.sp ? "+sp" : "") << " pp" << c.pp << " dp" << c.dp << " zero" << c.zero << " " << c.recompute
-    << " " << c.schedule << " mb" << c.micro_batch << " " << c.preset;
+    << " " << c.schedule << " mb" << c.micro_batch << " " << c.preset
+    << (c.virtual_stages > 1 ? " v" + std::to_string(c.virtual_stages) : std::string());
   return o.str();
 }
 
@@ -51,6 +53,9 @@ TEST(MemoryPlan, EqualsWhatEveryLayoutAllocates) {
       // A Llama-family model (GQA, SwiGLU, RMSNorm without means, q/k/v bias, untied head, no wpe).
       {1, 1, 4, 3, false, "none", "1f1b", 2, "llama-micro"},  {2, 2, 1, 0, true, "selective", "1f1b", 1, "llama-micro"},
       {2, 1, 2, 2, false, "full", "afab", 2, "llama-micro"},  {1, 4, 1, 0, false, "none", "afab", 1, "llama-micro"},
+      // Interleaved: two chunks of layers per rank, each a stage of its own slots.
+      {1, 4, 1, 0, false, "none", "interleaved", 1, "gpt-micro", 2},
+      {1, 4, 1, 0, false, "selective", "interleaved", 2, "llama-micro", 2},
   };
   for (const Case& k : cases) {
     launch::TrainConfig c = parity_config(dir, k.tp, k.pp, k.dp);
@@ -60,6 +65,10 @@ TEST(MemoryPlan, EqualsWhatEveryLayoutAllocates) {
     c.recompute = k.recompute;
     c.pipeline_schedule = k.schedule;
     c.micro_batch = k.micro_batch;
+    if (k.virtual_stages > 1) {
+      c.n_layer = 8;
+      c.virtual_stages = k.virtual_stages;
+    }
     // Nothing is trained: building the trainer lays out (and reports) its memory.
     c.resolve(test_cuda_devices(), 4);
     std::ostringstream quiet;
