@@ -162,7 +162,7 @@ void TrainConfig::resolve(int cuda_devices, int world) {
                " = ", micro_tokens * dp, " (the micro-batches must divide the batch)");
   grad_accum = batch_tokens / (micro_tokens * dp);
   // Megatron-LM's interleaved 1F1B (parallel/pipeline_schedule.h): v chunks
-  // of layers per rank. What it does not compose with yet is refused here.
+  // of layers per rank, under Megatron's conditions.
   const bool interleaved = pipeline_schedule == "interleaved";
   ENGINE_CHECK(interleaved || virtual_stages == 1, "--virtual-stages ", virtual_stages,
                " needs --pipeline-schedule interleaved (this run uses ", pipeline_schedule, ")");
@@ -170,9 +170,6 @@ void TrainConfig::resolve(int cuda_devices, int world) {
     const std::string refusal = parallel::interleaved_refusal(pp, static_cast<int>(grad_accum), virtual_stages,
                                                               model.n_layer);
     ENGINE_CHECK(refusal.empty(), "--pipeline-schedule interleaved: ", refusal);
-    ENGINE_CHECK(zero <= 1, "--pipeline-schedule interleaved composes with --zero 0 or 1 so far, not --zero ", zero,
-                 " (ZeRO-2/3 stage and gather each unit in one stage's order)");
-    ENGINE_CHECK(optimizer == "adamw", "--pipeline-schedule interleaved runs with --optimizer adamw so far");
   }
   ENGINE_CHECK(bucket_mb > 0, "--bucket-mb must be > 0, got ", bucket_mb);
   ENGINE_CHECK(!sequence_parallel || tp > 1, "--sequence-parallel splits tokens over the tensor-parallel group and "
