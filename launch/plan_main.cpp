@@ -204,8 +204,8 @@ int run(int argc, char** argv) {
                  "Implementation to model: engine (this engine), or megatron-lm-2021 (to check against Narayanan et al. 2021)")
       ->capture_default_str();
   app.add_option("--virtual-stages", o.virtual_stages,
-                 "Chunks of layers per device of an interleaved 1F1B pipeline (Megatron-LM's virtual stages; "
-                 "software that has it, not the engine); 1 = plain")
+                 "Chunks of layers per device of an interleaved 1F1B pipeline (Megatron-LM's virtual stages, "
+                 "the engine's --pipeline-schedule interleaved); 1 = plain")
       ->capture_default_str();
   app.add_option("--top", o.top, "Layouts to print")->capture_default_str();
   app.add_flag("--all", o.all, "Print (or output as JSON) every layout, those that do not fit too");

@@ -40,6 +40,7 @@ double memory_seconds(double bytes, const parallel::Cluster& c) {
 Software engine_software(engine::DeviceType device) {
   Software s;
   s.name = "engine";
+  s.interleaved_schedule = true;  // --pipeline-schedule interleaved --virtual-stages V
   if (device == engine::DeviceType::kCpu) {
     s.flash_attention = false;
     s.values_per_score = 2;  // the probabilities, written and read

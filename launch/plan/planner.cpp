@@ -64,7 +64,7 @@ std::string PlanRequest::check() const {
   try {
     if (virtual_stages > 1 && !model::software_by_name(software, cluster.device).interleaved_schedule)
       add("--virtual-stages " + std::to_string(virtual_stages) + ": software '" + software +
-          "' has no interleaved pipeline schedule the planner models (the engine's own, --pipeline-schedule interleaved, is not modelled yet)");
+          "' has no interleaved pipeline schedule");
   } catch (const std::exception& e) {
     add(e.what());
   }
@@ -216,7 +216,14 @@ Prediction predict(const PlanRequest& r, const ParallelLayout& l) {
   p.mfu = p.model_flops / device_seconds / c.peak_flops;
   p.hfu = p.hardware_flops / device_seconds / c.peak_flops;
 
-  const model::MemoryPlan memory = model::plan_memory(m, l);
+  // An interleaved device holds a stage per chunk, each with its own slots
+  // (model/memory_plan.h): planned as the engine lays it out.
+  model::ParallelLayout as_run = l;
+  if (chunks > 1) {
+    as_run.schedule = parallel::ScheduleKind::kInterleaved;
+    as_run.virtual_stages = chunks;
+  }
+  const model::MemoryPlan memory = model::plan_memory(m, as_run);
   p.memory = memory.largest_of_each();
   p.memory_bytes_per_device = memory.largest_total();
   p.fits = static_cast<double>(p.memory_bytes_per_device) <= c.memory_bytes;

@@ -14,8 +14,8 @@
 //              (the fill and drain cross every stage once, the steady state
 //              runs at the slowest; with equal stages this is (m + p - 1) t,
 //              the bubble of Narayanan et al. 2021, section 2.2); with v
-//              virtual stages (the interleaved schedule of software that
-//              has it, their section 2.2.2) each device runs v chunks of
+//              virtual stages (the interleaved schedule, their section
+//              2.2.2) each device runs v chunks of
 //              its layers, so the fill and drain take 1/v as long,
 //              m max_s t_s + (sum_s t_s - max_s t_s) / v, and every chunk
 //              boundary sends: per micro-batch a middle device sends 2v
@@ -62,13 +62,14 @@ struct PlanRequest {
   std::vector<model::Recompute> recompute;
   std::vector<parallel::ScheduleKind> schedule;
   // Chunks of layers per device in an interleaved 1F1B pipeline (Megatron-LM's
-  // virtual pipeline stages); 1 = plain. Only for software that has the
-  // schedule (model::Software::interleaved_schedule), never the engine; it
-  // applies to the 1F1B layouts of more than two stages whose layers split
-  // into pp x v equal chunks and whose micro-batches are a multiple of pp
-  // (Megatron-LM's conditions), and other pipelined layouts are left out. The memory column
-  // stays the plain 1F1B plan: the extra warm-up activations of the
-  // interleaved schedule are not modelled.
+  // virtual pipeline stages; the engine's --pipeline-schedule interleaved);
+  // 1 = plain. Only for software that has the schedule
+  // (model::Software::interleaved_schedule); it applies to the 1F1B layouts
+  // of more than two stages whose layers split into pp x v equal chunks and
+  // whose micro-batches are a multiple of pp (Megatron-LM's conditions), and
+  // other pipelined layouts are left out. The memory column is the engine's
+  // memory plan of the interleaved layout (a stage per chunk, each with its
+  // warm-up's activation slots), for either software.
   int virtual_stages = 1;
 
   // bf16 on CUDA, fp32 on the CPU: what `train` uses there.

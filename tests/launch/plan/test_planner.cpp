@@ -275,11 +275,26 @@ TEST(Planner, InterleavedScheduleShrinksTheBubbleAndMultipliesTheSends) {
   const std::vector<launch::Prediction> one_stage = launch::plan(r);
   ASSERT_FALSE(one_stage.empty());
   EXPECT_EQ(one_stage.front().virtual_stages, 1);
-  // The engine has no interleaved schedule: a clear refusal naming it.
+  // The engine runs the schedule too (--pipeline-schedule interleaved), with
+  // a stage per chunk and each its own activation slots: the memory planned
+  // is the memory plan of that layout, which test_memory_plan holds equal to
+  // what the trainer allocates, and more than 1F1B's.
   r.software = "engine";
-  EXPECT_NE(r.check().find("no interleaved pipeline schedule"), std::string::npos);
-  EXPECT_THROW(launch::plan(r), std::exception);
-  EXPECT_THROW(launch::predict(r, a.layout), std::exception);
+  r.pp = {4};
+  EXPECT_EQ(r.check(), "");
+  const std::vector<launch::Prediction> engine_interleaved = launch::plan(r);
+  r.virtual_stages = 1;
+  const std::vector<launch::Prediction> engine_plain = launch::plan(r);
+  ASSERT_EQ(engine_interleaved.size(), 1u);
+  ASSERT_EQ(engine_plain.size(), 1u);
+  EXPECT_EQ(engine_interleaved.front().virtual_stages, 3);
+  model::ParallelLayout as_run = engine_interleaved.front().layout;
+  as_run.schedule = parallel::ScheduleKind::kInterleaved;
+  as_run.virtual_stages = 3;
+  EXPECT_EQ(engine_interleaved.front().memory_bytes_per_device, model::plan_memory(r.model, as_run).largest_total());
+  EXPECT_GT(engine_interleaved.front().memory.activations, engine_plain.front().memory.activations);
+  EXPECT_LT(engine_interleaved.front().bubble_seconds, engine_plain.front().bubble_seconds);
+  r.virtual_stages = 3;
   r.software = "deepspeed-9";  // an unknown software is a problem check() names, not an exception
   EXPECT_NE(r.check().find("deepspeed-9"), std::string::npos);
 }
