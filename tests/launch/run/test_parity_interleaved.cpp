@@ -140,6 +140,14 @@ TEST_F(ParityInterleaved, RefusalsNameTheProblem) {
   EXPECT_NE(refusal(c, 2).find("needs pp > 2"), std::string::npos);
   c = config(1, 4, 1, 3);  // 8 layers in 12 chunks
   EXPECT_NE(refusal(c, 4).find("splits the 8 layers into pp x virtual stages = 12 equal chunks"), std::string::npos);
+  // --eval-only has one micro-batch and no schedule: it runs the plain cut.
+  c = config(1, 4, 1, 2);
+  c.eval_only = true;
+  c.val_data = c.train_data;
+  c.resume = "latest";
+  c.checkpoint_dir = *dir_ / "ckpt_interleaved";
+  EXPECT_EQ(refusal(c, 4), "");
+  EXPECT_EQ(c.virtual_stages, 2) << "resolve() works on a copy";
   c = config(1, 4, 1);
   c.virtual_stages = 2;  // without the interleaved schedule
   EXPECT_NE(refusal(c, 4).find("--virtual-stages 2 needs --pipeline-schedule interleaved"), std::string::npos);
