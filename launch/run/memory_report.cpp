@@ -70,7 +70,9 @@ MemoryFigures report_memory(std::ostream* out, parallel::Communicator& world, co
        << (sharding.weights ? shard : "")
        << ", gradients " << bytes(p.grads) << (sharding.grads ? shard : "") << ", optimizer state "
        << bytes(p.optimizer) << (state.empty() ? "" : " (" + state + ")") << ", activations " << bytes(p.activations)
-       << " (" << notes.slots << " micro-batch slot" << (notes.slots > 1 ? "s" : "") << ", recompute "
+       << " (" << notes.slots << " micro-batch slot" << (notes.slots > 1 ? "s" : "")
+       << (notes.chunks > 1 ? " over " + std::to_string(notes.chunks) + " chunks of layers" : std::string())
+       << ", recompute "
        << model::recompute_name(notes.recompute) << ")";
   if (p.staging > 0)
     *out << ", " << data_parallel.name() << " gather/reduce buffers <= " << bytes(p.staging) << " (allocated as used)";

@@ -18,7 +18,8 @@ namespace launch {
 // What the memory line says besides the numbers.
 struct MemoryNotes {
   bool separate_working = false;  // a working copy beside the fp32 master (bf16, or whole beside a ZeRO-1/2 shard)
-  int slots = 1;                  // activation slots (micro-batches alive at once)
+  int slots = 1;                  // activation slots (micro-batches alive at once), over all chunks
+  int chunks = 1;                 // chunks of layers per rank (interleaved pipeline); a slot holds one chunk's
   model::Recompute recompute = model::Recompute::kNone;
 };
 

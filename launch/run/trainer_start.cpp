@@ -160,7 +160,8 @@ void Trainer::report_start() {
          << "rank 0     " << grid_.describe() << ", layers " << layers_of(chunks_) << "\n";
   int slots = 0;  // summed over the chunks (each of 1/v of the layers)
   for (const auto& stage : stages_) slots += stage->slots();
-  const MemoryNotes notes{store_->working().data() != store_->master().data(), slots, config_.recompute_mode};
+  const MemoryNotes notes{store_->working().data() != store_->master().data(), slots,
+                          static_cast<int>(stages_.size()), config_.recompute_mode};
   memory_ = report_memory(is_logger() ? &out_ : nullptr, *host_world_, planned_memory(), allocated_memory(),
                           *data_parallel_, *optimizer_, notes);
   if (!config_.eval_only) metrics_.record_event(memory_.event());
