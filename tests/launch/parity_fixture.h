@@ -23,6 +23,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "launch/run/trainer.h"
@@ -122,6 +123,21 @@ inline TrainedRun train_run(launch::TrainConfig config, MPI_Comm comm) {
   run.params.resize(static_cast<std::size_t>(run.registry.total_numel()));
   trainer.download_master(run.params.data());
   return run;
+}
+
+// The single-process run a layout suite compares with, and its losses after
+// `saved_at`: what a run resumed at that step must continue with
+// (expect_resumes' `tail`).
+struct Reference {
+  TrainedRun whole;
+  TrainedRun tail;
+};
+
+inline Reference train_reference(const launch::TrainConfig& config, int saved_at) {
+  TrainedRun whole = train_run(config, MPI_COMM_SELF);
+  TrainedRun tail = whole;
+  tail.summary.losses.erase(tail.summary.losses.begin(), tail.summary.losses.begin() + saved_at);
+  return {std::move(whole), std::move(tail)};
 }
 
 // This rank's losses and parameter slices against a single-process run.

@@ -21,12 +21,9 @@ class ParityInterleaved : public ::testing::Test {
 
   static void SetUpTestSuite() {
     dir_ = new SharedDir("parity_interleaved");
-    ref_ = new TrainedRun(train_run(config(1, 1, 1), MPI_COMM_SELF));
-    tail_ = new TrainedRun(*ref_);
-    tail_->summary.losses.erase(tail_->summary.losses.begin(), tail_->summary.losses.begin() + kSavedAt);
+    ref_ = new Reference(train_reference(config(1, 1, 1), kSavedAt));
   }
   static void TearDownTestSuite() {
-    delete tail_;
     delete ref_;
     delete dir_;
   }
@@ -45,16 +42,14 @@ class ParityInterleaved : public ::testing::Test {
   }
 
   static void expect_parity(launch::TrainConfig c, const std::string& what) {
-    on_groups(c.tp * c.pp * c.dp, [&](MPI_Comm group) { expect_close_to_reference(train_run(c, group), *ref_, what); });
+    on_groups(c.tp * c.pp * c.dp, [&](MPI_Comm group) { expect_close_to_reference(train_run(c, group), ref_->whole, what); });
   }
 
   static SharedDir* dir_;
-  static TrainedRun* ref_;
-  static TrainedRun* tail_;
+  static Reference* ref_;  // one process: the whole run and its tail after kSavedAt
 };
 SharedDir* ParityInterleaved::dir_ = nullptr;
-TrainedRun* ParityInterleaved::ref_ = nullptr;
-TrainedRun* ParityInterleaved::tail_ = nullptr;
+Reference* ParityInterleaved::ref_ = nullptr;
 
 }  // namespace
 
@@ -105,19 +100,19 @@ TEST_F(ParityInterleaved, OneBitAdamWarmsUpAsAdamWAndThenTrains) {
   c.freeze_step = 3;
   on_groups(8, [&](MPI_Comm group) {
     const TrainedRun run = train_run(c, group);
-    ASSERT_EQ(run.summary.losses.size(), ref_->summary.losses.size());
+    ASSERT_EQ(run.summary.losses.size(), ref_->whole.summary.losses.size());
     for (std::size_t i = 0; i < run.summary.losses.size(); ++i)
-      EXPECT_NEAR(run.summary.losses[i], ref_->summary.losses[i], 0.02 * ref_->summary.losses[i]) << "step " << i + 1;
+      EXPECT_NEAR(run.summary.losses[i], ref_->whole.summary.losses[i], 0.02 * ref_->whole.summary.losses[i]) << "step " << i + 1;
   });
 }
 
 TEST_F(ParityInterleaved, CheckpointsResumeAcrossSchedules) {
   if (world_size() < 4) GTEST_SKIP() << "needs 4 ranks";
   const std::string interleaved = write_layout_checkpoint(config(1, 4, 1, 2), *dir_, "interleaved", kSavedAt);
-  expect_resumes(interleaved, config(1, 2, 1), *tail_, kSavedAt, "pp4 interleaved -> pp2 1f1b");
-  expect_resumes(interleaved, config(1, 1, 1), *tail_, kSavedAt, "pp4 interleaved -> one process");
+  expect_resumes(interleaved, config(1, 2, 1), ref_->tail, kSavedAt, "pp4 interleaved -> pp2 1f1b");
+  expect_resumes(interleaved, config(1, 1, 1), ref_->tail, kSavedAt, "pp4 interleaved -> one process");
   const std::string one = write_layout_checkpoint(config(1, 1, 1), *dir_, "one", kSavedAt);
-  expect_resumes(one, config(1, 4, 1, 2), *tail_, kSavedAt, "one process -> pp4 interleaved");
+  expect_resumes(one, config(1, 4, 1, 2), ref_->tail, kSavedAt, "one process -> pp4 interleaved");
 }
 
 // What the schedule cannot run, or does not compose with yet, is refused when

@@ -30,12 +30,9 @@ class LlamaParity : public ::testing::Test {
     dir_ = new SharedDir("parity_llama");
     launch::TrainConfig one = llama_config(*dir_, 1, 1, 1);
     one.steps = kSteps;
-    ref_ = new TrainedRun(train_run(one, MPI_COMM_SELF));
-    tail_ = new TrainedRun(*ref_);
-    tail_->summary.losses.erase(tail_->summary.losses.begin(), tail_->summary.losses.begin() + kSavedAt);
+    ref_ = new Reference(train_reference(one, kSavedAt));
   }
   static void TearDownTestSuite() {
-    delete tail_;
     delete ref_;
     delete dir_;
   }
@@ -58,24 +55,22 @@ class LlamaParity : public ::testing::Test {
   }
 
   static void expect_parity(const launch::TrainConfig& c) {
-    on_groups(c.tp * c.pp * c.dp, [&](MPI_Comm group) { expect_close_to_reference(train_run(c, group), *ref_, name(c)); });
+    on_groups(c.tp * c.pp * c.dp, [&](MPI_Comm group) { expect_close_to_reference(train_run(c, group), ref_->whole, name(c)); });
   }
 
   // Trains `source` with a checkpoint at kSavedAt, resumes it under `target`,
   // and compares the continuation with the uninterrupted process.
   static void expect_resumes(const launch::TrainConfig& source, const launch::TrainConfig& target,
                              const std::string& tag) {
-    test_support::expect_resumes(write_layout_checkpoint(source, *dir_, tag, kSavedAt), target, *tail_, kSavedAt,
+    test_support::expect_resumes(write_layout_checkpoint(source, *dir_, tag, kSavedAt), target, ref_->tail, kSavedAt,
                                  name(source) + " resumed as " + name(target));
   }
 
   static SharedDir* dir_;
-  static TrainedRun* ref_;
-  static TrainedRun* tail_;
+  static Reference* ref_;  // one process: the whole run and its tail after kSavedAt
 };
 SharedDir* LlamaParity::dir_ = nullptr;
-TrainedRun* LlamaParity::ref_ = nullptr;
-TrainedRun* LlamaParity::tail_ = nullptr;
+Reference* LlamaParity::ref_ = nullptr;
 
 }  // namespace
 

@@ -26,12 +26,9 @@ class ResumeLayouts : public ::testing::Test {
     launch::TrainConfig one = parity_config(*dir_, 1, 1, 1);
     one.steps = kSteps;
     if (world_rank() == 0) one.save_model = *dir_ / "one_process.bin";
-    ref_ = new TrainedRun(train_run(one, MPI_COMM_SELF));
-    tail_ = new TrainedRun(*ref_);
-    tail_->summary.losses.erase(tail_->summary.losses.begin(), tail_->summary.losses.begin() + kSavedAt);
+    ref_ = new Reference(train_reference(one, kSavedAt));
   }
   static void TearDownTestSuite() {
-    delete tail_;
     delete ref_;
     delete dir_;
   }
@@ -48,16 +45,14 @@ class ResumeLayouts : public ::testing::Test {
     return write_layout_checkpoint(source, *dir_, tag, kSavedAt);
   }
   static void expect_resumes(const std::string& checkpoint, const launch::TrainConfig& target, const std::string& what) {
-    test_support::expect_resumes(checkpoint, target, *tail_, kSavedAt, what);
+    test_support::expect_resumes(checkpoint, target, ref_->tail, kSavedAt, what);
   }
 
   static SharedDir* dir_;
-  static TrainedRun* ref_;
-  static TrainedRun* tail_;
+  static Reference* ref_;  // one process: the whole run and its tail after kSavedAt
 };
 SharedDir* ResumeLayouts::dir_ = nullptr;
-TrainedRun* ResumeLayouts::ref_ = nullptr;
-TrainedRun* ResumeLayouts::tail_ = nullptr;
+Reference* ResumeLayouts::ref_ = nullptr;
 
 std::vector<float> model_file_values(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
