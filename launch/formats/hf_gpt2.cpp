@@ -31,6 +31,8 @@ struct HfTensor {
   std::vector<std::int64_t> shape;  // Hugging Face's shape
   bool transpose = false;           // Conv1D (in, out) of a Linear (out, in)
   std::int64_t rows = 0;            // rows kept (wte: the real vocabulary)
+  // Its name in a file whose transformer tensors carry `prefix`.
+  std::string name_in(const std::string& prefix) const { return (prefixed ? prefix : std::string()) + name; }
 };
 
 std::string hf_name(const std::string& engine_name) {
@@ -155,7 +157,7 @@ void check_file(const SafetensorsShards& file, const GptConfig& expected, const 
   const std::string prefix = file_prefix(file);
   const std::string run = "this run's model (" + expected.describe() + ")";
   std::vector<HfExpectedTensor> expected_tensors;
-  for (const HfTensor& t : tensors) expected_tensors.push_back({(t.prefixed ? prefix : "") + t.name, t.shape});
+  for (const HfTensor& t : tensors) expected_tensors.push_back({t.name_in(prefix), t.shape});
   const bool tied = expected.tied_embeddings;
   check_hf_tensors(file, expected_tensors, [tied](const std::string& name) {
     return ignored(name.rfind(kPrefix, 0) == 0 ? name.substr(std::string(kPrefix).size()) : name, tied);
@@ -195,7 +197,7 @@ void write_hf_gpt2(const std::string& dir, const GptConfig& config, const ParamR
     const float* src = master + t.param->offset;
     const std::int64_t rows = t.param->global_shape[0];
     const std::int64_t cols = t.param->global_shape.ndim() > 1 ? t.param->global_shape[1] : 1;
-    outputs.push_back({(t.prefixed ? kPrefix : "") + t.name, t.shape, [src, rows, cols, t](float* out) {
+    outputs.push_back({t.name_in(kPrefix), t.shape, [src, rows, cols, t](float* out) {
                          if (!t.transpose) {
                            std::copy(src, src + t.rows * cols, out);
                            return;
@@ -274,7 +276,7 @@ void read_hf_gpt2(const std::string& path, const GptConfig& expected, const Para
   const std::string prefix = file_prefix(file);
   std::vector<float> values;
   for (const HfTensor& t : tensors) {
-    const std::string name = (t.prefixed ? prefix : "") + t.name;
+    const std::string name = t.name_in(prefix);
     read_hf_tensor(file, name, values);
     float* dst = master + t.param->offset;
     const std::int64_t rows = t.param->global_shape[0];

@@ -382,10 +382,10 @@ TEST_P(CudaMode, LayerNorm) {
     Dev d_inp = to_device(inp, act()), d_weight = to_device(weight, act()), d_bias = to_device(bias, act());
 
     Host out(Shape{B, T, C}), mean(Shape{N}), rstd(Shape{N});
-    ops::layernorm_forward(out.t, mean.t, rstd.t, inp.t, weight.t, bias.t, 1e-5);
+    ops::layernorm_forward(out.t, mean.t, rstd.t, inp.t, weight.t, bias.t, 1e-3);
     Dev d_out = poisoned(Shape{B, T, C}, act()), d_mean = poisoned(Shape{N}, DType::kF32),
         d_rstd = poisoned(Shape{N}, DType::kF32);
-    ops::layernorm_forward(d_out.t, d_mean.t, d_rstd.t, d_inp.t, d_weight.t, d_bias.t, 1e-5);
+    ops::layernorm_forward(d_out.t, d_mean.t, d_rstd.t, d_inp.t, d_weight.t, d_bias.t, 1e-3);
     expect_close(d_out.t, out, pick(act(), kF32Tight, kBf16Once), "layernorm_forward out");
     expect_close(d_mean.t, mean, Tolerance{1e-5, 1e-5}, "layernorm_forward mean");
     expect_close(d_rstd.t, rstd, Tolerance{1e-5, 0}, "layernorm_forward rstd");
