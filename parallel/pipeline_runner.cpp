@@ -5,6 +5,11 @@
 
 namespace parallel {
 
+void Stage::backward_weight(int micro) {
+  ENGINE_FAIL("pipeline stage: the schedule runs a weight-gradient pass (W", micro,
+              ") but this stage does not split its backward into input and weight passes");
+}
+
 void run_schedule(const std::vector<Action>& actions, Stage& stage, Communicator& pp_comm) {
   run_schedule(actions, std::vector<Stage*>{&stage}, pp_comm);
 }
@@ -30,11 +35,23 @@ void run_schedule(const std::vector<Action>& actions, const std::vector<Stage*>&
     return *chunks[a.chunk];
   };
 
+  // The batch being collected, and the one posted and not yet waited for.
   std::vector<P2POp> batch;
-  auto flush = [&] {
+  CommHandle in_flight;
+  auto wait = [&] {
+    if (!in_flight) return;
+    in_flight->wait();
+    in_flight.reset();
+  };
+  auto post = [&] {
     if (batch.empty()) return;
-    pp_comm.batch_p2p(batch);
+    wait();  // one batch in flight at a time (a list never posts two; see check_schedules)
+    in_flight = pp_comm.batch_p2p_async(batch);
     batch.clear();
+  };
+  auto post_and_wait = [&] {
+    post();
+    wait();
   };
   for (const Action& a : actions) {
     switch (a.kind) {
@@ -54,17 +71,25 @@ void run_schedule(const std::vector<Action>& actions, const std::vector<Stage*>&
         // The messages this compute waits for belong to its phase (for the
         // watchdog's message).
         watchdog_set_phase("forward");
-        flush();
+        post_and_wait();
         chunk(a).forward(a.micro);
         break;
       case ActionKind::kBackward:
         watchdog_set_phase("backward");
-        flush();
+        post_and_wait();
         chunk(a).backward(a.micro);
+        break;
+      case ActionKind::kWeight:
+        // No message is needed: the batch stays in flight behind this compute.
+        post();
+        if (in_flight) in_flight->progress();
+        chunk(a).backward_weight(a.micro);
+        if (in_flight) in_flight->progress();
         break;
     }
   }
-  flush();
+  watchdog_set_phase("backward");
+  post_and_wait();
 }
 
 }  // namespace parallel

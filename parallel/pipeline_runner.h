@@ -25,8 +25,16 @@ class Stage {
   // the stage itself (the data); elsewhere it is in forward_input(micro).
   virtual void forward(int micro) = 0;
   // Runs micro-batch `micro` backward. On the last stage the gradient starts
-  // from the loss; elsewhere it is in backward_input_grad(micro).
+  // from the loss; elsewhere it is in backward_input_grad(micro). Under a
+  // schedule that splits the backward (W actions; zero-bubble schedules)
+  // this is the input-gradient pass only: it must produce
+  // backward_output_grad(micro) and may leave the weights' gradients to
+  // backward_weight(micro), which runs later.
   virtual void backward(int micro) = 0;
+  // The weight-gradient pass of micro-batch `micro` (W), after its backward.
+  // A stage that does not split its backward keeps this default, which
+  // throws engine::Error.
+  virtual void backward_weight(int micro);
 
   // Where the previous stage's activation for `micro` is received (never
   // called on the first stage).
@@ -48,11 +56,13 @@ class Stage {
 // previous stage pp_comm.rank() - 1, the next pp_comm.rank() + 1.
 //
 // Each maximal run of consecutive communication actions is posted as one
-// batch (Communicator::batch_p2p: sends and receives progress together, one
-// NCCL group) and completed before the next compute action, Megatron's
-// send_forward_recv_backward. pipeline_schedule.h argues why this cannot
-// deadlock and check_schedules() verifies it for any list. All tensors of a
-// batch are free for reuse when it returns.
+// batch (Communicator::batch_p2p_async: sends and receives progress together,
+// one NCCL group) when the next compute action is reached, and completed
+// before the next F or B, Megatron's send_forward_recv_backward. A W (weight
+// pass) needs no message, so it runs while the batch before it is in flight.
+// pipeline_schedule.h argues why this cannot deadlock and check_schedules()
+// verifies it for any list. All tensors of a batch are free for reuse when
+// the next F or B starts.
 void run_schedule(const std::vector<Action>& actions, Stage& stage, Communicator& pp_comm);
 
 // The same for an interleaved schedule: chunks[c] runs the actions of chunk

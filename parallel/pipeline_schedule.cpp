@@ -20,10 +20,12 @@ void check_args(int pp_size, int stage, int micro_batches) {
 
 }  // namespace
 
-bool is_communication(ActionKind kind) { return kind != ActionKind::kForward && kind != ActionKind::kBackward; }
+bool is_communication(ActionKind kind) {
+  return kind != ActionKind::kForward && kind != ActionKind::kBackward && kind != ActionKind::kWeight;
+}
 
 std::string to_string(const Action& action) {
-  static const char* const kNames[] = {"RF", "F", "SF", "RB", "B", "SB"};
+  static const char* const kNames[] = {"RF", "F", "SF", "RB", "B", "SB", "W"};
   std::string out = kNames[static_cast<int>(action.kind)];
   out += std::to_string(action.micro);
   if (action.chunk != 0) {
@@ -57,6 +59,7 @@ const char* schedule_name(ScheduleKind kind) {
     case ScheduleKind::kOneFOneB: return "1f1b";
     case ScheduleKind::kAllForwardAllBackward: return "afab";
     case ScheduleKind::kInterleaved: return "interleaved";
+    case ScheduleKind::kZeroBubbleH1: return "zb-h1";
   }
   return "?";
 }
@@ -65,7 +68,8 @@ ScheduleKind parse_schedule(const std::string& name) {
   if (name == "1f1b") return ScheduleKind::kOneFOneB;
   if (name == "afab" || name == "gpipe") return ScheduleKind::kAllForwardAllBackward;
   if (name == "interleaved") return ScheduleKind::kInterleaved;
-  ENGINE_FAIL("unknown pipeline schedule '", name, "'; expected 1f1b, afab, gpipe or interleaved");
+  if (name == "zb-h1") return ScheduleKind::kZeroBubbleH1;
+  ENGINE_FAIL("unknown pipeline schedule '", name, "'; expected 1f1b, afab, gpipe, interleaved or zb-h1");
 }
 
 // ---- schedules -----------------------------------------------------------------
@@ -80,7 +84,9 @@ std::vector<Action> with_communication(const std::vector<Action>& compute, int p
                  virtual_stages, ")");
     // The ends of the virtual pipeline of v p stages.
     const bool first = stage == 0 && a.chunk == 0, last = stage == pp_size - 1 && a.chunk == virtual_stages - 1;
-    if (a.kind == ActionKind::kForward) {
+    if (a.kind == ActionKind::kWeight) {
+      out.push_back(a);  // no messages
+    } else if (a.kind == ActionKind::kForward) {
       if (!first) out.push_back({ActionKind::kRecvForward, a.micro, a.chunk});
       out.push_back(a);
       if (!last) out.push_back({ActionKind::kSendForward, a.micro, a.chunk});
@@ -113,6 +119,46 @@ std::vector<Action> one_f_one_b(int pp_size, int stage, int micro_batches) {
   }
   for (int i = m - warmup; i < m; ++i) compute.push_back({ActionKind::kBackward, i});  // cool-down
   return with_communication(compute, pp_size, stage);
+}
+
+std::vector<Action> zero_bubble_h1(int pp_size, int stage, int micro_batches) {
+  check_args(pp_size, stage, micro_batches);
+  // 1F1B's warm-up and forward/backward pairs with B the input-gradient
+  // pass; stage s starts its W's once s B's have run (one W, of the oldest
+  // micro-batch still waiting for it, after each B from then on) and runs
+  // the rest at the end. The last stages, which would otherwise idle while
+  // the final backwards travel back to stage 0, are left with most W's to
+  // do then (Qi et al. 2024, Fig. 3; PyTorch's zero-bubble rank ops).
+  const int m = micro_batches, deferred = stage;
+  const int warmup = std::min(pp_size - stage - 1, m);
+  std::vector<Action> compute;
+  int backwards = 0, weights = 0;
+  const auto backward_then_weight = [&] {
+    compute.push_back({ActionKind::kBackward, backwards++});
+    if (backwards > deferred) compute.push_back({ActionKind::kWeight, weights++});
+  };
+  for (int i = 0; i < warmup; ++i) compute.push_back({ActionKind::kForward, i});
+  for (int i = warmup; i < m; ++i) {
+    compute.push_back({ActionKind::kForward, i});
+    backward_then_weight();
+  }
+  while (backwards < m) backward_then_weight();
+  while (weights < m) compute.push_back({ActionKind::kWeight, weights++});
+  // Each W goes after the messages that follow the compute before it, so
+  // that a batch holds what 1F1B's holds ("B2 SB2 RF6 W0 F6", not
+  // "B2 SB2 W0 RF6 F6"): neighbours then post matching batches, and W runs
+  // while the batch is in flight.
+  std::vector<Action> out = with_communication(compute, pp_size, stage);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (out[i].kind != ActionKind::kWeight) continue;
+    std::size_t j = i;
+    while (j + 1 < out.size() && (is_communication(out[j + 1].kind) || out[j + 1].kind == ActionKind::kWeight)) ++j;
+    // out[i..j] is W's and messages: the messages first, the W's after, each in order.
+    std::stable_partition(out.begin() + static_cast<std::ptrdiff_t>(i), out.begin() + static_cast<std::ptrdiff_t>(j) + 1,
+                          [](const Action& a) { return is_communication(a.kind); });
+    i = j;
+  }
+  return out;
 }
 
 std::vector<Action> all_forward_all_backward(int pp_size, int stage, int micro_batches) {
@@ -213,15 +259,32 @@ std::vector<Action> make_schedule(ScheduleKind kind, int pp_size, int stage, int
     case ScheduleKind::kOneFOneB: return one_f_one_b(pp_size, stage, micro_batches);
     case ScheduleKind::kAllForwardAllBackward: return all_forward_all_backward(pp_size, stage, micro_batches);
     case ScheduleKind::kInterleaved: return interleaved_one_f_one_b(pp_size, stage, micro_batches, virtual_stages);
+    case ScheduleKind::kZeroBubbleH1: return zero_bubble_h1(pp_size, stage, micro_batches);
   }
   ENGINE_FAIL("unknown schedule kind");
 }
 
+bool splits_backward(const std::vector<Action>& actions) {
+  return std::any_of(actions.begin(), actions.end(), [](const Action& a) { return a.kind == ActionKind::kWeight; });
+}
+
 int peak_in_flight(const std::vector<Action>& actions) {
+  // A split backward's W reads the activations too: they are held until it.
+  const ActionKind retires = splits_backward(actions) ? ActionKind::kWeight : ActionKind::kBackward;
   int now = 0, peak = 0;
   for (const Action& a : actions) {
     if (a.kind == ActionKind::kForward) peak = std::max(peak, ++now);
-    if (a.kind == ActionKind::kBackward) --now;
+    if (a.kind == retires) --now;
+  }
+  return peak;
+}
+
+int peak_awaiting_weight(const std::vector<Action>& actions) {
+  if (!splits_backward(actions)) return 0;
+  int now = 0, peak = 0;
+  for (const Action& a : actions) {
+    if (a.kind == ActionKind::kBackward) peak = std::max(peak, ++now);
+    if (a.kind == ActionKind::kWeight) --now;
   }
   return peak;
 }
@@ -244,6 +307,18 @@ double interleaved_bubble_fraction(int pp_size, int micro_batches, int virtual_s
   return bubble_fraction(pp_size, micro_batches * virtual_stages);
 }
 
+double zero_bubble_h1_bubble_fraction(int pp_size, int micro_batches, double forward_seconds,
+                                      double backward_input_seconds, double weight_seconds) {
+  ENGINE_CHECK(pp_size >= 1 && micro_batches >= 1 && forward_seconds >= 0 && backward_input_seconds >= 0 &&
+                   weight_seconds >= 0 && forward_seconds + backward_input_seconds + weight_seconds > 0,
+               "zero_bubble_h1_bubble_fraction needs pp_size >= 1, micro_batches >= 1 and non-negative pass times "
+               "that are not all 0; got pp_size ", pp_size, ", ", micro_batches, " micro-batches and ", forward_seconds,
+               ", ", backward_input_seconds, ", ", weight_seconds, " s");
+  const double bubble = (pp_size - 1) * std::max(0.0, forward_seconds + backward_input_seconds - weight_seconds);
+  const double work = micro_batches * (forward_seconds + backward_input_seconds + weight_seconds);
+  return bubble / (work + bubble);
+}
+
 // ---- checking ------------------------------------------------------------------
 
 namespace {
@@ -251,9 +326,20 @@ namespace {
 // Where each (kind, chunk, micro) sits in one stage's list, at [chunk * m +
 // micro][kind]; -1 when absent.
 std::string check_one_stage(const std::vector<Action>& actions, int stage, int pp_size, int m, int v,
-                            std::vector<std::array<int, 6>>& at) {
+                            std::vector<std::array<int, 7>>& at) {
   const std::string where = "stage " + std::to_string(stage) + ": ";
-  at.assign(static_cast<std::size_t>(m) * v, {-1, -1, -1, -1, -1, -1});
+  at.assign(static_cast<std::size_t>(m) * v, {-1, -1, -1, -1, -1, -1, -1});
+  const bool split = splits_backward(actions);
+  // A W sends nothing: the messages after it would wait for it for nothing,
+  // and the runner posts them before it (see zero_bubble_h1).
+  bool after_weight = false;
+  for (std::size_t i = 0; i < actions.size(); ++i) {
+    const ActionKind k = actions[i].kind;
+    if (k == ActionKind::kWeight) after_weight = true;
+    if (k == ActionKind::kForward || k == ActionKind::kBackward) after_weight = false;
+    if (is_communication(k) && after_weight)
+      return where + to_string(actions[i]) + " follows a W with no F or B between: messages go before the W's";
+  }
   for (int i = 0; i < static_cast<int>(actions.size()); ++i) {
     const Action& a = actions[i];
     if (a.micro < 0 || a.micro >= m) return where + to_string(a) + " is outside micro-batches [0, " + std::to_string(m) + ")";
@@ -280,6 +366,7 @@ std::string check_one_stage(const std::vector<Action>& actions, int stage, int p
            {expect(ActionKind::kForward, true), expect(ActionKind::kBackward, true),
             expect(ActionKind::kRecvForward, !first), expect(ActionKind::kSendBackward, !first),
             expect(ActionKind::kSendForward, !last), expect(ActionKind::kRecvBackward, !last),
+            expect(ActionKind::kWeight, split), before(ActionKind::kBackward, ActionKind::kWeight),
             before(ActionKind::kForward, ActionKind::kBackward), before(ActionKind::kRecvForward, ActionKind::kForward),
             before(ActionKind::kForward, ActionKind::kSendForward),
             before(ActionKind::kRecvBackward, ActionKind::kBackward),
@@ -307,12 +394,13 @@ namespace {
 // as the runner does, each compute action taking its cost; *step_seconds
 // receives the time the slowest stage finishes.
 std::string check_and_time(const std::vector<std::vector<Action>>& per_stage, int micro_batches, int virtual_stages,
-                           double forward_seconds, double backward_seconds, double* step_seconds) {
+                           double forward_seconds, double backward_seconds, double weight_seconds,
+                           double* step_seconds) {
   const int p = static_cast<int>(per_stage.size());
   const int m = micro_batches, v = virtual_stages;
   if (p < 1 || m < 1 || v < 1) return "need at least one stage, one micro-batch and one chunk per stage";
   for (int s = 0; s < p; ++s) {
-    std::vector<std::array<int, 6>> at;
+    std::vector<std::array<int, 7>> at;
     const std::string e = check_one_stage(per_stage[s], s, p, m, v, at);
     if (!e.empty()) return e;
   }
@@ -360,53 +448,76 @@ std::string check_and_time(const std::vector<std::vector<Action>>& per_stage, in
              " messages from stage " + std::to_string(channel.first) + ", which sends " +
              std::to_string(sends[channel].size());
 
-  // Execute with rendezvous semantics: an op completes only when its partner
-  // is posted too (in the partner stage's current batch). Time: a compute
-  // action advances its stage's clock by its cost; a batch completes at the
-  // latest time either end of any of its messages was posted.
-  std::vector<int> pos(p, 0);
+  // Execute as the runner does, with rendezvous semantics. A stage posts
+  // each run of messages as one batch when it reaches it, may run the W's
+  // that follow while the batch is in flight, and waits for it to complete
+  // before its next F or B (or its end). An op completes only when its
+  // partner is posted too (in the partner stage's posted batch). Time: a
+  // compute action advances its stage's clock by its cost; a batch
+  // completes at the latest time either end of any of its messages was
+  // posted, and the stage's clock waits for that before its next F or B.
+  std::vector<int> pos(p, 0), posted_begin(p, 0), posted_end(p, 0);  // posted batch: [begin, end), empty if equal
   std::vector<std::vector<bool>> done(p);
   for (int s = 0; s < p; ++s) done[s].assign(per_stage[s].size(), false);
-  std::vector<double> clock(p, 0.0), batch_done(p, 0.0);
+  std::vector<double> clock(p, 0.0), posted_at(p, 0.0), batch_done(p, 0.0);
   auto size_of = [&](int s) { return static_cast<int>(per_stage[s].size()); };
-  auto batch_end = [&](int s) {
-    int e = pos[s];
+  auto batch_end = [&](int s, int from) {
+    int e = from;
     while (e < size_of(s) && is_communication(per_stage[s][e].kind)) ++e;
     return e;
   };
+  auto in_flight = [&](int s) { return posted_begin[s] < posted_end[s]; };
   for (;;) {
     bool progress = false, finished = true;
     for (int s = 0; s < p; ++s) {
-      while (pos[s] < size_of(s) && !is_communication(per_stage[s][pos[s]].kind)) {
-        clock[s] += per_stage[s][pos[s]].kind == ActionKind::kForward ? forward_seconds : backward_seconds;
-        batch_done[s] = clock[s];
+      // Match what this stage's posted batch can match now.
+      if (in_flight(s)) {
+        bool all = true;
+        for (int i = posted_begin[s]; i < posted_end[s]; ++i) {
+          if (!done[s][i]) {
+            const Ref q = partner[s][i];
+            if (q.index >= posted_begin[q.stage] && q.index < posted_end[q.stage]) {
+              done[s][i] = done[q.stage][q.index] = true;
+              const double at = std::max(posted_at[s], posted_at[q.stage]);  // both ends posted
+              batch_done[s] = std::max(batch_done[s], at);
+              batch_done[q.stage] = std::max(batch_done[q.stage], at);
+              progress = true;
+            }
+          }
+          all = all && done[s][i];
+        }
+        if (all) {  // complete: what waits for it may go on at batch_done[s]
+          posted_begin[s] = posted_end[s] = 0;
+          progress = true;
+        }
+      }
+      while (pos[s] < size_of(s)) {
+        const ActionKind k = per_stage[s][pos[s]].kind;
+        if (k == ActionKind::kWeight) {  // runs while a batch is in flight
+          clock[s] += weight_seconds;
+          ++pos[s];
+          progress = true;
+          continue;
+        }
+        if (is_communication(k)) {
+          if (in_flight(s)) break;  // the checker refuses messages after a W, so not reached
+          posted_begin[s] = pos[s];
+          posted_end[s] = pos[s] = batch_end(s, pos[s]);
+          posted_at[s] = clock[s];
+          batch_done[s] = clock[s];
+          progress = true;
+          break;  // its matches are made on the next sweep
+        }
+        if (in_flight(s)) break;  // F or B waits for the batch
+        clock[s] = std::max(clock[s], batch_done[s]) + (k == ActionKind::kForward ? forward_seconds : backward_seconds);
+        batch_done[s] = 0;
         ++pos[s];
         progress = true;
       }
-      if (pos[s] == size_of(s)) continue;
-      finished = false;
-      const int end = batch_end(s);
-      bool all = true;
-      for (int i = pos[s]; i < end; ++i) {
-        if (!done[s][i]) {
-          const Ref q = partner[s][i];
-          if (q.index >= pos[q.stage] && q.index < batch_end(q.stage)) {
-            done[s][i] = done[q.stage][q.index] = true;
-            const double at = std::max(clock[s], clock[q.stage]);  // both clocks stand at their posting
-            batch_done[s] = std::max(batch_done[s], at);
-            batch_done[q.stage] = std::max(batch_done[q.stage], at);
-            progress = true;
-          }
-        }
-        all = all && done[s][i];
-      }
-      if (all) {
-        pos[s] = end;
-        clock[s] = batch_done[s];
-        progress = true;
-      }
+      if (pos[s] < size_of(s) || in_flight(s)) finished = false;
     }
     if (finished) {
+      for (int s = 0; s < p; ++s) clock[s] = std::max(clock[s], batch_done[s]);  // the last batch
       if (step_seconds) *step_seconds = *std::max_element(clock.begin(), clock.end());
       return "";
     }
@@ -414,7 +525,8 @@ std::string check_and_time(const std::vector<std::vector<Action>>& per_stage, in
       std::ostringstream msg;
       msg << "deadlock: every stage waits:";
       for (int s = 0; s < p; ++s) {
-        std::vector<Action> batch(per_stage[s].begin() + pos[s], per_stage[s].begin() + batch_end(s));
+        const int from = in_flight(s) ? posted_begin[s] : pos[s], to = in_flight(s) ? posted_end[s] : batch_end(s, pos[s]);
+        std::vector<Action> batch(per_stage[s].begin() + from, per_stage[s].begin() + to);
         msg << " stage " << s << " [" << (batch.empty() ? "done" : format_actions(batch)) << "]";
       }
       return msg.str();
@@ -425,14 +537,15 @@ std::string check_and_time(const std::vector<std::vector<Action>>& per_stage, in
 }  // namespace
 
 std::string check_schedules(const std::vector<std::vector<Action>>& per_stage, int micro_batches, int virtual_stages) {
-  return check_and_time(per_stage, micro_batches, virtual_stages, 0.0, 0.0, nullptr);
+  return check_and_time(per_stage, micro_batches, virtual_stages, 0.0, 0.0, 0.0, nullptr);
 }
 
 double simulated_step_seconds(const std::vector<std::vector<Action>>& per_stage, int micro_batches,
-                              int virtual_stages, double forward_seconds, double backward_seconds) {
+                              int virtual_stages, double forward_seconds, double backward_seconds,
+                              double weight_seconds) {
   double seconds = 0;
-  const std::string error =
-      check_and_time(per_stage, micro_batches, virtual_stages, forward_seconds, backward_seconds, &seconds);
+  const std::string error = check_and_time(per_stage, micro_batches, virtual_stages, forward_seconds,
+                                           backward_seconds, weight_seconds, &seconds);
   ENGINE_CHECK(error.empty(), "simulated_step_seconds: ", error);
   return seconds;
 }

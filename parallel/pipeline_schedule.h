@@ -29,6 +29,26 @@
 //   (p - 1) / v of a stage's forward+backward time at either end instead of
 //   p - 1: the bubble shrinks by v, for v times the pipeline messages.
 //   Megatron's conditions (m a multiple of p, p > 2) are required.
+// - zero_bubble_h1 (ZB-H1, Qi et al. 2024, "Zero Bubble Pipeline
+//   Parallelism", section 3.1): each backward is split into B, the gradient
+//   of the stage's input (what the previous stage waits for), and W, the
+//   gradient of its weights (what nothing waits for). Warm-up and steady
+//   state are 1F1B's with B for the backward; stage s defers each W by s
+//   micro-batches (W of the oldest pending micro-batch after each B once s
+//   B's have run; the rest at the end), the order of PyTorch's
+//   torch.distributed.pipelining zero-bubble schedules for one chunk per
+//   rank. The late stages' deferred W's fill the time they would idle while
+//   the last backwards travel to stage 0: with equal times T_F = T_B = T_W
+//   the step takes m (F + B + W) + (p - 1)(F + B - W), so the bubble is
+//   (p - 1)(T_F + T_B - T_W) against 1F1B's (p - 1)(T_F + T_B + T_W), a
+//   third (simulated_step_seconds reproduces it for every m >= p). Memory:
+//   stage s holds at most p - s micro-batches between F and B, as 1F1B, and
+//   up to s more between B and W; the activations a W reads stay until it
+//   runs, so peak_in_flight counts F..W.
+//   Messages: W's need none. The list places each W after the
+//   communication that follows the preceding F or B ("B2 SB2 RF6 W0 F6"), so
+//   the batches pair up across neighbours exactly as in 1F1B, and the runner
+//   lets W run while that batch is in flight (see below).
 //
 // Deadlock freedom. The runner posts every maximal run of consecutive
 // communication actions as one batch (all its sends and receives progress
@@ -47,10 +67,15 @@
 //      (upstream), so a stage waits on a neighbour that is itself waiting
 //      further along the same direction: a chain ending at a pipeline end.
 //      GPipe is warm-up then cool-down.
+//   3. A zero-bubble list has the batches of the 1F1B list of the same
+//      F/B order (its W's sit between a batch and the next F or B and send
+//      nothing), and the runner waits for a batch before the next F or B,
+//      as before: W's only run while it is in flight, so they delay no
+//      message and add no wait.
 // Rather than trust the argument, check_schedules() executes any set of
 // per-stage lists under the strictest semantics (unbuffered, rendezvous
 // sends) and reports a deadlock; the unit tests run it over pp 1..8,
-// m 1..16 for both schedules.
+// m 1..16 for every schedule.
 #pragma once
 
 #include <cstdint>
@@ -66,6 +91,7 @@ enum class ActionKind : std::uint8_t {
   kRecvBackward,  // RB: receive the gradient of my output for micro-batch i from the next stage
   kBackward,      // B:  backward of micro-batch i
   kSendBackward,  // SB: send the gradient of my input for micro-batch i to the previous stage
+  kWeight,        // W:  weight-gradient pass of micro-batch i (zero-bubble schedules: B is then the input gradient only)
 };
 
 struct Action {
@@ -78,11 +104,11 @@ struct Action {
 bool is_communication(ActionKind kind);
 std::string to_string(const Action& action);               // "RF3"; chunk 1: "RF3.1"
 std::string format_actions(const std::vector<Action>& a);  // "RF0 F0 SF0 ..."
-std::string format_compute(const std::vector<Action>& a);  // only F and B: "F0 F1 B0 ..."
+std::string format_compute(const std::vector<Action>& a);  // only F, B and W: "F0 F1 B0 W0 ..."
 
-enum class ScheduleKind { kOneFOneB, kAllForwardAllBackward, kInterleaved };
-const char* schedule_name(ScheduleKind kind);  // "1f1b", "afab", "interleaved"
-// Accepts "1f1b", "afab", "gpipe" and "interleaved"; throws engine::Error naming the choices.
+enum class ScheduleKind { kOneFOneB, kAllForwardAllBackward, kInterleaved, kZeroBubbleH1 };
+const char* schedule_name(ScheduleKind kind);  // "1f1b", "afab", "interleaved", "zb-h1"
+// Accepts "1f1b", "afab", "gpipe", "interleaved" and "zb-h1"; throws engine::Error naming the choices.
 ScheduleKind parse_schedule(const std::string& name);
 
 // The actions of `stage` in a pipeline of `pp_size` stages running
@@ -96,6 +122,8 @@ std::vector<Action> interleaved_one_f_one_b(int pp_size, int stage, int micro_ba
 // micro-batches over p ranks (and, with layers > 0, split the layers into
 // v p equal chunks), else why not, naming the numbers.
 std::string interleaved_refusal(int pp_size, int micro_batches, int virtual_stages, std::int64_t layers = 0);
+// ZB-H1 (see the top of this file): any m >= 1, also m < pp_size.
+std::vector<Action> zero_bubble_h1(int pp_size, int stage, int micro_batches);
 // virtual_stages is used by kInterleaved only (and must be 1 otherwise).
 std::vector<Action> make_schedule(ScheduleKind kind, int pp_size, int stage, int micro_batches,
                                   int virtual_stages = 1);
@@ -112,11 +140,18 @@ std::vector<Action> with_communication(const std::vector<Action>& compute, int p
 // (and back) between chunks of an interleaved pipeline.
 int pipeline_peer(const Action& a, int pp_size, int stage);
 
-// Most micro-batches whose forward has run and backward has not, at any point
-// of the list: the number of activation sets the stage must hold at once.
+// Most micro-batches whose forward has run and backward has not (weight
+// pass, in a list that splits the backward), at any point of the list: the
+// number of activation sets the stage must hold at once.
 // 1F1B: min(pp_size - stage, m). GPipe: m. Interleaved: counted over
 // (chunk, micro-batch) pairs, each a set of 1/v of the rank's layers.
+// ZB-H1: min(pp_size, m) on every stage at m >= pp_size.
 int peak_in_flight(const std::vector<Action>& actions);
+// True when the list has W actions: its B's are input-gradient passes.
+bool splits_backward(const std::vector<Action>& actions);
+// Most micro-batches whose B has run and W has not, at any point (0 without
+// W's): what the weight passes must keep for later (model::GptStage's stashes).
+int peak_awaiting_weight(const std::vector<Action>& actions);
 // The same for one chunk of an interleaved schedule: the activation sets of
 // that chunk's layers held at once.
 int peak_in_flight(const std::vector<Action>& actions, int chunk);
@@ -129,9 +164,16 @@ double bubble_fraction(int pp_size, int micro_batches);
 // The same for the interleaved schedule, whose fill and drain take 1/v as
 // long (Narayanan et al. 2021 §2.2.2): (p - 1) / (v m + p - 1).
 double interleaved_bubble_fraction(int pp_size, int micro_batches, int virtual_stages);
+// ZB-H1's (Qi et al. 2024, section 3.1): bubble (p - 1)(T_F + T_B - T_W)
+// beside m (T_F + T_B + T_W) of work, as a fraction of the step; T_B is the
+// input-gradient pass, T_W the weight-gradient pass. For m >= p.
+double zero_bubble_h1_bubble_fraction(int pp_size, int micro_batches, double forward_seconds,
+                                      double backward_input_seconds, double weight_seconds);
 
 // Checks a whole pipeline's schedules (index = stage, i.e. rank): every
-// micro-batch runs F then B exactly once per stage and chunk, receives come
+// micro-batch runs F then B exactly once per stage and chunk (and then W,
+// on a stage whose list has any W), no message follows a W before the next
+// F or B (see zero_bubble_h1), receives come
 // before the compute that needs them and sends after the compute that
 // produces them, every send has the matching receive on its peer
 // (pipeline_peer) in the same order -- messages between two ranks match in
@@ -143,11 +185,15 @@ std::string check_schedules(const std::vector<std::vector<Action>>& per_stage, i
                             int virtual_stages = 1);
 
 // The step time of a whole pipeline's schedules run as the runner runs them
-// (check_schedules' semantics) when each forward of a chunk takes
-// forward_seconds, each backward backward_seconds and messages take no time:
-// the schedule's own bubble, against which bubble_fraction's theory is tested.
+// (check_schedules' semantics: a batch of messages is posted when the next
+// compute action is reached and waited for before the next F or B, W's
+// running while it is in flight) when each forward of a chunk takes
+// forward_seconds, each backward backward_seconds (the input-gradient pass
+// in a split list), each W weight_seconds, and messages take no time: the
+// schedule's own bubble, against which the bubble theories are tested.
 // Throws engine::Error with check_schedules' reason when the lists are wrong.
 double simulated_step_seconds(const std::vector<std::vector<Action>>& per_stage, int micro_batches,
-                              int virtual_stages, double forward_seconds, double backward_seconds);
+                              int virtual_stages, double forward_seconds, double backward_seconds,
+                              double weight_seconds = 0.0);
 
 }  // namespace parallel

@@ -30,9 +30,11 @@ double loss_weight(int micro, int j) { return std::cos(j + micro); }
 
 class AffineStage final : public Stage {
  public:
-  AffineStage(int stage, int num_stages, int micro_batches)
-      : stage_(stage), last_(stage == num_stages - 1), a_(scale_of(stage)), b_(shift_of(stage)),
-        x_(micro_batches, std::vector<double>(kWidth)), y_(x_), dy_(x_), dx_(x_) {}
+  // split: the backward runs as an input-gradient pass (backward) and a
+  // weight-gradient pass (backward_weight), as zero-bubble schedules ask.
+  AffineStage(int stage, int num_stages, int micro_batches, bool split = false)
+      : stage_(stage), last_(stage == num_stages - 1), split_(split), a_(scale_of(stage)), b_(shift_of(stage)),
+        x_(micro_batches, std::vector<double>(kWidth)), y_(x_), dy_(x_), dx_(x_), g_(x_) {}
 
   void forward(int micro) override {
     peak_ = std::max(peak_, ++in_flight_);
@@ -45,12 +47,26 @@ class AffineStage final : public Stage {
   }
 
   void backward(int micro) override {
-    --in_flight_;
+    if (!split_) --in_flight_;  // a split backward's W still reads x
     for (int j = 0; j < kWidth; ++j) {
       const double g = last_ ? loss_weight(micro, j) : dy_[micro][j];
-      da_ += g * x_[micro][j];
-      db_ += g;
+      if (split_) {
+        g_[micro][j] = g;  // for the weight pass
+      } else {
+        da_ += g * x_[micro][j];
+        db_ += g;
+      }
       dx_[micro][j] = a_ * g;
+    }
+  }
+
+  void backward_weight(int micro) override {
+    ASSERT_TRUE(split_) << "a weight pass on a stage whose schedule does not split the backward";
+    --in_flight_;
+    ++weight_passes_;
+    for (int j = 0; j < kWidth; ++j) {
+      da_ += g_[micro][j] * x_[micro][j];
+      db_ += g_[micro][j];
     }
   }
 
@@ -64,16 +80,17 @@ class AffineStage final : public Stage {
   double loss() const { return loss_; }
   const std::vector<double>& input_grad(int micro) const { return dx_[micro]; }
   int peak() const { return peak_; }
+  int weight_passes() const { return weight_passes_; }
 
  private:
   static Tensor view(std::vector<double>& v) { return Tensor(v.data(), Shape{kWidth}, DType::kF64, DeviceType::kCpu); }
 
   int stage_;
-  bool last_;
+  bool last_, split_;
   double a_, b_;
-  std::vector<std::vector<double>> x_, y_, dy_, dx_;
+  std::vector<std::vector<double>> x_, y_, dy_, dx_, g_;
   double da_ = 0, db_ = 0, loss_ = 0;
-  int in_flight_ = 0, peak_ = 0;
+  int in_flight_ = 0, peak_ = 0, weight_passes_ = 0;
 };
 
 // The whole pipeline in one process, micro-batch after micro-batch.
@@ -113,12 +130,14 @@ TEST(PipelineRunner, MatchesSequentialComputation) {
   ASSERT_FALSE(parallel_test::pipeline_comms().empty());
   for (Communicator* pp : parallel_test::pipeline_comms()) {
     const int stages = pp->size(), stage = pp->rank();
-    for (ScheduleKind kind : {ScheduleKind::kOneFOneB, ScheduleKind::kAllForwardAllBackward}) {
+    for (ScheduleKind kind :
+         {ScheduleKind::kOneFOneB, ScheduleKind::kAllForwardAllBackward, ScheduleKind::kZeroBubbleH1}) {
       for (int m : {1, 3, 8}) {
         SCOPED_TRACE(pp->name() + " pipeline of " + std::to_string(stages) + " stages, " + schedule_name(kind) +
                      ", m " + std::to_string(m));
         const std::vector<Action> actions = make_schedule(kind, stages, stage, m);
-        AffineStage toy(stage, stages, m);
+        const bool split = kind == ScheduleKind::kZeroBubbleH1;
+        AffineStage toy(stage, stages, m, split);
         pp->reset_bytes_sent();
         run_schedule(actions, toy, *pp);
 
@@ -132,6 +151,8 @@ TEST(PipelineRunner, MatchesSequentialComputation) {
         // Activations held at once, as the schedule promises.
         EXPECT_EQ(toy.peak(), peak_in_flight(actions));
         if (kind == ScheduleKind::kOneFOneB) EXPECT_EQ(toy.peak(), std::min(stages - stage, m));
+        // The weight passes run exactly for the schedule that splits the backward.
+        EXPECT_EQ(toy.weight_passes(), split ? m : 0);
         // One activation forward and one gradient back per micro-batch and link.
         const std::uint64_t links = (stage > 0) + (stage < stages - 1);
         EXPECT_EQ(pp->bytes_sent(), links * m * kWidth * sizeof(double));

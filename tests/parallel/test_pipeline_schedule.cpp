@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/check.h"
@@ -34,6 +35,7 @@ std::vector<Action> parse(const std::string& text) {  // "F0 SF0 RB0" -> actions
                          : kind == "SF" ? ActionKind::kSendForward
                          : kind == "RB" ? ActionKind::kRecvBackward
                          : kind == "B" ? ActionKind::kBackward
+                         : kind == "W" ? ActionKind::kWeight
                                        : ActionKind::kSendBackward;
     out.push_back({k, micro});
     i = j + 1;
@@ -232,6 +234,78 @@ TEST(Schedules, BubbleAndNames) {
   EXPECT_EQ(parse_schedule("gpipe"), ScheduleKind::kAllForwardAllBackward);
   EXPECT_EQ(parse_schedule("afab"), ScheduleKind::kAllForwardAllBackward);
   EXPECT_THROW(parse_schedule("zero-bubble"), engine::Error);
+  EXPECT_EQ(parse_schedule("zb-h1"), ScheduleKind::kZeroBubbleH1);
+  EXPECT_STREQ(schedule_name(ScheduleKind::kZeroBubbleH1), "zb-h1");
   EXPECT_THROW(one_f_one_b(4, 4, 8), engine::Error);
   EXPECT_THROW(one_f_one_b(4, 0, 0), engine::Error);
+}
+
+// ZB-H1 (Qi et al. 2024, section 3.1), written out for p 4, m 8: 1F1B's
+// forwards and (input-gradient) backwards, stage s starting its weight
+// passes after s backwards, the rest at the end; the last stage is left
+// with four W's to fill the time stage 0 spends on the last backwards.
+TEST(ZeroBubbleH1, FourStagesEightMicroBatches) {
+  EXPECT_EQ(format_compute(zero_bubble_h1(4, 0, 8)),
+            "F0 F1 F2 F3 B0 W0 F4 B1 W1 F5 B2 W2 F6 B3 W3 F7 B4 W4 B5 W5 B6 W6 B7 W7");
+  EXPECT_EQ(format_compute(zero_bubble_h1(4, 1, 8)),
+            "F0 F1 F2 B0 F3 B1 W0 F4 B2 W1 F5 B3 W2 F6 B4 W3 F7 B5 W4 B6 W5 B7 W6 W7");
+  EXPECT_EQ(format_compute(zero_bubble_h1(4, 3, 8)),
+            "F0 B0 F1 B1 F2 B2 F3 B3 W0 F4 B4 W1 F5 B5 W2 F6 B6 W3 F7 B7 W4 W5 W6 W7");
+  // The messages of 1F1B, each W after the batch that follows its B: stage 1's
+  // [SB1 RF4] meets stage 0's [SF4 RB1] as in 1F1B.
+  const std::string stage1 = format_actions(zero_bubble_h1(4, 1, 8));
+  EXPECT_NE(stage1.find("RB1 B1 SB1 RF4 W0 F4 SF4 RB2 B2 SB2 RF5 W1 F5"), std::string::npos) << stage1;
+  EXPECT_NE(format_actions(zero_bubble_h1(4, 0, 8)).find("F4 SF4 RB1 B1 W1 F5"), std::string::npos);
+  EXPECT_EQ(format_actions(zero_bubble_h1(1, 0, 2)), "F0 B0 W0 F1 B1 W1");
+  EXPECT_EQ(parse(format_actions(zero_bubble_h1(4, 2, 8))), zero_bubble_h1(4, 2, 8));
+  EXPECT_EQ(make_schedule(ScheduleKind::kZeroBubbleH1, 4, 2, 8), zero_bubble_h1(4, 2, 8));
+  EXPECT_THROW(make_schedule(ScheduleKind::kZeroBubbleH1, 4, 2, 8, 2), engine::Error);  // one chunk per rank
+}
+
+TEST(ZeroBubbleH1, InvariantsForManyShapes) {
+  for (int pp = 1; pp <= 8; ++pp)
+    for (int m = 1; m <= 16; ++m) {
+      SCOPED_TRACE("pp " + std::to_string(pp) + " m " + std::to_string(m));
+      const auto stages = whole_pipeline(ScheduleKind::kZeroBubbleH1, pp, m);
+      ASSERT_EQ(check_schedules(stages, m), "");
+      for (int s = 0; s < pp; ++s) {
+        ASSERT_TRUE(splits_backward(stages[s]));
+        // F..B as 1F1B (p - s), plus up to s awaiting W: at most p on any stage.
+        ASSERT_EQ(peak_in_flight(stages[s]), std::min(pp, m)) << "stage " << s;
+        ASSERT_EQ(peak_awaiting_weight(stages[s]), std::min(s + 1, m)) << "stage " << s;
+        const int comm = (s > 0 ? 2 : 0) + (s < pp - 1 ? 2 : 0);
+        ASSERT_EQ(static_cast<int>(stages[s].size()), m * (3 + comm));
+      }
+    }
+  EXPECT_FALSE(splits_backward(one_f_one_b(4, 0, 8)));
+  EXPECT_EQ(peak_awaiting_weight(one_f_one_b(4, 0, 8)), 0);
+}
+
+TEST(ZeroBubbleH1, SimulatedBubbleMatchesThePaper) {
+  // With equal pass times the step is m (F + B + W) + (p - 1)(F + B - W) for
+  // m >= p, against 1F1B's (m + p - 1)(F + B + W) with the same backward.
+  for (const auto& [f, b, w] : {std::tuple{1.0, 1.0, 1.0}, std::tuple{1.0, 1.2, 0.8}, std::tuple{1.0, 1.0, 0.5}})
+    for (int pp = 1; pp <= 8; ++pp)
+      for (int m = pp; m <= 16; ++m) {
+        SCOPED_TRACE("pp " + std::to_string(pp) + " m " + std::to_string(m) + " F B W " + std::to_string(f) + " " +
+                     std::to_string(b) + " " + std::to_string(w));
+        const double zb = simulated_step_seconds(whole_pipeline(ScheduleKind::kZeroBubbleH1, pp, m), m, 1, f, b, w);
+        const double ideal = m * (f + b + w);
+        EXPECT_NEAR(zb, ideal + (pp - 1) * (f + b - w), 1e-9);
+        EXPECT_NEAR((zb - ideal) / zb, zero_bubble_h1_bubble_fraction(pp, m, f, b, w), 1e-12);
+        const double one_f_one_b_time = simulated_step_seconds(whole_pipeline(ScheduleKind::kOneFOneB, pp, m), m, 1, f, b + w);
+        if (pp > 1) EXPECT_LT(zb, one_f_one_b_time);
+      }
+  // The numbers the documentation quotes: p 4, m 8 at F = B = W = 1.
+  EXPECT_DOUBLE_EQ(simulated_step_seconds(whole_pipeline(ScheduleKind::kOneFOneB, 4, 8), 8, 1, 1.0, 2.0), 33.0);
+  EXPECT_DOUBLE_EQ(simulated_step_seconds(whole_pipeline(ScheduleKind::kZeroBubbleH1, 4, 8), 8, 1, 1.0, 1.0, 1.0), 27.0);
+  EXPECT_DOUBLE_EQ(zero_bubble_h1_bubble_fraction(4, 8, 1, 1, 1), 3.0 / 27.0);
+}
+
+TEST(ZeroBubbleH1, CheckerRefusesMisplacedWeightPasses) {
+  EXPECT_NE(check_schedules({parse("F0 W0 B0")}, 1).find("B0 must come before W0"), std::string::npos);
+  EXPECT_NE(check_schedules({parse("F0 B0 W0 F1 B1")}, 2).find("W1 is missing"), std::string::npos);
+  // A message after a W waits for it for nothing and breaks 1F1B's pairing.
+  const std::string late = check_schedules({parse("F0 SF0 RB0 B0 W0"), parse("RF0 F0 B0 W0 SB0")}, 1);
+  EXPECT_NE(late.find("SB0 follows a W"), std::string::npos) << late;
 }
