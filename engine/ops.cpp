@@ -225,6 +225,18 @@ void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& db
   ENGINE_DISPATCH(dout, matmul_backward, dinp, dweight, dbias, dout, inp, weight, gelu_pre);
 }
 
+void matmul_weight_grad(const Tensor& dweight, const Tensor& dbias, const Tensor& dout, const Tensor& inp) {
+  ScopedOpTimer timer("matmul_weight_grad");
+  ENGINE_CHECK(dweight.ndim() == 2, "matmul_weight_grad: dweight must be (OC, C), got ", dweight.shape().str());
+  const std::int64_t OC = dweight.dim(0), C = dweight.dim(1), N = dout.numel() / OC;
+  expect_rows(dout, N, OC, "matmul_weight_grad: dout");
+  expect_rows(inp, N, C, "matmul_weight_grad: inp");
+  if (!dbias.empty()) expect_numel(dbias, OC, "matmul_weight_grad: dbias");
+  // The backends read `weight` only for the input gradient, which is not
+  // asked for here: dweight stands in for its shape.
+  ENGINE_DISPATCH(dout, matmul_backward, Tensor{}, dweight, dbias, dout, inp, dweight, Tensor{});
+}
+
 void gelu_forward(const Tensor& out, const Tensor& inp) {
   ScopedOpTimer timer("gelu_forward");
   expect_numel(inp, out.numel(), "gelu_forward: inp");

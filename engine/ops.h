@@ -80,6 +80,11 @@ void matmul_forward_add(const Tensor& out, const Tensor& inp, const Tensor& weig
 // previous layer fused into this dgrad. Any of dinp/dweight/dbias may be empty.
 void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                      const Tensor& inp, const Tensor& weight, const Tensor& gelu_pre = {});
+// The weight-gradient half of matmul_backward on its own: dweight += dout^T @
+// inp; dbias += sum_n dout (dbias may be empty). It reads no weight, so a
+// zero-bubble pipeline (Qi et al. 2024) can run it long after the input
+// gradient, when a ZeRO-3 rank no longer holds the gathered weights.
+void matmul_weight_grad(const Tensor& dweight, const Tensor& dbias, const Tensor& dout, const Tensor& inp);
 
 // GELU, tanh approximation (Hendrycks & Gimpel 2016), as GPT-2 uses.
 void gelu_forward(const Tensor& out, const Tensor& inp);

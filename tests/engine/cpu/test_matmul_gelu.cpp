@@ -160,6 +160,29 @@ TYPED_TEST(CpuMatmul, BackwardSkipsEmptyOutputs) {
   EXPECT_NE(dinp[0], T(0));
 }
 
+TYPED_TEST(CpuMatmul, WeightGradEqualsTheWeightHalfOfTheBackward) {
+  // matmul_weight_grad (the W pass of a zero-bubble pipeline) is the very
+  // GEMM and column sum matmul_backward runs for dweight and dbias: equal to
+  // the last bit, and it reads no weight.
+  using T = TypeParam;
+  for (const MatmulShape& s : kShapes) {
+    const std::int64_t N = s.B * s.T, C = s.C, OC = s.OC;
+    SCOPED_TRACE(testing::Message() << "N=" << N << " C=" << C << " OC=" << OC);
+    std::vector<T> inp = cast_to<T>(random_values(N * C, 71)), W = cast_to<T>(random_values(OC * C, 72)),
+                   dout = cast_to<T>(random_values(N * OC, 73));
+    std::vector<T> dW = cast_to<T>(random_values(OC * C, 74)), db = cast_to<T>(random_values(OC, 75));
+    std::vector<T> dW_split = dW, db_split = db, dinp(N * C);
+    ops::matmul_backward(view(dinp, {N, C}), view(dW, {OC, C}), view(db, {OC}), view(dout, {N, OC}),
+                         view(inp, {N, C}), view(W, {OC, C}));
+    ops::matmul_weight_grad(view(dW_split, {OC, C}), view(db_split, {OC}), view(dout, {N, OC}), view(inp, {N, C}));
+    EXPECT_EQ(dW_split, dW);
+    EXPECT_EQ(db_split, db);
+  }
+  std::vector<T> inp(6), dout(4), dW(6);
+  EXPECT_THROW(ops::matmul_weight_grad(view(dW, {2, 3}), Tensor{}, view(dout, {2, 2}), view(inp, {3, 2})),
+               engine::Error);  // inp rows of 2, the weight's of 3
+}
+
 // Two fused layers, the way the MLP uses them:
 //   h = gelu(inp @ W1^T + b1)   (matmul_forward with pre_gelu)
 //   y = h @ W2^T + b2,  L = sum(y * R)

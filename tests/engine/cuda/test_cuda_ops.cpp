@@ -697,6 +697,14 @@ void check_matmul(const MatmulCase& mc, DType act, DType weight_dtype, std::mt19
   ops::matmul_backward(dinp2.t, Tensor{}, Tensor{}, dout.t, inp.t, weight.t);
   ops::matmul_backward(d_dinp2.t, Tensor{}, Tensor{}, d_dout.t, d_inp.t, d_weight.t);
   expect_close(d_dinp2.t, dinp2, pick(act, kF32Tight, kBf16Once), "matmul_backward dinp only");
+
+  // The weight-gradient half on its own (zero-bubble pipelines): no weight read.
+  Host dweight3 = random_host(Shape{OC, C}, rng), dbias3 = random_host(Shape{OC}, rng);
+  Dev d_dweight3 = to_device(dweight3, DType::kF32), d_dbias3 = to_device(dbias3, DType::kF32);
+  ops::matmul_weight_grad(dweight3.t, mc.bias ? dbias3.t : Tensor{}, dout.t, inp.t);
+  ops::matmul_weight_grad(d_dweight3.t, mc.bias ? d_dbias3.t : Tensor{}, d_dout.t, d_inp.t);
+  expect_close(d_dweight3.t, dweight3, kF32Sum, "matmul_weight_grad dweight");
+  expect_close(d_dbias3.t, dbias3, kF32Sum, "matmul_weight_grad dbias");
 }
 
 TEST_P(CudaMode, Matmul) {
