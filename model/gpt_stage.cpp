@@ -16,7 +16,7 @@ namespace ops = engine::ops;
 
 GptStage::GptStage(const GptConfig& config, const ParamStore& store, StageRange range, ActivationShape shape,
                    int slots, TensorParallel tp, parallel::Communicator* tp_comm, Recompute recompute,
-                   parallel::ZeroUnits* zero)
+                   parallel::ZeroUnits* zero, int weight_stash_sets)
     : config_(config), store_(store), params_(store, zero), range_(range), shape_(shape), tp_(tp), tp_comm_(tp_comm),
       recompute_(recompute) {
   ENGINE_CHECK(tp.size == 1 || (tp_comm != nullptr && tp_comm->size() == tp.size), "a stage split ", tp.size,
@@ -28,6 +28,8 @@ GptStage::GptStage(const GptConfig& config, const ParamStore& store, StageRange 
                "stage layers [", range.first_layer, ", ", range.last_layer, ") are outside the model's ",
                config.n_layer, " layers");
   ENGINE_CHECK(slots >= 1, "a stage needs at least one activation slot, got ", slots);
+  ENGINE_CHECK(weight_stash_sets >= 0 && weight_stash_sets <= slots, "a stage's weight-gradient stash sets (",
+               weight_stash_sets, ") must be in [0, its ", slots, " activation slots]");
   ENGINE_CHECK(shape.seq >= 1 && shape.seq <= config.max_seq_len, "sequence length ", shape.seq,
                " must be in [1, ", config.max_seq_len, "] (the model's max_seq_len)");
   ENGINE_CHECK(shape.batch >= 1, "micro-batch size must be >= 1, got ", shape.batch);
@@ -48,10 +50,13 @@ GptStage::GptStage(const GptConfig& config, const ParamStore& store, StageRange 
   losses_.resize(slots);
   head_dres_.resize(slots);
   output_grads_.resize(slots);
+  weight_stash_.resize(weight_stash_sets);
+  embedding_grad_stash_.resize(weight_stash_sets);
 }
 
 void GptStage::allocate(engine::Arena& arena) {
-  StageActivations a = allocate_stage_activations(arena, config_, range_, shape_, slots(), tp_, recompute_);
+  StageActivations a = allocate_stage_activations(arena, config_, range_, shape_, slots(), tp_, recompute_,
+                                                  weight_stash_sets());
   residuals_ = std::move(a.residuals);
   acts_ = std::move(a.acts);
   tokens_ = std::move(a.tokens);
@@ -59,6 +64,8 @@ void GptStage::allocate(engine::Arena& arena) {
   losses_ = std::move(a.losses);
   head_dres_ = std::move(a.head_dres);
   output_grads_ = std::move(a.output_grads);
+  weight_stash_ = std::move(a.weight_stash);
+  embedding_grad_stash_ = std::move(a.embedding_grad_stash);
   scratch_ = a.scratch;
   fill_rope_frequencies(scratch_, config_);  // nothing on a planning arena
   shared_acts_ = a.shared;
@@ -222,43 +229,88 @@ std::vector<std::string> GptStage::head_norm_names() const {
   return {"ln_f.weight", "ln_f.bias"};
 }
 
+void GptStage::block_backward(int slot, std::size_t i, const WeightGradStash* defer) {
+  const std::int64_t layer = range_.first_layer + static_cast<std::int64_t>(i);
+  const int unit = block_units_[i];
+  const UnitView w = params_.weights(unit);
+  if (i > 0) params_.prefetch_weights(block_units_[i - 1]);  // the embedding's backward needs no weights
+  const BlockParams weights = block_params(w, layer);
+  const BlockActivations a = block_activations(slot, i);
+  // Rebuild what the recomputation mode dropped since this slot's forward
+  // (other slots' forwards may have overwritten the shared tensors since).
+  blocks_[i].recompute(weights, residuals_[slot][i], a, scratch_, recompute_);
+  if (defer) {
+    // The input pass writes no parameter gradient: the unit's gradients are
+    // not taken (under ZeRO-2/3 no staging buffer) until the weight pass.
+    blocks_[i].backward(weights, BlockParams{}, dresidual_, residuals_[slot][i], a, scratch_, defer);
+  } else {
+    const UnitView g = params_.grads(unit);
+    blocks_[i].backward(weights, block_params(g, layer), dresidual_, residuals_[slot][i], a, scratch_);
+    grads_done(i, g);
+  }
+  params_.release_weights(unit);
+}
+
+void GptStage::grads_done(std::size_t i, const UnitView& g) {
+  const std::int64_t layer = range_.first_layer + static_cast<std::int64_t>(i);
+  if (params_.grads_staged()) sum_layernorm_grads(g, block_norm_names(layer));
+  params_.release_grads(block_units_[i]);
+  if (backward_hook_) backward_hook_(layer);
+}
+
+void GptStage::embedding_backward(int slot, const Tensor& d_embedding_out) {
+  // wpe is replicated: every tensor-parallel rank accumulates its full
+  // gradient, from every token (gathered under sequence parallelism).
+  Tensor dembed = d_embedding_out;
+  if (tp_.splits_tokens()) {
+    tp_comm_->all_gather(d_embedding_out.view(Shape{d_embedding_out.numel()}),
+                         scratch_.d_full.view(Shape{scratch_.d_full.numel()}));
+    dembed = scratch_.d_full;
+  }
+  const UnitView dwte = params_.grads(wte_unit_);
+  const Tensor dwpe = wpe_unit_ >= 0 ? params_.grads(wpe_unit_)["wpe"] : Tensor{};
+  ops::embedding_backward(dwte["wte"], dwpe, dembed, tokens_[slot], vocab_start());
+  if (wpe_unit_ >= 0) params_.release_grads(wpe_unit_);
+  params_.release_grads(wte_unit_);
+  // Held since this micro-batch's head (head_forward) when the head is wte.
+  if (range_.has_head && config_.tied_embeddings) params_.release_grads(wte_unit_);
+  if (backward_hook_) backward_hook_(-1);
+}
+
 void GptStage::backward(int slot) {
   ops::copy(dresidual_, range_.has_head ? head_dres_[slot] : output_grads_[slot]);
-  const std::vector<Tensor>& res = residuals_[slot];
+  for (std::size_t i = blocks_.size(); i-- > 0;) block_backward(slot, i, nullptr);
+  if (range_.has_embedding) embedding_backward(slot, dresidual_);
+}
+
+// The stash set's view for block i: its inputs are the slot's activations,
+// unless it keeps its own copies (full recomputation).
+WeightGradStash GptStage::stash_of(int slot, int stash, std::size_t i) const {
+  ENGINE_CHECK(stash >= 0 && stash < weight_stash_sets(), "split backward: stash set ", stash, " of the ",
+               weight_stash_sets(), " this stage holds");
+  const WeightGradStash& own = weight_stash_[stash][i];
+  return own.ln1.empty() ? stash_inputs_of(own, block_activations(slot, i)) : own;
+}
+
+void GptStage::backward_input(int slot, int stash) {
+  ops::copy(dresidual_, range_.has_head ? head_dres_[slot] : output_grads_[slot]);
+  for (std::size_t i = blocks_.size(); i-- > 0;) {
+    const WeightGradStash defer = stash_of(slot, stash, i);
+    block_backward(slot, i, &defer);
+  }
+  // dresidual_ is the gradient of the embedding's output; the next input pass overwrites it.
+  if (range_.has_embedding) ops::copy(embedding_grad_stash_[stash], dresidual_);
+}
+
+void GptStage::backward_weight(int slot, int stash) {
   for (std::size_t i = blocks_.size(); i-- > 0;) {
     const std::int64_t layer = range_.first_layer + static_cast<std::int64_t>(i);
-    const int unit = block_units_[i];
-    const UnitView w = params_.weights(unit);
-    if (i > 0) params_.prefetch_weights(block_units_[i - 1]);  // the embedding's backward needs no weights
-    const UnitView g = params_.grads(unit);
-    const BlockParams weights = block_params(w, layer), grads = block_params(g, layer);
-    const BlockActivations a = block_activations(slot, i);
-    // Rebuild what the recomputation mode dropped since this slot's forward
-    // (other slots' forwards may have overwritten the shared tensors since).
-    blocks_[i].recompute(weights, res[i], a, scratch_, recompute_);
-    blocks_[i].backward(weights, grads, dresidual_, res[i], a, scratch_);
-    if (params_.grads_staged()) sum_layernorm_grads(g, block_norm_names(layer));
-    params_.release_grads(unit);
-    params_.release_weights(unit);
-    if (backward_hook_) backward_hook_(layer);
+    const WeightGradStash kept = stash_of(slot, stash, i);
+    const UnitView g = params_.grads(block_units_[i]);
+    blocks_[i].backward_weight(block_params(g, layer), kept);
+    grads_done(i, g);
   }
-  if (range_.has_embedding) {
-    // wpe is replicated: every tensor-parallel rank accumulates its full
-    // gradient, from every token (gathered under sequence parallelism).
-    Tensor dembed = dresidual_;
-    if (tp_.splits_tokens()) {
-      tp_comm_->all_gather(dresidual_.view(Shape{dresidual_.numel()}), scratch_.d_full.view(Shape{scratch_.d_full.numel()}));
-      dembed = scratch_.d_full;
-    }
-    const UnitView dwte = params_.grads(wte_unit_);
-    const Tensor dwpe = wpe_unit_ >= 0 ? params_.grads(wpe_unit_)["wpe"] : Tensor{};
-    ops::embedding_backward(dwte["wte"], dwpe, dembed, tokens_[slot], vocab_start());
-    if (wpe_unit_ >= 0) params_.release_grads(wpe_unit_);
-    params_.release_grads(wte_unit_);
-    // Held since this micro-batch's head (head_forward) when the head is wte.
-    if (range_.has_head && config_.tied_embeddings) params_.release_grads(wte_unit_);
-    if (backward_hook_) backward_hook_(-1);
-  }
+  if (range_.has_embedding) embedding_backward(slot, embedding_grad_stash_[stash]);
 }
 
 void GptStage::sum_layernorm_grads(const UnitView& grads, const std::vector<std::string>& names) const {

@@ -58,9 +58,12 @@ namespace model {
 class GptStage {
  public:
   // tp_comm: the tensor-parallel group, or nullptr without tensor parallelism.
+  // weight_stash_sets > 0: the backward may also run as two passes,
+  // backward_input and backward_weight, with that many micro-batches at most
+  // between the two (a zero-bubble schedule's peak_awaiting_weight).
   GptStage(const GptConfig& config, const ParamStore& store, StageRange range, ActivationShape shape, int slots,
            TensorParallel tp = {}, parallel::Communicator* tp_comm = nullptr,
-           Recompute recompute = Recompute::kNone, parallel::ZeroUnits* zero = nullptr);
+           Recompute recompute = Recompute::kNone, parallel::ZeroUnits* zero = nullptr, int weight_stash_sets = 0);
 
   // Called during backward after each block's parameter gradients are final
   // for this micro-batch (with the block's global layer index), and with -1
@@ -80,6 +83,21 @@ class GptStage {
   // Backward of the micro-batch in `slot`; other stages than the last read the
   // output's gradient from output_grad(slot). Parameter gradients accumulate.
   void backward(int slot);
+  // The same backward as two passes (zero-bubble pipelines, Qi et al. 2024):
+  // backward_input computes every input gradient (what the previous stage
+  // waits for) and the norms' parameter gradients, keeping what the matmuls'
+  // weight gradients need in stash set `stash`; backward_weight computes
+  // those later, in the blocks' backward order, then the embedding's. A
+  // block's gradients are final, and the backward hook is called, after
+  // its weight pass. Each micro-batch's weight pass runs after its input pass and
+  // the weight passes run in the order of the input passes (the stash set of
+  // micro-batch i is i % weight_stash_sets). The input pass writes no
+  // parameter gradient (the norms' wait in the stash too), so under ZeRO-2/3
+  // only the weight pass takes a block's gradient unit: one reduction per
+  // unit and micro-batch, as with the fused backward.
+  void backward_input(int slot, int stash);
+  void backward_weight(int slot, int stash);
+  int weight_stash_sets() const { return static_cast<int>(weight_stash_.size()); }
 
   // Under sequence parallelism, sums the layer norms' partial gradients over
   // the tensor-parallel group; call once per step after the last backward.
@@ -120,6 +138,16 @@ class GptStage {
   std::vector<std::string> head_norm_names() const;
   // The embedding's forward into res0 (first stage).
   void embedding_forward(int slot, const engine::Tensor& res0);
+  // The embedding's backward from the gradient of its output, and the release
+  // of the tied head's gradient held since this micro-batch's head (first stage).
+  void embedding_backward(int slot, const engine::Tensor& d_embedding_out);
+  // Block i's backward: recompute, then the whole backward, or with `defer`
+  // the input pass alone.
+  void block_backward(int slot, std::size_t i, const WeightGradStash* defer);
+  // After block i's parameter gradients of a micro-batch are in g: the
+  // sequence-parallel sums (ZeRO-2/3), the release, the hook.
+  void grads_done(std::size_t i, const UnitView& g);
+  WeightGradStash stash_of(int slot, int stash, std::size_t i) const;
   // Sums the sequence-parallel partial gradients of these layer-norm
   // parameters over the tensor-parallel group.
   void sum_layernorm_grads(const UnitView& grads, const std::vector<std::string>& names) const;
@@ -148,6 +176,9 @@ class GptStage {
   std::vector<engine::Tensor> losses_;                  // (B*T)
   std::vector<engine::Tensor> head_dres_;               // (B,T,C) gradient of the last residual (last stage)
   std::vector<engine::Tensor> output_grads_;            // (B,T,C) (non-last stages)
+  // Per weight-gradient stash set (split backward only)
+  std::vector<std::vector<WeightGradStash>> weight_stash_;  // [set][block]
+  std::vector<engine::Tensor> embedding_grad_stash_;        // [set] (first stage)
   // Shared by all slots
   BlockScratch scratch_;
   BlockActivations shared_acts_;  // full: every tensor; selective: att_saved only; none: nothing

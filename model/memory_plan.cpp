@@ -25,6 +25,12 @@ std::vector<int> chunk_activation_slots(const ParallelLayout& layout, int pp_ran
   return slots;
 }
 
+int weight_stash_sets(const ParallelLayout& layout, int pp_rank) {
+  const std::vector<parallel::Action> actions = parallel::make_schedule(
+      layout.schedule, layout.pp, pp_rank, static_cast<int>(layout.micro_batches), layout.virtual_stages);
+  return parallel::splits_backward(actions) ? std::max(1, parallel::peak_awaiting_weight(actions)) : 0;
+}
+
 int activation_slots(const ParallelLayout& layout, int pp_rank) {
   int total = 0;
   for (const int s : chunk_activation_slots(layout, pp_rank)) total += s;
@@ -40,6 +46,7 @@ namespace {
 struct StageFootprint {
   RankMemory fixed;  // activations: the shared part only
   std::size_t per_slot = 0;
+  std::size_t per_stash_set = 0;  // a zero-bubble schedule's weight-gradient stash, per micro-batch awaiting it
 };
 
 // chunks: the rank's chunks of layers (one, but for the interleaved
@@ -91,12 +98,15 @@ StageFootprint stage_footprint(const GptConfig& config, const ParallelLayout& la
   const std::size_t two = stage_activation_bytes(layout.device, config, range, shape, 2, tp, layout.recompute);
   f.per_slot = two - one;
   f.fixed.activations = one - f.per_slot;
+  if (layout.schedule == parallel::ScheduleKind::kZeroBubbleH1)
+    f.per_stash_set =
+        stage_activation_bytes(layout.device, config, range, shape, 1, tp, layout.recompute, 1) - one;
   return f;
 }
 
-RankMemory with_slots(const StageFootprint& f, int slots) {
+RankMemory with_slots(const StageFootprint& f, int slots, int stash_sets) {
   RankMemory m = f.fixed;
-  m.activations += static_cast<std::size_t>(slots) * f.per_slot;
+  m.activations += static_cast<std::size_t>(slots) * f.per_slot + static_cast<std::size_t>(stash_sets) * f.per_stash_set;
   return m;
 }
 
@@ -105,7 +115,8 @@ RankMemory with_slots(const StageFootprint& f, int slots) {
 RankMemory plan_stage_memory(const GptConfig& config, const ParallelLayout& layout, int pp_rank) {
   const std::vector<StageRange> chunks = pipeline_chunk_ranges(config, pp_rank, layout.pp, layout.virtual_stages);
   if (chunks.size() > 1) return stage_footprint(config, layout, chunks, pp_rank).fixed;
-  return with_slots(stage_footprint(config, layout, chunks, pp_rank), activation_slots(layout, pp_rank));
+  return with_slots(stage_footprint(config, layout, chunks, pp_rank), activation_slots(layout, pp_rank),
+                    weight_stash_sets(layout, pp_rank));
 }
 
 MemoryPlan plan_memory(const GptConfig& config, const ParallelLayout& layout) {
@@ -145,7 +156,7 @@ MemoryPlan plan_memory(const GptConfig& config, const ParallelLayout& layout) {
       seen.push_back({layers, range.has_embedding, range.has_head, stage_footprint(config, layout, {range}, s)});
       match = &seen.back();
     }
-    plan.stages.push_back(with_slots(match->footprint, activation_slots(layout, s)));
+    plan.stages.push_back(with_slots(match->footprint, activation_slots(layout, s), weight_stash_sets(layout, s)));
   }
   return plan;
 }

@@ -15,7 +15,8 @@
 //   optimizer   AdamW's two fp32 moments (optim/adamw.h);    /N under ZeRO-1/2/3
 //   activations the stage's activation arena (model/stage_activations.h):
 //               one slot per micro-batch in flight (1F1B: pp - stage; AFAB:
-//               every micro-batch), what the recomputation mode keeps
+//               every micro-batch), what the recomputation mode keeps, and
+//               under a zero-bubble schedule the weight-gradient stashes
 //   staging     ZeRO-2/3 gather and reduce buffers at their bound
 //               (parallel/dp_zero_units.h)
 // The ZeRO paper's 16 Psi for mixed-precision Adam (2 + 2 + 12) counts fp16
@@ -77,5 +78,9 @@ RankMemory plan_stage_memory(const GptConfig& config, const ParallelLayout& layo
 // chunks of layers), and each chunk's (one entry unless interleaved).
 int activation_slots(const ParallelLayout& layout, int pp_rank);
 std::vector<int> chunk_activation_slots(const ParallelLayout& layout, int pp_rank);
+// The weight-gradient stash sets of `pp_rank` (model::GptStage): for a
+// schedule that splits the backward (zero-bubble) the most micro-batches
+// between their input and weight passes at once; 0 for the others.
+int weight_stash_sets(const ParallelLayout& layout, int pp_rank);
 
 }  // namespace model

@@ -6,7 +6,7 @@ using engine::Shape;
 
 StageActivations allocate_stage_activations(engine::Arena& arena, const GptConfig& config, const StageRange& range,
                                             const ActivationShape& shape, int slots, TensorParallel tp,
-                                            Recompute recompute) {
+                                            Recompute recompute, int weight_stash_sets) {
   const std::int64_t B = shape.batch, T = shape.seq, C = config.n_embd;
   const std::size_t n_blocks = static_cast<std::size_t>(range.last_layer - range.first_layer);
   // The residual stream holds this rank's tokens under sequence parallelism.
@@ -35,6 +35,15 @@ StageActivations allocate_stage_activations(engine::Arena& arena, const GptConfi
       a.output_grads[s] = arena.allocate(stream, dt, "output_grad");
     }
   }
+  // The weight passes' stashes own their inputs only under full
+  // recomputation (see WeightGradStash).
+  a.weight_stash.resize(weight_stash_sets);
+  for (int k = 0; k < weight_stash_sets; ++k) {
+    for (std::size_t i = 0; i < n_blocks; ++i)
+      a.weight_stash[k].push_back(
+          allocate_weight_grad_stash(arena, config, shape, tp, recompute == Recompute::kFull));
+    if (range.has_embedding) a.embedding_grad_stash.push_back(arena.allocate(stream, dt, "embedding_grad_stash"));
+  }
   a.scratch = allocate_block_scratch(arena, config, shape, tp);
   // What recomputation rebuilds lives once per stage, not per slot and block:
   // only one block's backward runs at a time, and its recompute() refills it
@@ -59,9 +68,10 @@ StageActivations allocate_stage_activations(engine::Arena& arena, const GptConfi
 }
 
 std::size_t stage_activation_bytes(engine::DeviceType device, const GptConfig& config, const StageRange& range,
-                                   const ActivationShape& shape, int slots, TensorParallel tp, Recompute recompute) {
+                                   const ActivationShape& shape, int slots, TensorParallel tp, Recompute recompute,
+                                   int weight_stash_sets) {
   engine::Arena plan = engine::Arena::planning(device);
-  allocate_stage_activations(plan, config, range, shape, slots, tp, recompute);
+  allocate_stage_activations(plan, config, range, shape, slots, tp, recompute, weight_stash_sets);
   return plan.used();
 }
 

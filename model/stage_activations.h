@@ -24,6 +24,10 @@ struct StageActivations {
   std::vector<engine::Tensor> losses;                  // (B*T) (last stage)
   std::vector<engine::Tensor> head_dres;               // (B,T,C) gradient of the last residual (last stage)
   std::vector<engine::Tensor> output_grads;            // (B,T,C) (non-last stages)
+  // Per weight-gradient stash set (zero-bubble schedules: one per micro-batch
+  // whose input-gradient pass has run and weight-gradient pass has not)
+  std::vector<std::vector<WeightGradStash>> weight_stash;  // [set][block]
+  std::vector<engine::Tensor> embedding_grad_stash;        // [set] (first stage) gradient of the embedding's output
   // Shared by all slots
   BlockScratch scratch;
   BlockActivations shared;  // full: every tensor; selective: att_saved only; none: nothing
@@ -34,15 +38,17 @@ struct StageActivations {
 };
 
 // The activations of the stage running blocks [range.first_layer,
-// range.last_layer) with `slots` micro-batches in flight.
+// range.last_layer) with `slots` micro-batches in flight and, for a schedule
+// that splits the backward, `weight_stash_sets` of them awaiting their weight pass.
 StageActivations allocate_stage_activations(engine::Arena& arena, const GptConfig& config, const StageRange& range,
                                             const ActivationShape& shape, int slots, TensorParallel tp,
-                                            Recompute recompute);
+                                            Recompute recompute, int weight_stash_sets = 0);
 
 // The bytes allocate_stage_activations takes on `device` (a planning
 // arena's count: every tensor rounded up to engine::Arena::kAlignment; the
 // device decides what attention keeps, engine::ops::attention_saved_shape).
 std::size_t stage_activation_bytes(engine::DeviceType device, const GptConfig& config, const StageRange& range,
-                                   const ActivationShape& shape, int slots, TensorParallel tp, Recompute recompute);
+                                   const ActivationShape& shape, int slots, TensorParallel tp, Recompute recompute,
+                                   int weight_stash_sets = 0);
 
 }  // namespace model

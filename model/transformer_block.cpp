@@ -1,5 +1,7 @@
 #include "model/transformer_block.h"
 
+#include <utility>
+
 #include "engine/ops.h"
 #include "model/gpt_params.h"
 
@@ -44,6 +46,43 @@ BlockActivations allocate_block_activations(engine::Arena& arena, const GptConfi
   a.fc_pre = arena.allocate(Shape{B, T, config.fc_width() / tp.size}, dt, "fc_pre");
   a.fc_gelu = arena.allocate(Shape{B, T, config.mlp_width() / tp.size}, dt, "fc_gelu");
   return a;
+}
+
+WeightGradStash allocate_weight_grad_stash(engine::Arena& arena, const GptConfig& config, ActivationShape s,
+                                           TensorParallel tp, bool owns_inputs) {
+  const std::int64_t B = s.batch, T = s.seq, C = config.n_embd, Cl = C / tp.size;
+  const engine::DType dt = s.dtype;
+  WeightGradStash w;
+  w.d_qkv = arena.allocate(Shape{B, T, config.qkv_width() / tp.size}, dt, "stash_d_qkv");
+  w.d_proj_out = arena.allocate(Shape{B, T, C}, dt, "stash_d_proj_out");
+  w.d_fc = arena.allocate(Shape{B, T, config.fc_width() / tp.size}, dt, "stash_d_fc");
+  w.d_fcproj_out = arena.allocate(Shape{B, T, C}, dt, "stash_d_fcproj_out");
+  // The norms' gradients have the parameters' gradient dtype, which is the
+  // statistics' (f32, or f64 on the fp64 path).
+  const bool biases = !config.is_llama();
+  w.norms = arena.allocate(Shape{(biases ? 4 : 2) * C}, s.stat_dtype(), "stash_norms");
+  const auto part = [&](std::int64_t k) { return w.norms.flat_slice(k * C, C); };
+  w.d_ln1_w = part(0);
+  w.d_ln2_w = part(1);
+  if (biases) {
+    w.d_ln1_b = part(2);
+    w.d_ln2_b = part(3);
+  }
+  if (owns_inputs) {
+    w.ln1 = arena.allocate(Shape{B, T, C}, dt, "stash_ln1");
+    w.atty = arena.allocate(Shape{B, T, Cl}, dt, "stash_atty");
+    w.ln2 = arena.allocate(Shape{B, T, C}, dt, "stash_ln2");
+    w.fc_gelu = arena.allocate(Shape{B, T, config.mlp_width() / tp.size}, dt, "stash_fc_gelu");
+  }
+  return w;
+}
+
+WeightGradStash stash_inputs_of(WeightGradStash stash, const BlockActivations& act) {
+  stash.ln1 = act.ln1;
+  stash.atty = act.atty;
+  stash.ln2 = act.ln2;
+  stash.fc_gelu = act.fc_gelu;
+  return stash;
 }
 
 BlockScratch allocate_block_scratch(engine::Arena& arena, const GptConfig& config, ActivationShape s,
@@ -116,10 +155,15 @@ void TransformerBlock::project_and_add(const Tensor& out, const Tensor& inp, con
   ops::add(out, residual, reduce_branch(s));         // g; (B,T,C) or (n,C)
 }
 
-Tensor TransformerBlock::gather_grad(const Tensor& dres, const BlockScratch& s) const {
-  if (!tp_.splits_tokens()) return dres;
-  tp_comm_->all_gather(dres.view(Shape{dres.numel()}), s.d_full.view(Shape{s.d_full.numel()}));  // g backward
-  return s.d_full;
+Tensor TransformerBlock::gather_grad(const Tensor& dres, const BlockScratch& s, const Tensor& keep) const {
+  if (!tp_.splits_tokens()) {
+    if (keep.empty()) return dres;
+    ops::copy(keep, dres);  // dres is overwritten by the norm's backward
+    return keep;
+  }
+  const Tensor whole = keep.empty() ? s.d_full : keep;
+  tp_comm_->all_gather(dres.view(Shape{dres.numel()}), whole.view(Shape{whole.numel()}));  // g backward
+  return whole;
 }
 
 Tensor TransformerBlock::reduce_ln_grad(const BlockScratch& s) const {
@@ -194,29 +238,58 @@ void TransformerBlock::recompute(const BlockParams& w, const Tensor& x, const Bl
 }
 
 void TransformerBlock::backward(const BlockParams& w, const BlockParams& g, const Tensor& dres, const Tensor& x,
-                                const BlockActivations& a, const BlockScratch& s) const {
+                                const BlockActivations& a, const BlockScratch& s, const WeightGradStash* defer) const {
+  // Deferred: the matmuls get no weight or bias gradient to write (empty
+  // tensors) and their output gradients go to the stash's own buffers.
+  const auto now = [&](const Tensor& grad) { return defer ? Tensor{} : grad; };
+  const Tensor d_fc = defer ? defer->d_fc : s.d_fc, d_qkv = defer ? defer->d_qkv : s.d_qkv;
+  // The norms' gradients: into the parameters' (accumulating), or this micro-batch's alone into the stash.
+  const Tensor d_ln1_w = defer ? defer->d_ln1_w : g.ln1_w, d_ln1_b = defer ? defer->d_ln1_b : g.ln1_b;
+  const Tensor d_ln2_w = defer ? defer->d_ln2_w : g.ln2_w, d_ln2_b = defer ? defer->d_ln2_b : g.ln2_b;
+  if (defer) ops::fill(defer->norms, 0.0);
+  if (defer && !defer->ln1.empty() && defer->ln1.data() != a.ln1.data()) {
+    // The stash owns its inputs (full recomputation): keep this micro-batch's
+    // before the next recompute overwrites the shared activations.
+    ops::copy(defer->ln1, a.ln1);
+    ops::copy(defer->atty, a.atty);
+    ops::copy(defer->ln2, a.ln2);
+    ops::copy(defer->fc_gelu, a.fc_gelu);
+  }
   // MLP half. dres = dy = d(mlp branch output) = dr (so far); it is the same on
   // every tensor-parallel rank, so each computes the replicated bias gradient.
   // Under sequence parallelism dres holds this rank's tokens and the layer
   // norms' weight gradients are partial sums over them (GptStage sums them
   // over the group: once per step, or per unit release under ZeRO-2/3).
+  const Tensor d_fcproj_out = gather_grad(dres, s, defer ? defer->d_fcproj_out : Tensor{});
   if (config_.is_llama()) {
-    ops::matmul_backward(s.d_act, g.fcproj_w, Tensor{}, gather_grad(dres, s), a.fc_gelu, w.fcproj_w);  // (B,T,F/tp)
-    ops::swiglu_backward(s.d_fc, s.d_act, a.fc_pre);                                 // (B,T,2F/tp)
+    ops::matmul_backward(s.d_act, now(g.fcproj_w), Tensor{}, d_fcproj_out, a.fc_gelu, w.fcproj_w);  // (B,T,F/tp)
+    ops::swiglu_backward(d_fc, s.d_act, a.fc_pre);                                                 // (B,T,2F/tp)
   } else {
     // d fc_pre = (dy @ W_fcproj) * gelu'(fc_pre): the GELU backward is fused into the dgrad.
-    ops::matmul_backward(s.d_fc, g.fcproj_w, g.fcproj_b, gather_grad(dres, s), a.fc_gelu, w.fcproj_w, a.fc_pre);
+    ops::matmul_backward(d_fc, now(g.fcproj_w), now(g.fcproj_b), d_fcproj_out, a.fc_gelu, w.fcproj_w, a.fc_pre);
   }
-  ops::matmul_backward(s.d_c, g.fc_w, g.fc_b, s.d_fc, a.ln2, w.fc_w);            // d ln2 (B,T,C), partial
-  norm_backward(dres, g.ln2_w, g.ln2_b, reduce_ln_grad(s), a.residual2, w.ln2_w, a.ln2_mean, a.ln2_rstd);  // f
+  ops::matmul_backward(s.d_c, now(g.fc_w), now(g.fc_b), d_fc, a.ln2, w.fc_w);  // d ln2 (B,T,C), partial
+  norm_backward(dres, d_ln2_w, d_ln2_b, reduce_ln_grad(s), a.residual2, w.ln2_w, a.ln2_mean, a.ln2_rstd);  // f
   // dres is now dr. Attention half.
-  ops::matmul_backward(s.d_atty, g.proj_w, g.proj_b, gather_grad(dres, s), a.atty, w.proj_w);  // (B,T,C/tp)
-  ops::attention_backward(s.d_qkv, s.d_atty, a.qkv, a.atty, a.att_saved, local_heads(), local_kv_heads());
+  const Tensor d_proj_out = gather_grad(dres, s, defer ? defer->d_proj_out : Tensor{});
+  ops::matmul_backward(s.d_atty, now(g.proj_w), now(g.proj_b), d_proj_out, a.atty, w.proj_w);  // (B,T,C/tp)
+  ops::attention_backward(d_qkv, s.d_atty, a.qkv, a.atty, a.att_saved, local_heads(), local_kv_heads());
   if (config_.is_llama())  // the gradient of the unrotated q and k
-    ops::rope_backward(s.d_qkv, s.rope_inv_freq, local_heads(), local_kv_heads());
-  ops::matmul_backward(s.d_c, g.qkv_w, g.qkv_b, s.d_qkv, a.ln1, w.qkv_w);        // d ln1, partial
-  norm_backward(dres, g.ln1_w, g.ln1_b, reduce_ln_grad(s), x, w.ln1_w, a.ln1_mean, a.ln1_rstd);  // f
+    ops::rope_backward(d_qkv, s.rope_inv_freq, local_heads(), local_kv_heads());
+  ops::matmul_backward(s.d_c, now(g.qkv_w), now(g.qkv_b), d_qkv, a.ln1, w.qkv_w);  // d ln1, partial
+  norm_backward(dres, d_ln1_w, d_ln1_b, reduce_ln_grad(s), x, w.ln1_w, a.ln1_mean, a.ln1_rstd);  // f
   // dres is now dx.
+}
+
+void TransformerBlock::backward_weight(const BlockParams& g, const WeightGradStash& k) const {
+  // The order of the fused backward, so the sums come out the same.
+  ops::matmul_weight_grad(g.fcproj_w, g.fcproj_b, k.d_fcproj_out, k.fc_gelu);
+  ops::matmul_weight_grad(g.fc_w, g.fc_b, k.d_fc, k.ln2);
+  ops::matmul_weight_grad(g.proj_w, g.proj_b, k.d_proj_out, k.atty);
+  ops::matmul_weight_grad(g.qkv_w, g.qkv_b, k.d_qkv, k.ln1);
+  for (const auto& [grad, kept] : {std::pair{g.ln2_w, k.d_ln2_w}, std::pair{g.ln2_b, k.d_ln2_b},
+                                   std::pair{g.ln1_w, k.d_ln1_w}, std::pair{g.ln1_b, k.d_ln1_b}})
+    if (!grad.empty()) ops::accumulate(grad, kept);
 }
 
 }  // namespace model

@@ -81,6 +81,36 @@ struct BlockScratch {
   engine::Tensor rope_inv_freq;
 };
 
+// What the weight-gradient pass of a block reads, kept from its input-gradient
+// pass when a zero-bubble pipeline runs the two apart (Qi et al. 2024,
+// section 2: the backward of a linear layer y = x W^T is an input gradient
+// dx = dy W, on the pipeline's critical path, and a weight gradient
+// dW = dy^T x, which can wait). Each of the block's four matmuls needs its
+// input and its output's gradient:
+//   qkv      ln1 (B,T,C)         d_qkv (B,T,(H+2KV)D/tp)
+//   proj     atty (B,T,C/tp)     d_proj_out (B,T,C)
+//   mlp.fc   ln2 (B,T,C)         d_fc (B,T,4C/tp); llama (B,T,2F/tp)
+//   mlp.proj fc_gelu (B,T,4C/tp) d_fcproj_out (B,T,C)
+// The gradients are the stash's own buffers, one set per micro-batch
+// awaiting its weight pass. The inputs are views of the micro-batch's
+// BlockActivations where those survive until the weight pass (no or
+// selective recomputation), and the stash's own copies under full
+// recomputation, whose activations are shared by every micro-batch.
+// The norms' parameter gradients come out of the same op as their input
+// gradients, so the input pass computes them, into the stash's norms buffer
+// (this micro-batch's alone), and the weight pass adds them to the
+// parameters' gradients: the input pass writes no parameter gradient at all,
+// so under ZeRO-2/3 a block's gradient unit is taken only by the weight pass
+// and reduced once per micro-batch, as with the fused backward.
+struct WeightGradStash {
+  engine::Tensor ln1, d_qkv;
+  engine::Tensor atty, d_proj_out;
+  engine::Tensor ln2, d_fc;
+  engine::Tensor fc_gelu, d_fcproj_out;
+  engine::Tensor norms;  // (4C) gains and biases of ln_1 and ln_2, (2C) RMSNorm gains; the gradients' dtype
+  engine::Tensor d_ln1_w, d_ln1_b, d_ln2_w, d_ln2_b;  // views of norms (no biases for RMSNorm)
+};
+
 // What an activation buffer is allocated for: B sequences of T positions, in
 // the activation dtype of the model's precision.
 struct ActivationShape {
@@ -100,6 +130,13 @@ BlockActivations allocate_block_activations(engine::Arena& arena, const GptConfi
                                             TensorParallel tp, bool with_attention_saved = true);
 engine::Tensor allocate_attention_saved(engine::Arena& arena, const GptConfig& config, ActivationShape s,
                                         TensorParallel tp);
+// A stash's gradient buffers, and with owns_inputs its input buffers too
+// (full recomputation); without, the inputs are left empty for the caller to
+// point at the micro-batch's activations (stash_inputs_of).
+WeightGradStash allocate_weight_grad_stash(engine::Arena& arena, const GptConfig& config, ActivationShape s,
+                                           TensorParallel tp, bool owns_inputs);
+// `stash` with its inputs taken from `act` (views, nothing copied).
+WeightGradStash stash_inputs_of(WeightGradStash stash, const BlockActivations& act);
 BlockScratch allocate_block_scratch(engine::Arena& arena, const GptConfig& config, ActivationShape s,
                                     TensorParallel tp);
 
@@ -127,8 +164,18 @@ class TransformerBlock {
                  const BlockScratch& scratch, Recompute mode) const;
   // dresidual (B,T,C): gradient of y on entry, gradient of x on exit.
   // x is the block's input that forward saw. Parameter gradients accumulate into g.
+  // With `defer`, this is the input-gradient pass only: g is not touched
+  // (and may be empty); the four matmuls' weight and bias gradients are left
+  // out and what they need is written to *defer (its inputs copied in when it
+  // owns them), as are this micro-batch's norm gradients, for backward_weight.
   void backward(const BlockParams& w, const BlockParams& g, const engine::Tensor& dresidual, const engine::Tensor& x,
-                const BlockActivations& act, const BlockScratch& scratch) const;
+                const BlockActivations& act, const BlockScratch& scratch,
+                const WeightGradStash* defer = nullptr) const;
+  // The weight-gradient pass: the four matmuls' weight and bias gradients
+  // from a stash that backward(..., defer) filled, and its norm gradients
+  // added. Reads no weights and sends nothing (every tensor-parallel rank's
+  // gradients are its own).
+  void backward_weight(const BlockParams& g, const WeightGradStash& stash) const;
 
  private:
   // Everything forward computes that backward reads: act from ln1 to fc_gelu.
@@ -148,8 +195,10 @@ class TransformerBlock {
   // residual connection, in one GEMM when nothing needs reducing in between.
   void project_and_add(const engine::Tensor& out, const engine::Tensor& inp, const engine::Tensor& weight,
                        const engine::Tensor& bias, const engine::Tensor& residual, const BlockScratch& s) const;
-  // The gradient of a block half's output, whole (the matmul backward needs every token).
-  engine::Tensor gather_grad(const engine::Tensor& dres, const BlockScratch& s) const;
+  // The gradient of a block half's output, whole (the matmul backward needs
+  // every token); copied into `keep` when that is given (a deferred weight pass reads it).
+  engine::Tensor gather_grad(const engine::Tensor& dres, const BlockScratch& s,
+                             const engine::Tensor& keep = {}) const;
   // The gradient of a layer norm's output, from its partial sums (in s.d_c).
   engine::Tensor reduce_ln_grad(const BlockScratch& s) const;
   // LayerNorm (gpt2) or RMSNorm (llama; mean unused, bias empty).

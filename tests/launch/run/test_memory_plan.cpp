@@ -56,6 +56,9 @@ TEST(MemoryPlan, EqualsWhatEveryLayoutAllocates) {
       // Interleaved: two chunks of layers per rank, each a stage of its own slots.
       {1, 4, 1, 0, false, "none", "interleaved", 1, "gpt-micro", 2},
       {1, 4, 1, 0, false, "selective", "interleaved", 2, "llama-micro", 2},
+      // ZB-H1: the weight-gradient stashes (their own inputs under full recomputation).
+      {1, 4, 1, 0, false, "none", "zb-h1", 1},     {2, 2, 1, 0, true, "full", "zb-h1", 2},
+      {1, 2, 2, 3, false, "selective", "zb-h1", 1, "llama-micro"},
   };
   for (const Case& k : cases) {
     launch::TrainConfig c = parity_config(dir, k.tp, k.pp, k.dp);
