@@ -172,10 +172,10 @@ void TrainConfig::resolve(int cuda_devices, int world) {
     ENGINE_CHECK(refusal.empty(), "--pipeline-schedule interleaved: ", refusal);
   }
   // --eval-only runs one forward per batch and no schedule: its single
-  // micro-batch could not be interleaved, and any cut of the layers scores
+  // micro-batch could not be interleaved, has no backward to split, and any cut of the layers scores
   // the same (checkpoints load under any layout), so it takes the plain one.
   if (eval_only) {
-    if (interleaved) pipeline_schedule = "1f1b";
+    if (interleaved || pipeline_schedule == "zb-h1") pipeline_schedule = "1f1b";
     virtual_stages = 1;
   }
   ENGINE_CHECK(bucket_mb > 0, "--bucket-mb must be > 0, got ", bucket_mb);

@@ -69,7 +69,12 @@ StepMetrics Trainer::step_metrics(std::int64_t step, double loss, double norm, d
   m.exposed_comm_seconds = exposed_comm_seconds_;
   if (m.parallel) {
     const parallel::Communicator* embedding = tied_->comm();
-    m.bubble_fraction = parallel::interleaved_bubble_fraction(grid_.pp_size(), batch_.micro_batches(), config_.virtual_stages);
+    // The schedule's theory; ZB-H1's at equal forward, input-gradient and
+    // weight-gradient times (each pass's matmuls have the same FLOPs).
+    m.bubble_fraction =
+        config_.pipeline_schedule == "zb-h1"
+            ? parallel::zero_bubble_h1_bubble_fraction(grid_.pp_size(), batch_.micro_batches(), 1.0, 1.0, 1.0)
+            : parallel::interleaved_bubble_fraction(grid_.pp_size(), batch_.micro_batches(), config_.virtual_stages);
     m.comm_bytes_tp = sum_over_world(static_cast<double>(comms_.tp->bytes_sent()));
     m.comm_bytes_dp = sum_over_world(static_cast<double>(comms_.dp->bytes_sent()));
     m.comm_bytes_pp = sum_over_world(static_cast<double>(comms_.pp->bytes_sent()) +

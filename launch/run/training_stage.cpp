@@ -44,8 +44,20 @@ void TrainingStage::forward(int micro) {
 }
 
 void TrainingStage::backward(int micro) {
+  if (splits_backward()) {  // the layers are done only after their weight pass
+    stage_.backward_input(slot(micro), stash(micro));
+    return;
+  }
   last_micro_batch_ = micro == layout_.micro_batches() - 1;
   stage_.backward(slot(micro));
+  last_micro_batch_ = false;
+}
+
+void TrainingStage::backward_weight(int micro) {
+  ENGINE_CHECK(splits_backward(), "training stage: the schedule asks for a weight pass, but the stage was built "
+               "with a whole backward");
+  last_micro_batch_ = micro == layout_.micro_batches() - 1;
+  stage_.backward_weight(slot(micro), stash(micro));
   last_micro_batch_ = false;
 }
 

@@ -3,8 +3,9 @@
 // i % slots (1F1B retires micro-batches in order, so at most `slots` are
 // alive), reads its tokens where the stage needs them (the first stage's
 // inputs, the last stage's targets), accumulates the loss on the last stage,
-// and during the last micro-batch's backward reports finished layers to the
-// data-parallel strategy, whose reductions then overlap the rest of backward.
+// and during the last micro-batch's backward (its weight pass, when the
+// schedule splits the backward) reports finished layers to the data-parallel
+// strategy, whose reductions then overlap the rest of backward.
 #pragma once
 
 #include <cstdint>
@@ -34,7 +35,11 @@ class TrainingStage : public parallel::Stage {
   double loss_sum() const { return loss_sum_; }  // this rank's summed token losses (last stage), this step
 
   void forward(int micro) override;
+  // With a stage that splits its backward (model::GptStage::weight_stash_sets
+  // > 0, zero-bubble schedules) backward is the input-gradient pass and
+  // backward_weight the weight-gradient pass; otherwise backward is whole.
   void backward(int micro) override;
+  void backward_weight(int micro) override;
   engine::Tensor forward_input(int micro) override { return stage_.input(slot(micro)); }
   engine::Tensor forward_output(int micro) override { return stage_.output(slot(micro)); }
   engine::Tensor backward_input_grad(int micro) override { return stage_.output_grad(slot(micro)); }
@@ -42,6 +47,9 @@ class TrainingStage : public parallel::Stage {
 
  private:
   int slot(int micro) const { return micro % stage_.slots(); }
+  // Weight passes retire in order too, so at most weight_stash_sets are pending.
+  int stash(int micro) const { return micro % stage_.weight_stash_sets(); }
+  bool splits_backward() const { return stage_.weight_stash_sets() > 0; }
 
   model::GptStage& stage_;
   DataLoader& data_;
@@ -52,7 +60,7 @@ class TrainingStage : public parallel::Stage {
   std::int64_t step_ = 0;
   double grad_scale_ = 0;
   double loss_sum_ = 0;
-  bool last_micro_batch_ = false;  // backward of the step's last micro-batch is running
+  bool last_micro_batch_ = false;  // the step's last micro-batch's (weight) backward is running
 };
 
 }  // namespace launch
