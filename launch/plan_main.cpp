@@ -127,7 +127,7 @@ void print_table(const launch::PlanRequest& r, const std::vector<launch::Predict
   // Exposed, not sent: ZeRO-3 sends the most bytes but hides most of them behind compute.
   std::cout << "comm       exposed: seconds of tensor-parallel, pipeline and data-parallel communication not hidden "
                "behind compute, not the bytes sent\n";
-  std::cout << std::left << std::setw(6) << "rank" << std::setw(44) << "layout" << std::right << std::setw(11) << "step"
+  std::cout << std::left << std::setw(6) << "rank" << std::setw(52) << "layout" << std::right << std::setw(11) << "step"
             << std::setw(9) << "MFU" << std::setw(10) << "TFLOP/s" << std::setw(11) << "compute" << std::setw(14) << "exposed comm"
             << std::setw(11) << "bubble" << std::setw(12) << "memory" << "\n";
   int shown = 0;
@@ -139,7 +139,7 @@ void print_table(const launch::PlanRequest& r, const std::vector<launch::Predict
     mfu << std::fixed << std::setprecision(1) << 100 * p.mfu << "%";
     std::ostringstream tf;
     tf << std::fixed << std::setprecision(1) << p.tflops_per_device;
-    std::cout << std::left << std::setw(6) << shown << std::setw(44) << layout_text(p) << std::right << std::setw(11)
+    std::cout << std::left << std::setw(6) << shown << std::setw(52) << layout_text(p) << std::right << std::setw(11)
               << seconds_text(p.step_seconds) << std::setw(9) << mfu.str() << std::setw(10) << tf.str() << std::setw(11)
               << seconds_text(p.compute_seconds) << std::setw(14) << seconds_text(p.exposed_comm_seconds) << std::setw(11)
               << seconds_text(p.bubble_seconds) << std::setw(12) << engine::format_bytes(p.memory_bytes_per_device)
@@ -198,14 +198,15 @@ int run(int argc, char** argv) {
   app.add_option("--zero", o.zero, "Only these ZeRO stages")->delimiter(',');
   app.add_option("--sequence-parallel", o.sequence_parallel, "Only these (0, 1)")->delimiter(',');
   app.add_option("--recompute", o.recompute, "Only these (none, selective, full)")->delimiter(',');
-  app.add_option("--schedule", o.schedule, "Only these pipeline schedules (1f1b, afab)")->delimiter(',');
+  app.add_option("--schedule", o.schedule, "Only these pipeline schedules (1f1b, afab, zb-h1, interleaved with --virtual-stages 0)")->delimiter(',');
   app.add_option("--attention-flops", o.attention, "Attention FLOP convention of MFU: causal or full")->capture_default_str();
   app.add_option("--software", o.software,
                  "Implementation to model: engine (this engine), or megatron-lm-2021 (to check against Narayanan et al. 2021)")
       ->capture_default_str();
   app.add_option("--virtual-stages", o.virtual_stages,
                  "Chunks of layers per device of an interleaved 1F1B pipeline (Megatron-LM's virtual stages, "
-                 "the engine's --pipeline-schedule interleaved); 1 = plain")
+                 "the engine's --pipeline-schedule interleaved); 1 = plain; 0 = rank every v each layout allows "
+                 "beside the plain layouts")
       ->capture_default_str();
   app.add_option("--top", o.top, "Layouts to print")->capture_default_str();
   app.add_flag("--all", o.all, "Print (or output as JSON) every layout, those that do not fit too");

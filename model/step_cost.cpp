@@ -41,6 +41,7 @@ Software engine_software(engine::DeviceType device) {
   Software s;
   s.name = "engine";
   s.interleaved_schedule = true;  // --pipeline-schedule interleaved --virtual-stages V
+  s.zero_bubble_schedule = true;  // --pipeline-schedule zb-h1
   if (device == engine::DeviceType::kCpu) {
     s.flash_attention = false;
     s.values_per_score = 2;  // the probabilities, written and read
@@ -133,6 +134,7 @@ StageSeconds stage_micro_batch_seconds(const GptConfig& config, const ParallelLa
   s.forward = fwd_matmul + fwd_memory + fwd_ops * cluster.op_overhead_seconds + tp_forward;
   s.backward = bwd_matmul + bwd_memory + bwd_ops * cluster.op_overhead_seconds + tp_backward;
   s.tp_comm = tp_forward + tp_backward;
+  s.weight_grad = matmul_seconds(blocks * weight_flops, cluster);
   return s;
 }
 

@@ -79,9 +79,11 @@ struct Software {
   double grad_reduce_bytes = 4;     // bytes per gradient the data-parallel reduction moves
   // Has the interleaved 1F1B schedule (Narayanan et al. 2021, section
   // 2.2.2): each device holds several non-adjacent chunks of layers, which
-  // shrinks the bubble and multiplies the pipeline messages. The engine runs
-  // plain 1F1B and all-forward-all-backward only.
+  // shrinks the bubble and multiplies the pipeline messages.
   bool interleaved_schedule = false;
+  // Has the ZB-H1 zero-bubble schedule (Qi et al. 2024): the backward split
+  // into input and weight passes, the weight passes moved into the bubble.
+  bool zero_bubble_schedule = false;
 };
 
 // The engine on `device`: CUDA runs FlashAttention-style kernels; the CPU
@@ -109,6 +111,10 @@ struct StageSeconds {
   double forward = 0;   // one micro-batch's forward, its tensor-parallel collectives included
   double backward = 0;  // its backward, recomputation included
   double tp_comm = 0;   // of both, the tensor-parallel collectives
+  // Of backward, the blocks' weight-gradient matmuls: what a zero-bubble
+  // schedule's W pass runs (the head's weight gradient is taken during the
+  // last stage's forward, llm.c's fused classifier).
+  double weight_grad = 0;
 };
 
 StageSeconds stage_micro_batch_seconds(const GptConfig& config, const ParallelLayout& layout,

@@ -36,9 +36,18 @@ double scalar_reduction_seconds(int ranks, const parallel::Link& link) {
 // Megatron-LM's conditions for its interleaved schedule (arguments.py and
 // schedules.py): more than two stages, the layers split into pp x v equal
 // chunks, micro-batches a multiple of pp, and 1F1B.
-bool can_interleave(const PlanRequest& r, const ParallelLayout& l) {
+bool can_interleave(const PlanRequest& r, const ParallelLayout& l, int virtual_stages) {
   return l.pp > 2 && l.schedule == parallel::ScheduleKind::kOneFOneB &&
-         r.model.n_layer % (static_cast<std::int64_t>(l.pp) * r.virtual_stages) == 0 && l.micro_batches % l.pp == 0;
+         r.model.n_layer % (static_cast<std::int64_t>(l.pp) * virtual_stages) == 0 && l.micro_batches % l.pp == 0;
+}
+bool can_interleave(const PlanRequest& r, const ParallelLayout& l) { return can_interleave(r, l, r.virtual_stages); }
+
+// Chunks of layers per device of a layout: those of an interleaved layout
+// the enumeration chose (virtual_stages = 0), else the request's.
+int layout_chunks(const PlanRequest& r, const ParallelLayout& l) {
+  if (l.pp == 1) return 1;
+  if (l.schedule == parallel::ScheduleKind::kInterleaved) return l.virtual_stages;
+  return std::max(1, r.virtual_stages);
 }
 
 }  // namespace
@@ -60,7 +69,7 @@ std::string PlanRequest::check() const {
     add("sequence length " + std::to_string(seq_len) + " must be in [1, " + std::to_string(model.max_seq_len) + "]");
   if (devices < 1) add("--devices must be >= 1, got " + std::to_string(devices));
   if (cluster.devices_per_node < 1) add("the cluster needs devices_per_node >= 1");
-  if (virtual_stages < 1) add("--virtual-stages must be >= 1, got " + std::to_string(virtual_stages));
+  if (virtual_stages < 0) add("--virtual-stages must be >= 0 (0 = choose), got " + std::to_string(virtual_stages));
   try {
     if (virtual_stages > 1 && !model::software_by_name(software, cluster.device).interleaved_schedule)
       add("--virtual-stages " + std::to_string(virtual_stages) + ": software '" + software +
@@ -75,8 +84,11 @@ std::vector<ParallelLayout> enumerate_layouts(const PlanRequest& r) {
   std::vector<ParallelLayout> layouts;
   const std::vector<model::Recompute> recomputes = {model::Recompute::kNone, model::Recompute::kSelective,
                                                     model::Recompute::kFull};
-  const std::vector<parallel::ScheduleKind> schedules = {parallel::ScheduleKind::kOneFOneB,
-                                                         parallel::ScheduleKind::kAllForwardAllBackward};
+  std::vector<parallel::ScheduleKind> schedules = {parallel::ScheduleKind::kOneFOneB,
+                                                   parallel::ScheduleKind::kAllForwardAllBackward};
+  const model::Software software = model::software_by_name(r.software, r.cluster.device);
+  if (software.zero_bubble_schedule) schedules.push_back(parallel::ScheduleKind::kZeroBubbleH1);
+  const bool interleaves = software.interleaved_schedule;
   for (int tp : divisors(r.devices)) {
     if (!allowed(r.tp, tp)) continue;
     for (int pp : divisors(r.devices / tp)) {
@@ -95,7 +107,10 @@ std::vector<ParallelLayout> enumerate_layouts(const PlanRequest& r) {
               for (parallel::ScheduleKind sk : schedules) {
                 // A one-stage pipeline runs every schedule alike: listed once, as 1F1B.
                 if (pp == 1 && sk != parallel::ScheduleKind::kOneFOneB) continue;
-                if (pp > 1 && !allowed(r.schedule, sk)) continue;
+                // When choosing v, an interleaved-only restriction still
+                // needs the 1F1B layouts to interleave from.
+                const bool interleaving_source = r.virtual_stages == 0 && sk == parallel::ScheduleKind::kOneFOneB;
+                if (pp > 1 && !allowed(r.schedule, sk) && !interleaving_source) continue;
                 ParallelLayout l;
                 l.tp = tp;
                 l.pp = pp;
@@ -110,7 +125,18 @@ std::vector<ParallelLayout> enumerate_layouts(const PlanRequest& r) {
                 l.precision = r.precision();
                 l.device = r.cluster.device;
                 if (pp > 1 && r.virtual_stages > 1 && !can_interleave(r, l)) continue;
-                layouts.push_back(l);
+                // The request's v (1: plain) and, when choosing, the plain
+                // layout and every interleaving of it.
+                if (r.virtual_stages != 0 || pp == 1 || allowed(r.schedule, sk)) layouts.push_back(l);
+                if (r.virtual_stages != 0 || !interleaves || !allowed(r.schedule, parallel::ScheduleKind::kInterleaved))
+                  continue;
+                for (int v = 2; v <= r.model.n_layer / pp; ++v) {
+                  if (!can_interleave(r, l, v)) continue;
+                  ParallelLayout chunked = l;
+                  chunked.schedule = parallel::ScheduleKind::kInterleaved;
+                  chunked.virtual_stages = v;
+                  layouts.push_back(chunked);
+                }
               }
             }
           }
@@ -133,8 +159,10 @@ Prediction predict(const PlanRequest& r, const ParallelLayout& l) {
   const parallel::Link pp_link = parallel::axis_link(c, parallel::Axis::kPp, l.tp, l.pp, l.dp);
   const parallel::Link dp_link = parallel::axis_link(c, parallel::Axis::kDp, l.tp, l.pp, l.dp);
   const int zero = l.zero_stage();
-  const int chunks = l.pp > 1 ? r.virtual_stages : 1;  // interleaved 1F1B: chunks of layers per device
-  ENGINE_CHECK(chunks == 1 || (software.interleaved_schedule && can_interleave(r, l)), "layout tp ", l.tp, " pp ", l.pp,
+  const int chunks = layout_chunks(r, l);  // interleaved 1F1B: chunks of layers per device
+  ParallelLayout as_1f1b = l;  // an interleaved layout is a 1F1B one cut finer
+  if (l.schedule == parallel::ScheduleKind::kInterleaved) as_1f1b.schedule = parallel::ScheduleKind::kOneFOneB;
+  ENGINE_CHECK(chunks == 1 || (software.interleaved_schedule && can_interleave(r, as_1f1b, chunks)), "layout tp ", l.tp, " pp ", l.pp,
                " cannot run ", chunks, " virtual stages with software '", r.software,
                "' (interleaving needs software that has it, pp > 2, 1F1B, layers split into pp x v, micro-batches a multiple of pp)");
 
@@ -153,7 +181,9 @@ Prediction predict(const PlanRequest& r, const ParallelLayout& l) {
 
   Prediction p;
   p.layout = l;
-  double sum_stage = 0, slowest = 0, slowest_comm = 0, end_exposed = 0, optimizer = 0;
+  const bool zero_bubble = l.pp > 1 && l.schedule == parallel::ScheduleKind::kZeroBubbleH1;
+  double slowest = 0, slowest_comm = 0, end_exposed = 0, optimizer = 0;
+  double sum_fill = 0, slowest_fill = 0;  // each stage's share of fill and drain, and the slowest stage's
   for (int s = 0; s < l.pp; ++s) {
     const model::StageSeconds st = model::stage_micro_batch_seconds(m, l, c, s, software);
     const double params = model::stage_parameters(m, l, s);
@@ -178,16 +208,20 @@ Prediction predict(const PlanRequest& r, const ParallelLayout& l) {
     // chunk of the last (send is 0 without a pipeline).
     const double sends = (2.0 * chunks - (s == 0 ? 1 : 0) - (s == l.pp - 1 ? 1 : 0)) * send;
     const double t = st.forward + st.backward + sends + per_micro_batch;
-    sum_stage += t;
+    // ZB-H1 (Qi et al. 2024, section 3.1): the weight passes fill the bubble,
+    // so each stage's part of fill and drain is F + B - W instead of F + B + W.
+    const double fill = zero_bubble ? t - 2.0 * st.weight_grad : t;
+    sum_fill += fill;
     if (t > slowest) {
       slowest = t;
+      slowest_fill = fill;
       slowest_comm = st.tp_comm + sends + per_micro_batch;
     }
     end_exposed = std::max(end_exposed, at_end);
     optimizer = std::max(optimizer, model::optimizer_seconds(m, l, c, s));
   }
   // Fill and drain (sum_s t_s - max_s t_s) run in chunks of 1/v of a stage.
-  const double pipeline = mbs * slowest + (sum_stage - slowest) / chunks;
+  const double pipeline = mbs * slowest + (sum_fill - slowest_fill) / chunks;
   // The tied embedding's two copies (first and last stage) are summed once per
   // step; an untied head has one copy.
   double tied = 0;
@@ -219,6 +253,7 @@ Prediction predict(const PlanRequest& r, const ParallelLayout& l) {
   // An interleaved device holds a stage per chunk, each with its own slots
   // (model/memory_plan.h): planned as the engine lays it out.
   model::ParallelLayout as_run = l;
+  if (l.pp == 1) as_run.schedule = parallel::ScheduleKind::kOneFOneB;
   if (chunks > 1) {
     as_run.schedule = parallel::ScheduleKind::kInterleaved;
     as_run.virtual_stages = chunks;

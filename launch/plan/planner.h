@@ -20,6 +20,11 @@
 //              m max_s t_s + (sum_s t_s - max_s t_s) / v, and every chunk
 //              boundary sends: per micro-batch a middle device sends 2v
 //              messages instead of 2, an end device 2v - 1 instead of 1;
+//              ZB-H1 (Qi et al. 2024, section 3.1; software with
+//              zero_bubble_schedule) moves each stage's weight-gradient
+//              matmuls W_s into the bubble: every stage's part of the fill
+//              and drain is t_s - 2 W_s (the paper's F + B - W against
+//              1F1B's F + B + W), the memory plan adds its stashes;
 //   data parallel  the gradient reduction of plain DP and ZeRO-1 starts during
 //              the last micro-batch's backward (buckets, Li et al. 2020): on
 //              a GPU only what exceeds that backward is exposed; ZeRO-2/3
@@ -70,6 +75,11 @@ struct PlanRequest {
   // other pipelined layouts are left out. The memory column is the engine's
   // memory plan of the interleaved layout (a stage per chunk, each with its
   // warm-up's activation slots), for either software.
+  // 0 = choose: every plain layout, and besides each 1F1B layout that can be
+  // interleaved the same layout interleaved at every v >= 2 it allows
+  // (schedule kInterleaved, ParallelLayout::virtual_stages = v), for
+  // `train --layout auto` to pick from. Only for software that has the
+  // schedule; without it, as 1.
   int virtual_stages = 1;
 
   // bf16 on CUDA, fp32 on the CPU: what `train` uses there.

@@ -11,11 +11,13 @@
 namespace launch {
 namespace {
 
-std::string layout_text(const model::ParallelLayout& l) {
+std::string layout_text(const Prediction& p) {
+  const model::ParallelLayout& l = p.layout;
   std::ostringstream out;
   out << "tp " << l.tp << " pp " << l.pp << " dp " << l.dp << " micro-batch " << l.micro_batch << " zero "
       << l.zero << " recompute " << model::recompute_name(l.recompute) << " schedule "
-      << parallel::schedule_name(l.schedule) << (l.sequence_parallel ? " sequence-parallel" : "");
+      << (p.virtual_stages > 1 ? "interleaved x" + std::to_string(p.virtual_stages) : parallel::schedule_name(l.schedule))
+      << (l.sequence_parallel ? " sequence-parallel" : "");
   return out.str();
 }
 
@@ -39,11 +41,12 @@ void choose_layout(TrainConfig& c, const std::set<std::string>& given) {
   if (given.count("--micro-batch")) r.micro_batch = {static_cast<int>(c.micro_batch)};
   if (given.count("--zero")) r.zero = {c.zero};
   if (given.count("--recompute")) r.recompute = {model::parse_recompute(c.recompute)};
-  // The planner models the interleaved schedule for Megatron-LM only
-  // (launch/plan/planner.h), not yet for this engine.
-  ENGINE_CHECK(c.pipeline_schedule != "interleaved", "--layout auto chooses among the 1f1b and afab schedules; "
-               "give the whole layout by hand to run --pipeline-schedule interleaved");
   if (given.count("--pipeline-schedule")) r.schedule = {parallel::parse_schedule(c.pipeline_schedule)};
+  // The interleaved schedule's chunks per rank: as given, or chosen with the
+  // rest (the planner lists every v each 1F1B layout allows).
+  r.virtual_stages = given.count("--virtual-stages") ? static_cast<int>(c.virtual_stages) : 0;
+  if (r.virtual_stages > 1 && given.count("--pipeline-schedule"))
+    r.schedule = {parallel::ScheduleKind::kOneFOneB};  // the planner's form of "interleaved at this v"
   if (given.count("--sequence-parallel")) r.sequence_parallel = {c.sequence_parallel ? 1 : 0};
   const std::string problem = r.check();
   ENGINE_CHECK(problem.empty(), "--layout auto: ", problem);
@@ -62,7 +65,7 @@ void choose_layout(TrainConfig& c, const std::set<std::string>& given) {
     });
     std::string nearest;
     for (std::size_t i = 0; i < std::min<std::size_t>(3, ranked.size()); ++i)
-      nearest += std::string(i ? "; " : "") + layout_text(ranked[i].layout) + " needs " +
+      nearest += std::string(i ? "; " : "") + layout_text(ranked[i]) + " needs " +
                  engine::format_bytes(ranked[i].memory_bytes_per_device);
     ENGINE_FAIL("--layout auto: no layout fits the ", engine::format_bytes(static_cast<std::size_t>(r.cluster.memory_bytes)),
                 " of a ", r.cluster.name, " device; nearest: ", nearest,
@@ -76,9 +79,10 @@ void choose_layout(TrainConfig& c, const std::set<std::string>& given) {
   c.micro_batch = l.micro_batch;
   c.zero = l.zero;
   c.recompute = model::recompute_name(l.recompute);
-  c.pipeline_schedule = parallel::schedule_name(l.schedule);
+  c.pipeline_schedule = best.virtual_stages > 1 ? "interleaved" : parallel::schedule_name(l.schedule);
+  c.virtual_stages = best.virtual_stages;
   c.sequence_parallel = l.sequence_parallel;
-  c.auto_layout.chosen = layout_text(l);
+  c.auto_layout.chosen = layout_text(best);
   c.auto_layout.predicted_step_seconds = best.step_seconds;
   c.auto_layout.predicted_memory_bytes = best.memory_bytes_per_device;
   c.auto_layout.candidates = ranked.size();

@@ -103,7 +103,8 @@ TEST(Planner, EnumeratesEveryValidLayoutOnce) {
   }
   // tp in {1,2,4,8} (16 heads), pp in {1,2,4,8}, tp*pp <= 8: count by hand.
   // For each (tp, pp): dp = 8/(tp pp), micro-batches: divisors of 64/dp,
-  // zero: 4 if dp > 1, sp: 2 if tp > 1, recompute: 3, schedules: 2 if pp > 1.
+  // zero: 4 if dp > 1, sp: 2 if tp > 1, recompute: 3, schedules: 3 if pp > 1
+  // (1f1b, afab, zb-h1: the engine runs all three).
   std::size_t expected = 0;
   for (int tp : {1, 2, 4, 8})
     for (int pp : {1, 2, 4, 8}) {
@@ -111,7 +112,7 @@ TEST(Planner, EnumeratesEveryValidLayoutOnce) {
       const int dp = 8 / (tp * pp);
       int divisors = 0;
       for (int d = 1; d <= 64 / dp; ++d) divisors += (64 / dp) % d == 0;
-      expected += static_cast<std::size_t>(divisors) * (dp > 1 ? 4 : 1) * (tp > 1 ? 2 : 1) * 3 * (pp > 1 ? 2 : 1);
+      expected += static_cast<std::size_t>(divisors) * (dp > 1 ? 4 : 1) * (tp > 1 ? 2 : 1) * 3 * (pp > 1 ? 3 : 1);
     }
   EXPECT_EQ(layouts.size(), expected);
 
@@ -165,8 +166,21 @@ TEST(Planner, PredictionsMoveAsTheMechanismsSay) {
   EXPECT_GT(pp_few.bubble_seconds, 0.0);
   EXPECT_GT(pp_few.bubble_seconds / pp_few.step_seconds, pp_many.bubble_seconds / pp_many.step_seconds);
   EXPECT_EQ(base.bubble_seconds, 0.0);
+  // ZB-H1 moves the weight-gradient passes into the bubble (Qi et al. 2024):
+  // less bubble by exactly twice the stages' W time (F + B - W against
+  // F + B + W per stage of fill and drain), the same steady state, and the
+  // memory of its stashes on top of 1F1B's.
+  model::ParallelLayout zb_layout = layout(1, 4, 2, 8, 0, Recompute::kNone);
+  zb_layout.schedule = parallel::ScheduleKind::kZeroBubbleH1;
+  const auto zb = launch::predict(r, zb_layout);
+  EXPECT_LT(zb.bubble_seconds, pp_few.bubble_seconds);
+  EXPECT_GT(zb.bubble_seconds, 0.0);
+  EXPECT_LT(zb.step_seconds, pp_few.step_seconds);
+  EXPECT_NEAR(pp_few.step_seconds - zb.step_seconds, pp_few.bubble_seconds - zb.bubble_seconds, 1e-12);
+  EXPECT_GT(zb.memory.activations, pp_few.memory.activations);
+  EXPECT_EQ(zb.memory_bytes_per_device, model::plan_memory(r.model, zb_layout).largest_total());
   // The split adds up.
-  for (const auto& p : {base, full, z3, pp_few})
+  for (const auto& p : {base, full, z3, pp_few, zb})
     EXPECT_NEAR(p.compute_seconds + p.exposed_comm_seconds + p.bubble_seconds, p.step_seconds, 1e-9 * p.step_seconds);
   // Tensor parallelism across nodes is slower than inside one.
   launch::PlanRequest wide = gpt2_request(16);
@@ -297,4 +311,56 @@ TEST(Planner, InterleavedScheduleShrinksTheBubbleAndMultipliesTheSends) {
   r.virtual_stages = 3;
   r.software = "deepspeed-9";  // an unknown software is a problem check() names, not an exception
   EXPECT_NE(r.check().find("deepspeed-9"), std::string::npos);
+}
+
+// virtual_stages = 0: the planner chooses the interleaved schedule's v with
+// the rest of the layout (`train --layout auto`), listing beside each 1F1B
+// layout that can be interleaved the same layout at every v it allows, each
+// predicted exactly as a request for that v predicts it.
+TEST(Planner, ChoosesTheVirtualStagesWithTheLayout) {
+  launch::PlanRequest r = gpt2_request(8);  // gpt2-350m: 24 layers
+  r.pp = {4};
+  r.virtual_stages = 0;
+  EXPECT_EQ(r.check(), "");
+  const std::vector<model::ParallelLayout> layouts = launch::enumerate_layouts(r);
+  std::set<int> chosen_v;
+  std::size_t plain_1f1b = 0, interleaved = 0;
+  for (const model::ParallelLayout& l : layouts) {
+    if (l.schedule == parallel::ScheduleKind::kOneFOneB) ++plain_1f1b;
+    if (l.schedule != parallel::ScheduleKind::kInterleaved) continue;
+    ++interleaved;
+    chosen_v.insert(l.virtual_stages);
+    EXPECT_EQ(l.micro_batches % l.pp, 0);  // Megatron-LM's conditions
+    EXPECT_EQ(r.model.n_layer % (l.pp * l.virtual_stages), 0);
+  }
+  EXPECT_EQ(chosen_v, (std::set<int>{2, 3, 6}));  // 24 layers over 4 ranks
+  EXPECT_GT(interleaved, 0u);
+  EXPECT_GT(plain_1f1b, 0u);
+  // The same layout predicted through a request for its v.
+  for (const model::ParallelLayout& l : layouts) {
+    if (l.schedule != parallel::ScheduleKind::kInterleaved || l.virtual_stages != 3 || l.zero != 1) continue;
+    launch::PlanRequest at_v = r;
+    at_v.virtual_stages = 3;
+    model::ParallelLayout as_1f1b = l;
+    as_1f1b.schedule = parallel::ScheduleKind::kOneFOneB;
+    as_1f1b.virtual_stages = 1;
+    const launch::Prediction chosen = launch::predict(r, l), requested = launch::predict(at_v, as_1f1b);
+    EXPECT_EQ(chosen.virtual_stages, 3);
+    EXPECT_DOUBLE_EQ(chosen.step_seconds, requested.step_seconds);
+    EXPECT_EQ(chosen.memory_bytes_per_device, requested.memory_bytes_per_device);
+  }
+  // Restricted to the interleaved schedule, only interleaved pipelines remain.
+  r.schedule = {parallel::ScheduleKind::kInterleaved};
+  for (const model::ParallelLayout& l : launch::enumerate_layouts(r))
+    EXPECT_EQ(l.schedule, parallel::ScheduleKind::kInterleaved);
+  // Megatron-LM of 2021 ran the interleaved schedule but had no zero-bubble one.
+  r.schedule = {};
+  r.software = "megatron-lm-2021";
+  bool interleaves = false, zero_bubble = false;
+  for (const model::ParallelLayout& l : launch::enumerate_layouts(r)) {
+    interleaves |= l.schedule == parallel::ScheduleKind::kInterleaved;
+    zero_bubble |= l.schedule == parallel::ScheduleKind::kZeroBubbleH1;
+  }
+  EXPECT_TRUE(interleaves);
+  EXPECT_FALSE(zero_bubble);
 }

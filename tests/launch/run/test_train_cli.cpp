@@ -556,3 +556,36 @@ TEST_F(TrainCli, LayoutAutoRefusals) {
                      " --cluster " + (dir_ / "tiny.json"),
                  "--cluster is read by --layout auto only");
 }
+
+// --layout auto on a pipeline: the planner chooses the interleaved
+// schedule's chunks per rank (or the zero-bubble schedule) with the rest of
+// the layout, and the run trains with what it chose. Four ranks, pp 4 given.
+TEST(TrainCliMpi, LayoutAutoChoosesPipelineSchedulesAndVirtualStages) {
+  TempDir dir("train_cli_auto_pipeline");
+  write_corpus(dir);
+  write_cpu_cluster(dir / "cpu.json", 16);
+  struct Case {
+    std::string flags, chosen;
+  };
+  const Case cases[] = {
+      {"--pipeline-schedule interleaved", "pp 4 dp 1 micro-batch 1 zero 0 recompute none schedule interleaved x2"},
+      {"--pipeline-schedule zb-h1", "schedule zb-h1"},
+  };
+  for (const Case& c : cases) {
+    const std::string log = dir / "auto.log";
+    const std::string command =
+        "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 timeout 120 " +
+        std::string(MPIEXEC) + " --oversubscribe -np 4 " + TRAIN_BIN +
+        " --model gpt-micro --n-layer 8 --seq-len 16 --batch-tokens 128 --steps 2 --device cpu --peak-tflops 1 "
+        "--micro-batch 1 --recompute none --train-data " + (dir / "train_*.bin") + " --layout auto --cluster " +
+        (dir / "cpu.json") + " --pp 4 " + c.flags + " > " + log + " 2>&1";
+    const int status = std::system(command.c_str());
+    std::ifstream in(log);
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string out = text.str();
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << c.flags << ":\n" << out;
+    EXPECT_NE(out.find(c.chosen), std::string::npos) << c.flags << ":\n" << out;
+    EXPECT_NE(out.find("layout auto: predicted "), std::string::npos) << c.flags << ":\n" << out;
+  }
+}
