@@ -1,5 +1,6 @@
 #include "model/gpt_stage.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -16,7 +17,7 @@ namespace ops = engine::ops;
 
 GptStage::GptStage(const GptConfig& config, const ParamStore& store, StageRange range, ActivationShape shape,
                    int slots, TensorParallel tp, parallel::Communicator* tp_comm, Recompute recompute,
-                   parallel::ZeroUnits* zero, int weight_stash_sets)
+                   parallel::ZeroUnits* zero, int weight_stash_sets, int weight_input_sets)
     : config_(config), store_(store), params_(store, zero), range_(range), shape_(shape), tp_(tp), tp_comm_(tp_comm),
       recompute_(recompute) {
   ENGINE_CHECK(tp.size == 1 || (tp_comm != nullptr && tp_comm->size() == tp.size), "a stage split ", tp.size,
@@ -28,8 +29,12 @@ GptStage::GptStage(const GptConfig& config, const ParamStore& store, StageRange 
                "stage layers [", range.first_layer, ", ", range.last_layer, ") are outside the model's ",
                config.n_layer, " layers");
   ENGINE_CHECK(slots >= 1, "a stage needs at least one activation slot, got ", slots);
-  ENGINE_CHECK(weight_stash_sets >= 0 && weight_stash_sets <= slots, "a stage's weight-gradient stash sets (",
-               weight_stash_sets, ") must be in [0, its ", slots, " activation slots]");
+  ENGINE_CHECK(weight_stash_sets >= 0 && weight_input_sets >= 0, "a stage's weight-gradient stash and input sets (",
+               weight_stash_sets, ", ", weight_input_sets, ") must be >= 0");
+  // Forward to weight pass spans forward to input pass and input to weight pass.
+  ENGINE_CHECK(weight_stash_sets == 0 || (weight_input_sets >= slots && weight_input_sets >= weight_stash_sets),
+               "a split backward needs at least as many weight-input sets (", weight_input_sets,
+               ") as activation slots (", slots, ") and stash sets (", weight_stash_sets, ")");
   ENGINE_CHECK(shape.seq >= 1 && shape.seq <= config.max_seq_len, "sequence length ", shape.seq,
                " must be in [1, ", config.max_seq_len, "] (the model's max_seq_len)");
   ENGINE_CHECK(shape.batch >= 1, "micro-batch size must be >= 1, got ", shape.batch);
@@ -52,11 +57,12 @@ GptStage::GptStage(const GptConfig& config, const ParamStore& store, StageRange 
   output_grads_.resize(slots);
   weight_stash_.resize(weight_stash_sets);
   embedding_grad_stash_.resize(weight_stash_sets);
+  weight_input_sets_ = weight_stash_sets > 0 ? weight_input_sets : 0;
 }
 
 void GptStage::allocate(engine::Arena& arena) {
   StageActivations a = allocate_stage_activations(arena, config_, range_, shape_, slots(), tp_, recompute_,
-                                                  weight_stash_sets());
+                                                  weight_stash_sets(), weight_input_sets_);
   residuals_ = std::move(a.residuals);
   acts_ = std::move(a.acts);
   tokens_ = std::move(a.tokens);
@@ -66,6 +72,8 @@ void GptStage::allocate(engine::Arena& arena) {
   output_grads_ = std::move(a.output_grads);
   weight_stash_ = std::move(a.weight_stash);
   embedding_grad_stash_ = std::move(a.embedding_grad_stash);
+  embedding_token_stash_ = std::move(a.embedding_token_stash);
+  weight_inputs_ = std::move(a.weight_inputs);
   scratch_ = a.scratch;
   fill_rope_frequencies(scratch_, config_);  // nothing on a planning arena
   shared_acts_ = a.shared;
@@ -79,19 +87,20 @@ void GptStage::allocate(engine::Arena& arena) {
   ce_sums_ = a.ce_sums;
 }
 
-BlockActivations GptStage::block_activations(int slot, std::size_t i) const {
+BlockActivations GptStage::block_activations(int slot, std::size_t i, int weight_inputs) const {
+  BlockActivations a;
   switch (recompute_) {
-    case Recompute::kNone:
-      return acts_[slot][i];
-    case Recompute::kSelective: {
-      BlockActivations a = acts_[slot][i];
+    case Recompute::kNone: a = acts_[slot][i]; break;
+    case Recompute::kSelective:
+      a = acts_[slot][i];
       a.att_saved = shared_acts_.att_saved;
-      return a;
-    }
-    case Recompute::kFull:
-      return shared_acts_;
+      break;
+    case Recompute::kFull: return shared_acts_;
   }
-  return acts_[slot][i];
+  if (!separate_weight_inputs()) return a;
+  ENGINE_CHECK(weight_inputs >= 0 && weight_inputs < weight_input_sets_, "split backward: weight-input set ",
+               weight_inputs, " of the ", weight_input_sets_, " this stage holds");
+  return with_weight_inputs(a, weight_inputs_[weight_inputs][i]);
 }
 
 namespace {
@@ -119,7 +128,8 @@ void GptStage::embedding_forward(int slot, const Tensor& res0) {
     tp_all_reduce(res0);
 }
 
-void GptStage::forward(int slot, const std::int32_t* tokens, const std::int32_t* targets, double grad_scale) {
+void GptStage::forward(int slot, const std::int32_t* tokens, const std::int32_t* targets, double grad_scale,
+                       int weight_inputs) {
   const std::int64_t B = shape_.batch, T = shape_.seq;
   std::vector<Tensor>& res = residuals_[slot];
   if (range_.has_embedding) {
@@ -133,7 +143,9 @@ void GptStage::forward(int slot, const std::int32_t* tokens, const std::int32_t*
     // The next unit this pass needs: its gather overlaps this block.
     if (i + 1 < blocks_.size()) params_.prefetch_weights(block_units_[i + 1]);
     else if (range_.has_head) params_.prefetch_weights(lnf_unit_);
-    BlockActivations a = block_activations(slot, i);
+    // Without a set named (evaluation and sampling, between steps, when no
+    // weight pass is pending) set 0 takes the forward's weight inputs.
+    BlockActivations a = block_activations(slot, i, std::max(weight_inputs, 0));
     blocks_[i].forward(block_params(w, range_.first_layer + static_cast<std::int64_t>(i)), res[i + 1], res[i], a,
                        scratch_);
     params_.release_weights(unit);
@@ -229,13 +241,13 @@ std::vector<std::string> GptStage::head_norm_names() const {
   return {"ln_f.weight", "ln_f.bias"};
 }
 
-void GptStage::block_backward(int slot, std::size_t i, const WeightGradStash* defer) {
+void GptStage::block_backward(int slot, std::size_t i, int weight_inputs, const WeightGradStash* defer) {
   const std::int64_t layer = range_.first_layer + static_cast<std::int64_t>(i);
   const int unit = block_units_[i];
   const UnitView w = params_.weights(unit);
   if (i > 0) params_.prefetch_weights(block_units_[i - 1]);  // the embedding's backward needs no weights
   const BlockParams weights = block_params(w, layer);
-  const BlockActivations a = block_activations(slot, i);
+  const BlockActivations a = block_activations(slot, i, weight_inputs);
   // Rebuild what the recomputation mode dropped since this slot's forward
   // (other slots' forwards may have overwritten the shared tensors since).
   blocks_[i].recompute(weights, residuals_[slot][i], a, scratch_, recompute_);
@@ -258,7 +270,7 @@ void GptStage::grads_done(std::size_t i, const UnitView& g) {
   if (backward_hook_) backward_hook_(layer);
 }
 
-void GptStage::embedding_backward(int slot, const Tensor& d_embedding_out) {
+void GptStage::embedding_backward(const Tensor& tokens, const Tensor& d_embedding_out) {
   // wpe is replicated: every tensor-parallel rank accumulates its full
   // gradient, from every token (gathered under sequence parallelism).
   Tensor dembed = d_embedding_out;
@@ -269,7 +281,7 @@ void GptStage::embedding_backward(int slot, const Tensor& d_embedding_out) {
   }
   const UnitView dwte = params_.grads(wte_unit_);
   const Tensor dwpe = wpe_unit_ >= 0 ? params_.grads(wpe_unit_)["wpe"] : Tensor{};
-  ops::embedding_backward(dwte["wte"], dwpe, dembed, tokens_[slot], vocab_start());
+  ops::embedding_backward(dwte["wte"], dwpe, dembed, tokens, vocab_start());
   if (wpe_unit_ >= 0) params_.release_grads(wpe_unit_);
   params_.release_grads(wte_unit_);
   // Held since this micro-batch's head (head_forward) when the head is wte.
@@ -279,38 +291,48 @@ void GptStage::embedding_backward(int slot, const Tensor& d_embedding_out) {
 
 void GptStage::backward(int slot) {
   ops::copy(dresidual_, range_.has_head ? head_dres_[slot] : output_grads_[slot]);
-  for (std::size_t i = blocks_.size(); i-- > 0;) block_backward(slot, i, nullptr);
-  if (range_.has_embedding) embedding_backward(slot, dresidual_);
+  ENGINE_CHECK(!separate_weight_inputs(), "a stage built for a split backward runs backward_input and backward_weight");
+  for (std::size_t i = blocks_.size(); i-- > 0;) block_backward(slot, i, -1, nullptr);
+  if (range_.has_embedding) embedding_backward(tokens_[slot], dresidual_);
 }
 
-// The stash set's view for block i: its inputs are the slot's activations,
-// unless it keeps its own copies (full recomputation).
-WeightGradStash GptStage::stash_of(int slot, int stash, std::size_t i) const {
+// The stash set's view for block i: its inputs are the micro-batch's
+// weight-input set, unless it keeps its own copies (full recomputation).
+WeightGradStash GptStage::stash_of(int stash, int weight_inputs, std::size_t i) const {
   ENGINE_CHECK(stash >= 0 && stash < weight_stash_sets(), "split backward: stash set ", stash, " of the ",
                weight_stash_sets(), " this stage holds");
   const WeightGradStash& own = weight_stash_[stash][i];
-  return own.ln1.empty() ? stash_inputs_of(own, block_activations(slot, i)) : own;
+  if (!own.ln1.empty()) return own;
+  ENGINE_CHECK(weight_inputs >= 0 && weight_inputs < weight_input_sets_, "split backward: weight-input set ",
+               weight_inputs, " of the ", weight_input_sets_, " this stage holds");
+  return stash_inputs_of(own, weight_inputs_[weight_inputs][i]);
 }
 
-void GptStage::backward_input(int slot, int stash) {
+void GptStage::backward_input(int slot, int stash, int weight_inputs) {
+  ENGINE_CHECK(weight_stash_sets() > 0, "backward_input: this stage was built for a whole backward");
   ops::copy(dresidual_, range_.has_head ? head_dres_[slot] : output_grads_[slot]);
   for (std::size_t i = blocks_.size(); i-- > 0;) {
-    const WeightGradStash defer = stash_of(slot, stash, i);
-    block_backward(slot, i, &defer);
+    const WeightGradStash defer = stash_of(stash, weight_inputs, i);
+    block_backward(slot, i, weight_inputs, &defer);
   }
-  // dresidual_ is the gradient of the embedding's output; the next input pass overwrites it.
-  if (range_.has_embedding) ops::copy(embedding_grad_stash_[stash], dresidual_);
+  // The embedding's part waits too: the gradient of its output (dresidual_,
+  // which the next input pass overwrites) and its tokens (the slot's, which
+  // the next forward into the slot overwrites).
+  if (range_.has_embedding) {
+    ops::copy(embedding_grad_stash_[stash], dresidual_);
+    ops::copy(embedding_token_stash_[stash], tokens_[slot]);
+  }
 }
 
-void GptStage::backward_weight(int slot, int stash) {
+void GptStage::backward_weight(int stash, int weight_inputs) {
   for (std::size_t i = blocks_.size(); i-- > 0;) {
     const std::int64_t layer = range_.first_layer + static_cast<std::int64_t>(i);
-    const WeightGradStash kept = stash_of(slot, stash, i);
+    const WeightGradStash kept = stash_of(stash, weight_inputs, i);
     const UnitView g = params_.grads(block_units_[i]);
     blocks_[i].backward_weight(block_params(g, layer), kept);
     grads_done(i, g);
   }
-  if (range_.has_embedding) embedding_backward(slot, embedding_grad_stash_[stash]);
+  if (range_.has_embedding) embedding_backward(embedding_token_stash_[stash], embedding_grad_stash_[stash]);
 }
 
 void GptStage::sum_layernorm_grads(const UnitView& grads, const std::vector<std::string>& names) const {

@@ -58,12 +58,15 @@ namespace model {
 class GptStage {
  public:
   // tp_comm: the tensor-parallel group, or nullptr without tensor parallelism.
-  // weight_stash_sets > 0: the backward may also run as two passes,
-  // backward_input and backward_weight, with that many micro-batches at most
-  // between the two (a zero-bubble schedule's peak_awaiting_weight).
+  // weight_stash_sets > 0: the backward runs as two passes, backward_input
+  // and backward_weight, with at most weight_stash_sets micro-batches
+  // between the two and weight_input_sets between forward and weight pass
+  // (a zero-bubble schedule's peak_awaiting_weight and peak_until_weight;
+  // `slots` is then its peak_in_flight, forward to input pass).
   GptStage(const GptConfig& config, const ParamStore& store, StageRange range, ActivationShape shape, int slots,
            TensorParallel tp = {}, parallel::Communicator* tp_comm = nullptr,
-           Recompute recompute = Recompute::kNone, parallel::ZeroUnits* zero = nullptr, int weight_stash_sets = 0);
+           Recompute recompute = Recompute::kNone, parallel::ZeroUnits* zero = nullptr, int weight_stash_sets = 0,
+           int weight_input_sets = 0);
 
   // Called during backward after each block's parameter gradients are final
   // for this micro-batch (with the block's global layer index), and with -1
@@ -78,8 +81,12 @@ class GptStage {
   //  tokens (B,T) i32 host: read by the first stage.
   //  targets (B,T) i32 host: read by the last stage; nullptr = no loss (sampling).
   //  grad_scale: d(objective)/d(loss of each token); 0 = evaluation (no gradient).
+  //  weight_inputs: with a split backward, the weight-input set that keeps
+  //  this micro-batch's matmul inputs until its weight pass (-1: set 0, for
+  //  forwards without a backward between steps; ignored otherwise).
   // Other stages take their input from input(slot).
-  void forward(int slot, const std::int32_t* tokens, const std::int32_t* targets, double grad_scale);
+  void forward(int slot, const std::int32_t* tokens, const std::int32_t* targets, double grad_scale,
+               int weight_inputs = -1);
   // Backward of the micro-batch in `slot`; other stages than the last read the
   // output's gradient from output_grad(slot). Parameter gradients accumulate.
   void backward(int slot);
@@ -91,13 +98,16 @@ class GptStage {
   // block's gradients are final, and the backward hook is called, after
   // its weight pass. Each micro-batch's weight pass runs after its input pass and
   // the weight passes run in the order of the input passes (the stash set of
-  // micro-batch i is i % weight_stash_sets). The input pass writes no
-  // parameter gradient (the norms' wait in the stash too), so under ZeRO-2/3
-  // only the weight pass takes a block's gradient unit: one reduction per
-  // unit and micro-batch, as with the fused backward.
-  void backward_input(int slot, int stash);
-  void backward_weight(int slot, int stash);
+  // micro-batch i is i % weight_stash_sets, its weight-input set i %
+  // weight_input_sets, the one its forward was given). The input pass
+  // writes no parameter gradient (the norms' wait in the stash too), so
+  // under ZeRO-2/3 only the weight pass takes a block's gradient unit: one
+  // reduction per unit and micro-batch, as with the fused backward. After
+  // the input pass the slot is free for another forward.
+  void backward_input(int slot, int stash, int weight_inputs);
+  void backward_weight(int stash, int weight_inputs);
   int weight_stash_sets() const { return static_cast<int>(weight_stash_.size()); }
+  int weight_input_sets() const { return weight_input_sets_; }
 
   // Under sequence parallelism, sums the layer norms' partial gradients over
   // the tensor-parallel group; call once per step after the last backward.
@@ -129,7 +139,8 @@ class GptStage {
  private:
   // The activations block i works in for the micro-batch in `slot`: the
   // slot's own, the shared set, or a mix of the two (see the class comment).
-  BlockActivations block_activations(int slot, std::size_t i) const;
+  // weight_inputs: the micro-batch's weight-input set (split backward).
+  BlockActivations block_activations(int slot, std::size_t i, int weight_inputs) const;
   void head_forward(int slot, double grad_scale, bool with_loss);
   // The final norm (LayerNorm or RMSNorm) of `in` into `out`, statistics in lnf_mean_/lnf_rstd_.
   void norm_forward(const engine::Tensor& out, const engine::Tensor& in, const UnitView& lnf) const;
@@ -140,14 +151,16 @@ class GptStage {
   void embedding_forward(int slot, const engine::Tensor& res0);
   // The embedding's backward from the gradient of its output, and the release
   // of the tied head's gradient held since this micro-batch's head (first stage).
-  void embedding_backward(int slot, const engine::Tensor& d_embedding_out);
+  void embedding_backward(const engine::Tensor& tokens, const engine::Tensor& d_embedding_out);
   // Block i's backward: recompute, then the whole backward, or with `defer`
   // the input pass alone.
-  void block_backward(int slot, std::size_t i, const WeightGradStash* defer);
+  void block_backward(int slot, std::size_t i, int weight_inputs, const WeightGradStash* defer);
   // After block i's parameter gradients of a micro-batch are in g: the
   // sequence-parallel sums (ZeRO-2/3), the release, the hook.
   void grads_done(std::size_t i, const UnitView& g);
-  WeightGradStash stash_of(int slot, int stash, std::size_t i) const;
+  WeightGradStash stash_of(int stash, int weight_inputs, std::size_t i) const;
+  // Whether the weight passes' inputs live in weight_inputs_ (split backward without full recomputation).
+  bool separate_weight_inputs() const { return !weight_inputs_.empty(); }
   // Sums the sequence-parallel partial gradients of these layer-norm
   // parameters over the tensor-parallel group.
   void sum_layernorm_grads(const UnitView& grads, const std::vector<std::string>& names) const;
@@ -179,6 +192,9 @@ class GptStage {
   // Per weight-gradient stash set (split backward only)
   std::vector<std::vector<WeightGradStash>> weight_stash_;  // [set][block]
   std::vector<engine::Tensor> embedding_grad_stash_;        // [set] (first stage)
+  std::vector<engine::Tensor> embedding_token_stash_;       // [set] (first stage)
+  int weight_input_sets_ = 0;
+  std::vector<std::vector<BlockActivations>> weight_inputs_;  // [weight-input set][block]
   // Shared by all slots
   BlockScratch scratch_;
   BlockActivations shared_acts_;  // full: every tensor; selective: att_saved only; none: nothing

@@ -25,10 +25,11 @@ std::vector<int> chunk_activation_slots(const ParallelLayout& layout, int pp_ran
   return slots;
 }
 
-int weight_stash_sets(const ParallelLayout& layout, int pp_rank) {
+WeightPassSets weight_pass_sets(const ParallelLayout& layout, int pp_rank) {
   const std::vector<parallel::Action> actions = parallel::make_schedule(
       layout.schedule, layout.pp, pp_rank, static_cast<int>(layout.micro_batches), layout.virtual_stages);
-  return parallel::splits_backward(actions) ? std::max(1, parallel::peak_awaiting_weight(actions)) : 0;
+  if (!parallel::splits_backward(actions)) return {};
+  return {std::max(1, parallel::peak_awaiting_weight(actions)), std::max(1, parallel::peak_until_weight(actions))};
 }
 
 int activation_slots(const ParallelLayout& layout, int pp_rank) {
@@ -46,7 +47,10 @@ namespace {
 struct StageFootprint {
   RankMemory fixed;  // activations: the shared part only
   std::size_t per_slot = 0;
-  std::size_t per_stash_set = 0;  // a zero-bubble schedule's weight-gradient stash, per micro-batch awaiting it
+  // A zero-bubble schedule's weight-gradient stash, per micro-batch between
+  // its input and weight passes, and its matmul inputs, per micro-batch
+  // between its forward and weight pass (then not in per_slot).
+  std::size_t per_stash_set = 0, per_input_set = 0;
 };
 
 // chunks: the rank's chunks of layers (one, but for the interleaved
@@ -94,19 +98,31 @@ StageFootprint stage_footprint(const GptConfig& config, const ParallelLayout& la
                                                     layout.recompute);
     return f;
   }
-  const std::size_t one = stage_activation_bytes(layout.device, config, range, shape, 1, tp, layout.recompute);
-  const std::size_t two = stage_activation_bytes(layout.device, config, range, shape, 2, tp, layout.recompute);
+  // (slots, stash sets, input sets) -> bytes; each count's share measured by
+  // one more of it (a split backward needs input sets >= the other two).
+  const auto activation_bytes = [&](int slots, int stash_sets, int input_sets) {
+    return stage_activation_bytes(layout.device, config, range, shape, slots, tp, layout.recompute, stash_sets,
+                                  input_sets);
+  };
+  if (layout.schedule == parallel::ScheduleKind::kZeroBubbleH1) {
+    const std::size_t base = activation_bytes(1, 1, 2);
+    f.per_slot = activation_bytes(2, 1, 2) - base;
+    f.per_stash_set = activation_bytes(1, 2, 2) - base;
+    f.per_input_set = activation_bytes(1, 1, 3) - base;
+    f.fixed.activations = base - f.per_slot - f.per_stash_set - 2 * f.per_input_set;
+    return f;
+  }
+  const std::size_t one = activation_bytes(1, 0, 0), two = activation_bytes(2, 0, 0);
   f.per_slot = two - one;
   f.fixed.activations = one - f.per_slot;
-  if (layout.schedule == parallel::ScheduleKind::kZeroBubbleH1)
-    f.per_stash_set =
-        stage_activation_bytes(layout.device, config, range, shape, 1, tp, layout.recompute, 1) - one;
   return f;
 }
 
-RankMemory with_slots(const StageFootprint& f, int slots, int stash_sets) {
+RankMemory with_slots(const StageFootprint& f, int slots, WeightPassSets sets) {
   RankMemory m = f.fixed;
-  m.activations += static_cast<std::size_t>(slots) * f.per_slot + static_cast<std::size_t>(stash_sets) * f.per_stash_set;
+  m.activations += static_cast<std::size_t>(slots) * f.per_slot +
+                   static_cast<std::size_t>(sets.stash) * f.per_stash_set +
+                   static_cast<std::size_t>(sets.inputs) * f.per_input_set;
   return m;
 }
 
@@ -116,7 +132,7 @@ RankMemory plan_stage_memory(const GptConfig& config, const ParallelLayout& layo
   const std::vector<StageRange> chunks = pipeline_chunk_ranges(config, pp_rank, layout.pp, layout.virtual_stages);
   if (chunks.size() > 1) return stage_footprint(config, layout, chunks, pp_rank).fixed;
   return with_slots(stage_footprint(config, layout, chunks, pp_rank), activation_slots(layout, pp_rank),
-                    weight_stash_sets(layout, pp_rank));
+                    weight_pass_sets(layout, pp_rank));
 }
 
 MemoryPlan plan_memory(const GptConfig& config, const ParallelLayout& layout) {
@@ -156,7 +172,7 @@ MemoryPlan plan_memory(const GptConfig& config, const ParallelLayout& layout) {
       seen.push_back({layers, range.has_embedding, range.has_head, stage_footprint(config, layout, {range}, s)});
       match = &seen.back();
     }
-    plan.stages.push_back(with_slots(match->footprint, activation_slots(layout, s), weight_stash_sets(layout, s)));
+    plan.stages.push_back(with_slots(match->footprint, activation_slots(layout, s), weight_pass_sets(layout, s)));
   }
   return plan;
 }

@@ -78,9 +78,13 @@ RankMemory plan_stage_memory(const GptConfig& config, const ParallelLayout& layo
 // chunks of layers), and each chunk's (one entry unless interleaved).
 int activation_slots(const ParallelLayout& layout, int pp_rank);
 std::vector<int> chunk_activation_slots(const ParallelLayout& layout, int pp_rank);
-// The weight-gradient stash sets of `pp_rank` (model::GptStage): for a
-// schedule that splits the backward (zero-bubble) the most micro-batches
-// between their input and weight passes at once; 0 for the others.
-int weight_stash_sets(const ParallelLayout& layout, int pp_rank);
+// For a schedule that splits the backward (zero-bubble), what `pp_rank`'s
+// model::GptStage keeps for its weight passes: stash sets for the most
+// micro-batches between their input and weight passes at once, weight-input
+// sets for those between forward and weight pass; {0, 0} for the others.
+struct WeightPassSets {
+  int stash = 0, inputs = 0;
+};
+WeightPassSets weight_pass_sets(const ParallelLayout& layout, int pp_rank);
 
 }  // namespace model

@@ -6,13 +6,16 @@ using engine::Shape;
 
 StageActivations allocate_stage_activations(engine::Arena& arena, const GptConfig& config, const StageRange& range,
                                             const ActivationShape& shape, int slots, TensorParallel tp,
-                                            Recompute recompute, int weight_stash_sets) {
+                                            Recompute recompute, int weight_stash_sets, int weight_input_sets) {
   const std::int64_t B = shape.batch, T = shape.seq, C = config.n_embd;
   const std::size_t n_blocks = static_cast<std::size_t>(range.last_layer - range.first_layer);
   // The residual stream holds this rank's tokens under sequence parallelism.
   const std::int64_t n = tp.local_tokens(B * T);
   const Shape stream = tp.splits_tokens() ? Shape{n, C} : Shape{B, T, C};
   const engine::DType dt = shape.dtype, st = shape.stat_dtype();
+  // The weight passes' inputs live in sets of their own unless full
+  // recomputation shares them (then each stash copies its micro-batch's).
+  const bool separate_weight_inputs = weight_stash_sets > 0 && recompute != Recompute::kFull;
   StageActivations a;
   a.residuals.resize(slots);
   a.acts.resize(slots);
@@ -25,7 +28,8 @@ StageActivations allocate_stage_activations(engine::Arena& arena, const GptConfi
     for (std::size_t i = 0; i <= n_blocks; ++i) a.residuals[s].push_back(arena.allocate(stream, dt, "residual"));
     if (recompute != Recompute::kFull)
       for (std::size_t i = 0; i < n_blocks; ++i)
-        a.acts[s].push_back(allocate_block_activations(arena, config, shape, tp, recompute != Recompute::kSelective));
+        a.acts[s].push_back(allocate_block_activations(arena, config, shape, tp, recompute != Recompute::kSelective,
+                                                       !separate_weight_inputs));
     if (range.has_embedding) a.tokens[s] = arena.allocate(Shape{B, T}, engine::DType::kI32, "tokens");
     if (range.has_head) {
       a.targets[s] = arena.allocate(Shape{B, T}, engine::DType::kI32, "targets");
@@ -37,12 +41,20 @@ StageActivations allocate_stage_activations(engine::Arena& arena, const GptConfi
   }
   // The weight passes' stashes own their inputs only under full
   // recomputation (see WeightGradStash).
+  if (separate_weight_inputs) {
+    a.weight_inputs.resize(weight_input_sets);
+    for (int k = 0; k < weight_input_sets; ++k)
+      for (std::size_t i = 0; i < n_blocks; ++i) a.weight_inputs[k].push_back(allocate_weight_inputs(arena, config, shape, tp));
+  }
   a.weight_stash.resize(weight_stash_sets);
   for (int k = 0; k < weight_stash_sets; ++k) {
     for (std::size_t i = 0; i < n_blocks; ++i)
       a.weight_stash[k].push_back(
           allocate_weight_grad_stash(arena, config, shape, tp, recompute == Recompute::kFull));
-    if (range.has_embedding) a.embedding_grad_stash.push_back(arena.allocate(stream, dt, "embedding_grad_stash"));
+    if (range.has_embedding) {
+      a.embedding_grad_stash.push_back(arena.allocate(stream, dt, "embedding_grad_stash"));
+      a.embedding_token_stash.push_back(arena.allocate(Shape{B, T}, engine::DType::kI32, "embedding_token_stash"));
+    }
   }
   a.scratch = allocate_block_scratch(arena, config, shape, tp);
   // What recomputation rebuilds lives once per stage, not per slot and block:
@@ -69,9 +81,9 @@ StageActivations allocate_stage_activations(engine::Arena& arena, const GptConfi
 
 std::size_t stage_activation_bytes(engine::DeviceType device, const GptConfig& config, const StageRange& range,
                                    const ActivationShape& shape, int slots, TensorParallel tp, Recompute recompute,
-                                   int weight_stash_sets) {
+                                   int weight_stash_sets, int weight_input_sets) {
   engine::Arena plan = engine::Arena::planning(device);
-  allocate_stage_activations(plan, config, range, shape, slots, tp, recompute, weight_stash_sets);
+  allocate_stage_activations(plan, config, range, shape, slots, tp, recompute, weight_stash_sets, weight_input_sets);
   return plan.used();
 }
 

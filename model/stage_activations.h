@@ -24,10 +24,16 @@ struct StageActivations {
   std::vector<engine::Tensor> losses;                  // (B*T) (last stage)
   std::vector<engine::Tensor> head_dres;               // (B,T,C) gradient of the last residual (last stage)
   std::vector<engine::Tensor> output_grads;            // (B,T,C) (non-last stages)
-  // Per weight-gradient stash set (zero-bubble schedules: one per micro-batch
-  // whose input-gradient pass has run and weight-gradient pass has not)
+  // A split backward (zero-bubble schedules). Per weight-input set (one per
+  // micro-batch between its forward and its weight pass), the matmul inputs
+  // the weight pass reads, which the slots then do not hold (none under full
+  // recomputation: the stashes copy them from the shared set):
+  std::vector<std::vector<BlockActivations>> weight_inputs;  // [set][block] ln1, atty, ln2, fc_gelu only
+  // Per weight-gradient stash set (one per micro-batch whose input-gradient
+  // pass has run and weight-gradient pass has not):
   std::vector<std::vector<WeightGradStash>> weight_stash;  // [set][block]
   std::vector<engine::Tensor> embedding_grad_stash;        // [set] (first stage) gradient of the embedding's output
+  std::vector<engine::Tensor> embedding_token_stash;       // [set] (first stage) its tokens, (B,T) i32
   // Shared by all slots
   BlockScratch scratch;
   BlockActivations shared;  // full: every tensor; selective: att_saved only; none: nothing
@@ -38,17 +44,21 @@ struct StageActivations {
 };
 
 // The activations of the stage running blocks [range.first_layer,
-// range.last_layer) with `slots` micro-batches in flight and, for a schedule
-// that splits the backward, `weight_stash_sets` of them awaiting their weight pass.
+// range.last_layer) with `slots` micro-batches between forward and backward
+// and, for a schedule that splits the backward, `weight_input_sets` between
+// forward and weight pass and `weight_stash_sets` between input and weight
+// pass (the schedule's peak_in_flight, peak_until_weight and
+// peak_awaiting_weight).
 StageActivations allocate_stage_activations(engine::Arena& arena, const GptConfig& config, const StageRange& range,
                                             const ActivationShape& shape, int slots, TensorParallel tp,
-                                            Recompute recompute, int weight_stash_sets = 0);
+                                            Recompute recompute, int weight_stash_sets = 0,
+                                            int weight_input_sets = 0);
 
 // The bytes allocate_stage_activations takes on `device` (a planning
 // arena's count: every tensor rounded up to engine::Arena::kAlignment; the
 // device decides what attention keeps, engine::ops::attention_saved_shape).
 std::size_t stage_activation_bytes(engine::DeviceType device, const GptConfig& config, const StageRange& range,
                                    const ActivationShape& shape, int slots, TensorParallel tp, Recompute recompute,
-                                   int weight_stash_sets = 0);
+                                   int weight_stash_sets = 0, int weight_input_sets = 0);
 
 }  // namespace model

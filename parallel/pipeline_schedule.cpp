@@ -268,25 +268,28 @@ bool splits_backward(const std::vector<Action>& actions) {
   return std::any_of(actions.begin(), actions.end(), [](const Action& a) { return a.kind == ActionKind::kWeight; });
 }
 
-int peak_in_flight(const std::vector<Action>& actions) {
-  // A split backward's W reads the activations too: they are held until it.
-  const ActionKind retires = splits_backward(actions) ? ActionKind::kWeight : ActionKind::kBackward;
+namespace {
+// Most micro-batches between an action of kind `from` and one of kind `to`.
+int peak_between(const std::vector<Action>& actions, ActionKind from, ActionKind to) {
   int now = 0, peak = 0;
   for (const Action& a : actions) {
-    if (a.kind == ActionKind::kForward) peak = std::max(peak, ++now);
-    if (a.kind == retires) --now;
+    if (a.kind == from) peak = std::max(peak, ++now);
+    if (a.kind == to) --now;
   }
   return peak;
 }
+}  // namespace
+
+int peak_in_flight(const std::vector<Action>& actions) {
+  return peak_between(actions, ActionKind::kForward, ActionKind::kBackward);
+}
 
 int peak_awaiting_weight(const std::vector<Action>& actions) {
-  if (!splits_backward(actions)) return 0;
-  int now = 0, peak = 0;
-  for (const Action& a : actions) {
-    if (a.kind == ActionKind::kBackward) peak = std::max(peak, ++now);
-    if (a.kind == ActionKind::kWeight) --now;
-  }
-  return peak;
+  return splits_backward(actions) ? peak_between(actions, ActionKind::kBackward, ActionKind::kWeight) : 0;
+}
+
+int peak_until_weight(const std::vector<Action>& actions) {
+  return splits_backward(actions) ? peak_between(actions, ActionKind::kForward, ActionKind::kWeight) : 0;
 }
 
 int peak_in_flight(const std::vector<Action>& actions, int chunk) {

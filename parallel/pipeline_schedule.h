@@ -43,8 +43,8 @@
 //   (p - 1)(T_F + T_B - T_W) against 1F1B's (p - 1)(T_F + T_B + T_W), a
 //   third (simulated_step_seconds reproduces it for every m >= p). Memory:
 //   stage s holds at most p - s micro-batches between F and B, as 1F1B, and
-//   up to s more between B and W; the activations a W reads stay until it
-//   runs, so peak_in_flight counts F..W.
+//   up to s + 1 between B and W, for which only what W reads is kept (the
+//   matmuls' inputs and output gradients; model::GptStage).
 //   Messages: W's need none. The list places each W after the
 //   communication that follows the preceding F or B ("B2 SB2 RF6 W0 F6"), so
 //   the batches pair up across neighbours exactly as in 1F1B, and the runner
@@ -140,18 +140,22 @@ std::vector<Action> with_communication(const std::vector<Action>& compute, int p
 // (and back) between chunks of an interleaved pipeline.
 int pipeline_peer(const Action& a, int pp_size, int stage);
 
-// Most micro-batches whose forward has run and backward has not (weight
-// pass, in a list that splits the backward), at any point of the list: the
-// number of activation sets the stage must hold at once.
+// Most micro-batches whose forward has run and backward (B) has not, at any
+// point of the list: the number of activation sets the stage must hold at
+// once for its backwards.
 // 1F1B: min(pp_size - stage, m). GPipe: m. Interleaved: counted over
 // (chunk, micro-batch) pairs, each a set of 1/v of the rank's layers.
-// ZB-H1: min(pp_size, m) on every stage at m >= pp_size.
+// ZB-H1: as 1F1B.
 int peak_in_flight(const std::vector<Action>& actions);
 // True when the list has W actions: its B's are input-gradient passes.
 bool splits_backward(const std::vector<Action>& actions);
 // Most micro-batches whose B has run and W has not, at any point (0 without
-// W's): what the weight passes must keep for later (model::GptStage's stashes).
+// W's): what the weight passes must keep for later (model::GptStage's
+// stashes). ZB-H1: min(stage + 1, m).
 int peak_awaiting_weight(const std::vector<Action>& actions);
+// Most micro-batches whose F has run and W has not (0 without W's): the
+// matmul inputs a forward keeps for its weight pass. ZB-H1: min(pp_size, m).
+int peak_until_weight(const std::vector<Action>& actions);
 // The same for one chunk of an interleaved schedule: the activation sets of
 // that chunk's layers held at once.
 int peak_in_flight(const std::vector<Action>& actions, int chunk);

@@ -27,6 +27,12 @@
 //   train_step_bench --device cuda --model qwen2.5-1.5b --seq-len 1024 --micro-batch 8 --grad-accum 64
 //                    --attention-flops causal
 //
+// --passes: the median time of one micro-batch's forward, its whole
+// backward, and the same backward as the input-gradient and weight-gradient
+// passes a zero-bubble schedule runs apart (model::GptStage::backward_input /
+// backward_weight): the T_F, T_B and T_W of Qi et al. 2024, and what
+// splitting costs.
+//
 // Nothing here is asserted: figures are recorded in RESULTS.md by hand, with
 // the machine, date, commit and command.
 #include <CLI/CLI.hpp>
@@ -65,7 +71,13 @@ struct Options {
   bool timeline = true;
   model::AttentionFlops attention = model::AttentionFlops::kFull;
   double peak_flops = 0;  // FLOP/s that MFU divides by; 0: no MFU
+  bool passes = false;
 };
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
 
 void run_case(const Case& c, const Options& o) {
   const engine::DeviceType device = o.device;
@@ -83,8 +95,8 @@ void run_case(const Case& c, const Options& o) {
   const model::ParamRegistry registry = model::build_gpt_registry(config);
   model::ParamStore store(registry, device, precision);
   store.initialize(1);
-  model::GptStage stage(config, store, model::whole_model(config),
-                        model::ActivationShape{c.micro_batch, c.seq_len, model::activation_dtype(precision)}, 1);
+  const model::ActivationShape shape{c.micro_batch, c.seq_len, model::activation_dtype(precision)};
+  model::GptStage stage(config, store, model::whole_model(config), shape, 1);
   engine::Arena plan = engine::Arena::planning(device);
   stage.allocate(plan);
   engine::Arena arena(device, plan.used());
@@ -145,6 +157,38 @@ void run_case(const Case& c, const Options& o) {
               engine::format_bytes(arena.capacity()).c_str(),
               engine::format_bytes(engine::memory_stats(device).peak).c_str(), loss, mfu);
 
+  if (o.passes) {
+    // Each pass of one micro-batch timed alone (the device synchronised
+    // around it), alternating the whole and the split backward.
+    // A second stage over the same parameters, built for the split backward.
+    model::GptStage split(config, store, model::whole_model(config), shape, 1, {}, nullptr, model::Recompute::kNone,
+                          nullptr, 1, 1);
+    engine::Arena split_plan = engine::Arena::planning(device);
+    split.allocate(split_plan);
+    engine::Arena split_arena(device, split_plan.used());
+    split.allocate(split_arena);
+    std::vector<double> forward, whole, input, weight;
+    const auto timed = [&](std::vector<double>& into, auto&& pass) {
+      engine::device_synchronize();
+      const auto t0 = Clock::now();
+      pass();
+      engine::device_synchronize();
+      into.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    };
+    const double scale = 1.0 / static_cast<double>(tokens_per_micro);
+    for (int i = 0; i < std::max(steps, 3); ++i) {
+      timed(forward, [&] { stage.forward(0, tokens.data(), targets.data(), scale); });
+      timed(whole, [&] { stage.backward(0); });
+      split.forward(0, tokens.data(), targets.data(), scale, 0);
+      timed(input, [&] { split.backward_input(0, 0, 0); });
+      timed(weight, [&] { split.backward_weight(0, 0); });
+    }
+    const double f = median_of(forward), b = median_of(whole), bi = median_of(input), w = median_of(weight);
+    std::printf("  passes of one micro-batch (medians): forward %.2f ms | backward %.2f ms | split: input %.2f ms + "
+                "weight %.2f ms = %.2f ms (%+.1f%%) | T_F : T_B : T_W = 1 : %.2f : %.2f\n",
+                f * 1e3, b * 1e3, bi * 1e3, w * 1e3, (bi + w) * 1e3, 100.0 * ((bi + w) / b - 1.0), bi / f, w / f);
+  }
+
   if (o.timeline) {
     // One more step with timing marks around each op and nothing synchronised.
     engine::OpProfiler::set_mode(engine::ProfileMode::kTimeline);
@@ -184,7 +228,7 @@ int main(int argc, char** argv) {
   std::int64_t micro_batch = 0, seq_len = 0, grad_accum = 1;
   int steps = 5;
   double peak_tflops = 0;
-  bool profile = true, timeline = true;
+  bool profile = true, timeline = true, passes = false;
   std::string attention_flops = "full";
   app.add_option("--model", model_name, "Preset to time (default: the two cases of RESULTS.md)");
   app.add_option("--micro-batch", micro_batch, "Sequences per step");
@@ -194,6 +238,9 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "Timed steps (after one warm-up)")->capture_default_str();
   app.add_option("--device", device_name, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   app.add_option("--precision", precision_name, "auto, fp32 or bf16")->capture_default_str();
+  app.add_flag("--passes", passes,
+               "Time one micro-batch's forward, whole backward, and the backward split into input and weight "
+               "passes (zero-bubble schedules)");
   app.add_option("--profile", profile, "Print the per-op breakdown of one extra step, each op synchronised")
       ->capture_default_str();
   app.add_option("--timeline", timeline,
@@ -221,8 +268,8 @@ int main(int argc, char** argv) {
     double peak = peak_tflops * 1e12;
     if (peak == 0 && device == engine::DeviceType::kCuda)
       peak = engine::gpu_peak_flops_by_name(engine::cuda_device_name(0));
-    const Options options{steps,    device, precision, profile, timeline, model::parse_attention_flops(attention_flops),
-                          peak};
+    const Options options{steps, device, precision, profile, timeline, model::parse_attention_flops(attention_flops),
+                          peak,  passes};
     for (const Case& c : cases) run_case(c, options);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

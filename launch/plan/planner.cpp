@@ -260,6 +260,7 @@ Prediction predict(const PlanRequest& r, const ParallelLayout& l) {
   }
   const model::MemoryPlan memory = model::plan_memory(m, as_run);
   p.memory = memory.largest_of_each();
+  for (const model::RankMemory& stage : memory.stages) p.stage_activations.push_back(stage.activations);
   p.memory_bytes_per_device = memory.largest_total();
   p.fits = static_cast<double>(p.memory_bytes_per_device) <= c.memory_bytes;
   return p;
@@ -303,7 +304,8 @@ nlohmann::json prediction_json(const Prediction& p) {
                       {"grads", p.memory.grads},
                       {"optimizer", p.memory.optimizer},
                       {"activations", p.memory.activations},
-                      {"staging", p.memory.staging}}}};
+                      {"staging", p.memory.staging}}},
+          {"stage_activations", p.stage_activations}};
 }
 
 }  // namespace launch

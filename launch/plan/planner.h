@@ -105,6 +105,7 @@ struct Prediction {
   double tflops_per_device = 0;     // model FLOPs
   double mfu = 0, hfu = 0;
   model::RankMemory memory;         // largest of each kind over ranks
+  std::vector<std::size_t> stage_activations;  // [pp stage] activation bytes of its ranks (the schedule holds more on some)
   std::size_t memory_bytes_per_device = 0;  // the rank that holds most
   bool fits = false;
 };

@@ -153,12 +153,14 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
   engine::Arena plan = engine::Arena::planning(config.device_type);
   for (std::size_t c = 0; c < chunks_.size(); ++c) {
     const int slots = std::max(1, parallel::peak_in_flight(schedule_, static_cast<int>(c)));
-    // A zero-bubble schedule splits each backward in two; its stash sets hold
-    // what the weight passes still need.
-    const int stash_sets = parallel::splits_backward(schedule_) ? std::max(1, parallel::peak_awaiting_weight(schedule_)) : 0;
+    // A zero-bubble schedule splits each backward in two: the weight passes'
+    // inputs and stashes are kept from forward and input pass to weight pass.
+    const bool split = parallel::splits_backward(schedule_);
+    const int stash_sets = split ? std::max(1, parallel::peak_awaiting_weight(schedule_)) : 0;
+    const int input_sets = split ? std::max(1, parallel::peak_until_weight(schedule_)) : 0;
     stages_.push_back(std::make_unique<model::GptStage>(mc, *store_, chunks_[c], shape, slots, tp_, comms_.tp.get(),
                                                         config.recompute_mode, data_parallel_->staged_units(),
-                                                        stash_sets));
+                                                        stash_sets, input_sets));
     stages_.back()->allocate(plan);
   }
   activations_ = engine::Arena(config.device_type, plan.used());

@@ -39,13 +39,13 @@ void TrainingStage::forward(int micro) {
   const model::StageRange& r = stage_.range();
   const std::size_t offset = static_cast<std::size_t>(micro * layout_.micro_batch * seq_len_);
   stage_.forward(slot(micro), r.has_embedding ? inputs_.data() + offset : nullptr,
-                 r.has_head ? targets_.data() + offset : nullptr, grad_scale_);
+                 r.has_head ? targets_.data() + offset : nullptr, grad_scale_, weight_inputs(micro));
   if (r.has_head) loss_sum_ += stage_.loss_sum(slot(micro));
 }
 
 void TrainingStage::backward(int micro) {
   if (splits_backward()) {  // the layers are done only after their weight pass
-    stage_.backward_input(slot(micro), stash(micro));
+    stage_.backward_input(slot(micro), stash(micro), weight_inputs(micro));
     return;
   }
   last_micro_batch_ = micro == layout_.micro_batches() - 1;
@@ -57,7 +57,7 @@ void TrainingStage::backward_weight(int micro) {
   ENGINE_CHECK(splits_backward(), "training stage: the schedule asks for a weight pass, but the stage was built "
                "with a whole backward");
   last_micro_batch_ = micro == layout_.micro_batches() - 1;
-  stage_.backward_weight(slot(micro), stash(micro));
+  stage_.backward_weight(stash(micro), weight_inputs(micro));
   last_micro_batch_ = false;
 }
 

@@ -1,7 +1,7 @@
 // Adapts this rank's model::GptStage to the pipeline runner's
 // parallel::Stage for training steps: micro-batch i uses activation slot
 // i % slots (1F1B retires micro-batches in order, so at most `slots` are
-// alive), reads its tokens where the stage needs them (the first stage's
+// alive; with a split backward, its stash and weight-input sets likewise), reads its tokens where the stage needs them (the first stage's
 // inputs, the last stage's targets), accumulates the loss on the last stage,
 // and during the last micro-batch's backward (its weight pass, when the
 // schedule splits the backward) reports finished layers to the data-parallel
@@ -47,8 +47,11 @@ class TrainingStage : public parallel::Stage {
 
  private:
   int slot(int micro) const { return micro % stage_.slots(); }
-  // Weight passes retire in order too, so at most weight_stash_sets are pending.
+  // Weight passes retire in order too, so the micro-batches between input
+  // and weight pass, or between forward and weight pass, take their sets
+  // round-robin as the slots do.
   int stash(int micro) const { return micro % stage_.weight_stash_sets(); }
+  int weight_inputs(int micro) const { return splits_backward() ? micro % stage_.weight_input_sets() : -1; }
   bool splits_backward() const { return stage_.weight_stash_sets() > 0; }
 
   model::GptStage& stage_;

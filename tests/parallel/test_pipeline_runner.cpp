@@ -47,7 +47,7 @@ class AffineStage final : public Stage {
   }
 
   void backward(int micro) override {
-    if (!split_) --in_flight_;  // a split backward's W still reads x
+    --in_flight_;  // a split backward's W reads x and the stashed g only
     for (int j = 0; j < kWidth; ++j) {
       const double g = last_ ? loss_weight(micro, j) : dy_[micro][j];
       if (split_) {
@@ -62,7 +62,6 @@ class AffineStage final : public Stage {
 
   void backward_weight(int micro) override {
     ASSERT_TRUE(split_) << "a weight pass on a stage whose schedule does not split the backward";
-    --in_flight_;
     ++weight_passes_;
     for (int j = 0; j < kWidth; ++j) {
       da_ += g_[micro][j] * x_[micro][j];

@@ -270,15 +270,17 @@ TEST(ZeroBubbleH1, InvariantsForManyShapes) {
       ASSERT_EQ(check_schedules(stages, m), "");
       for (int s = 0; s < pp; ++s) {
         ASSERT_TRUE(splits_backward(stages[s]));
-        // F..B as 1F1B (p - s), plus up to s awaiting W: at most p on any stage.
-        ASSERT_EQ(peak_in_flight(stages[s]), std::min(pp, m)) << "stage " << s;
+        // F..B as 1F1B (p - s); B..W up to s + 1; F..W at most p on any stage.
+        ASSERT_EQ(peak_in_flight(stages[s]), std::min(pp - s, m)) << "stage " << s;
         ASSERT_EQ(peak_awaiting_weight(stages[s]), std::min(s + 1, m)) << "stage " << s;
+        ASSERT_EQ(peak_until_weight(stages[s]), std::min(pp, m)) << "stage " << s;
         const int comm = (s > 0 ? 2 : 0) + (s < pp - 1 ? 2 : 0);
         ASSERT_EQ(static_cast<int>(stages[s].size()), m * (3 + comm));
       }
     }
   EXPECT_FALSE(splits_backward(one_f_one_b(4, 0, 8)));
   EXPECT_EQ(peak_awaiting_weight(one_f_one_b(4, 0, 8)), 0);
+  EXPECT_EQ(peak_until_weight(one_f_one_b(4, 0, 8)), 0);
 }
 
 TEST(ZeroBubbleH1, SimulatedBubbleMatchesThePaper) {

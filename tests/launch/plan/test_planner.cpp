@@ -4,6 +4,7 @@
 // the way the mechanisms they model say they must.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <tuple>
@@ -179,6 +180,11 @@ TEST(Planner, PredictionsMoveAsTheMechanismsSay) {
   EXPECT_NEAR(pp_few.step_seconds - zb.step_seconds, pp_few.bubble_seconds - zb.bubble_seconds, 1e-12);
   EXPECT_GT(zb.memory.activations, pp_few.memory.activations);
   EXPECT_EQ(zb.memory_bytes_per_device, model::plan_memory(r.model, zb_layout).largest_total());
+  // Per stage: 1F1B's stage s holds p - s micro-batches; ZB-H1's every stage p (F..W), stage 0 the same.
+  ASSERT_EQ(zb.stage_activations.size(), 4u);
+  ASSERT_EQ(pp_few.stage_activations.size(), 4u);
+  EXPECT_GT(zb.stage_activations[3], pp_few.stage_activations[3]);
+  EXPECT_EQ(*std::max_element(zb.stage_activations.begin(), zb.stage_activations.end()), zb.memory.activations);
   // The split adds up.
   for (const auto& p : {base, full, z3, pp_few, zb})
     EXPECT_NEAR(p.compute_seconds + p.exposed_comm_seconds + p.bubble_seconds, p.step_seconds, 1e-9 * p.step_seconds);
@@ -211,7 +217,7 @@ TEST(Planner, RanksWhatFitsFirstAndRefusesWhatDoesNot) {
   EXPECT_TRUE(seen_unfit);
   const nlohmann::json j = launch::prediction_json(ranked.front());
   for (const char* key : {"tp", "pp", "dp", "micro_batch", "zero", "recompute", "schedule", "step_seconds",
-                          "tflops_per_device", "mfu", "memory_bytes_per_device", "fits"})
+                          "tflops_per_device", "mfu", "memory_bytes_per_device", "fits", "stage_activations"})
     EXPECT_TRUE(j.contains(key)) << key;
 }
 
