@@ -122,8 +122,19 @@ StageSeconds stage_micro_batch_seconds(const GptConfig& config, const ParallelLa
   const double bwd_matmul = matmul_seconds(blocks * (2 * (weight_flops + core_flops) + recompute_flops) + 2 * head_flops, cluster);
   const double fwd_memory = memory_seconds((blocks * forward_values + embedding_values + head_values / 2) * value, cluster);
   const double grad_accumulation = software.grad_accumulation_bytes * stage_parameters(config, layout, pp_rank);
+  // A backward split into input and weight passes (ZB-H1) moves more: each
+  // block's four matmul output gradients (3C + C + 4C + C per token at tp 1;
+  // the inputs' widths split by tp as in the matmuls) are written by the
+  // input pass and read back by the weight pass, and the weight pass reads
+  // the matmuls' inputs (ln1, atty, ln2, fc_gelu: 2C + 5C/t) again, where the
+  // fused backward found them in cache: 19C/t + 6C values per token. On this
+  // project's CPU that is the +9-11% a split backward measures
+  // (examples/benchmarks/RESULTS.md, train_step_bench --passes).
+  const double split_values =
+      layout.schedule == parallel::ScheduleKind::kZeroBubbleH1 && layout.pp > 1 ? tokens * (19.0 * C / t + 6.0 * C) : 0.0;
   const double bwd_memory = memory_seconds(
-      (blocks * (kBackwardTraffic * forward_values + recompute_values) + embedding_values + head_values / 2) * value +
+      (blocks * (kBackwardTraffic * forward_values + recompute_values + split_values) + embedding_values +
+       head_values / 2) * value +
           grad_accumulation,
       cluster);
   const double recompute_ops = full ? kForwardOpsPerBlock

@@ -96,7 +96,8 @@ fi
 # config.json names its whole grid; any other key left out is not passed, and
 # train's own default applies (config.json records it).
 declare -A flag_of=([tp]=--tp [pp]=--pp [dp]=--dp [micro_batch]=--micro-batch [zero]=--zero
-                    [recompute]=--recompute [schedule]=--pipeline-schedule [sequence_parallel]=--sequence-parallel)
+                    [recompute]=--recompute [schedule]=--pipeline-schedule [sequence_parallel]=--sequence-parallel
+                    [virtual_stages]=--virtual-stages)
 names=() layout_args=() layout_keys=()
 declare -A seen=()
 lineno=0
@@ -114,10 +115,10 @@ while IFS= read -r line || [ -n "$line" ]; do
   for kv in "${words[@]:1}"; do
     [[ $kv == *=* ]] || die "$layouts:$lineno: '$kv' is not key=value"
     key=${kv%%=*} value=${kv#*=}
-    [ -n "${flag_of[$key]:-}" ] || die "$layouts:$lineno: unknown key '$key' (tp, pp, dp, micro_batch, zero, recompute, schedule, sequence_parallel)"
+    [ -n "${flag_of[$key]:-}" ] || die "$layouts:$lineno: unknown key '$key' (tp, pp, dp, micro_batch, zero, recompute, schedule, virtual_stages, sequence_parallel)"
     case $key in
       recompute) [[ $value =~ ^(none|selective|full)$ ]] || die "$layouts:$lineno: recompute=$value: none, selective or full" ;;
-      schedule) [[ $value =~ ^(1f1b|afab)$ ]] || die "$layouts:$lineno: schedule=$value: 1f1b or afab" ;;
+      schedule) [[ $value =~ ^(1f1b|afab|interleaved|zb-h1)$ ]] || die "$layouts:$lineno: schedule=$value: 1f1b, afab, interleaved or zb-h1" ;;
       sequence_parallel) [[ $value =~ ^[01]$ ]] || die "$layouts:$lineno: sequence_parallel=$value: 0 or 1" ;;
       *) [[ $value =~ ^[0-9]+$ ]] || die "$layouts:$lineno: $key=$value: expected a whole number" ;;
     esac

@@ -168,16 +168,17 @@ TEST(Planner, PredictionsMoveAsTheMechanismsSay) {
   EXPECT_GT(pp_few.bubble_seconds / pp_few.step_seconds, pp_many.bubble_seconds / pp_many.step_seconds);
   EXPECT_EQ(base.bubble_seconds, 0.0);
   // ZB-H1 moves the weight-gradient passes into the bubble (Qi et al. 2024):
-  // less bubble by exactly twice the stages' W time (F + B - W against
-  // F + B + W per stage of fill and drain), the same steady state, and the
-  // memory of its stashes on top of 1F1B's.
+  // less bubble (F + B - W against F + B + W per stage of fill and drain), a
+  // little more compute (the split backward's extra memory traffic), faster
+  // here, and the memory of its stashes on top of 1F1B's.
   model::ParallelLayout zb_layout = layout(1, 4, 2, 8, 0, Recompute::kNone);
   zb_layout.schedule = parallel::ScheduleKind::kZeroBubbleH1;
   const auto zb = launch::predict(r, zb_layout);
   EXPECT_LT(zb.bubble_seconds, pp_few.bubble_seconds);
   EXPECT_GT(zb.bubble_seconds, 0.0);
   EXPECT_LT(zb.step_seconds, pp_few.step_seconds);
-  EXPECT_NEAR(pp_few.step_seconds - zb.step_seconds, pp_few.bubble_seconds - zb.bubble_seconds, 1e-12);
+  EXPECT_GT(zb.compute_seconds, pp_few.compute_seconds);
+  EXPECT_LT(zb.compute_seconds, 1.1 * pp_few.compute_seconds);
   EXPECT_GT(zb.memory.activations, pp_few.memory.activations);
   EXPECT_EQ(zb.memory_bytes_per_device, model::plan_memory(r.model, zb_layout).largest_total());
   // Per stage: 1F1B's stage s holds p - s micro-batches; ZB-H1's every stage p (F..W), stage 0 the same.
