@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include "engine/check.h"
+#include "model/flat_layout.h"
+#include "model/gpt_params.h"
 #include "model/partition.h"
 #include "model/step_cost.h"
 #include "parallel/comm_cost.h"
@@ -48,6 +50,57 @@ int layout_chunks(const PlanRequest& r, const ParallelLayout& l) {
   if (l.pp == 1) return 1;
   if (l.schedule == parallel::ScheduleKind::kInterleaved) return l.virtual_stages;
   return std::max(1, r.virtual_stages);
+}
+
+// The parameter units (elements per rank, padding included) of pp stage s in
+// the order a forward takes them: the token and position embeddings, the
+// blocks, the final norm, an untied head (model/param_registry.h), as the
+// trainer registers them for the layout.
+std::vector<double> stage_units(const model::GptConfig& m, const ParallelLayout& l, int s, int chunks) {
+  const std::vector<model::StageRange> ranges = model::pipeline_chunk_ranges(m, s, l.pp, chunks);
+  const model::TensorParallel tp{0, l.tp, l.sequence_parallel};
+  const model::ParamRegistry registry = model::build_gpt_registry(m, ranges, tp, l.zero_stage() >= 1 ? l.dp : 1);
+  const parallel::FlatLayout flat = model::flat_layout(registry, model::rank_range(ranges), tp, m.n_layer);
+  std::vector<double> units;
+  for (const parallel::FlatRange& u : flat.units) units.push_back(static_cast<double>(u.count));
+  return units;
+}
+
+// ZeRO-2/3 traffic of one micro-batch on a rank of a stage, as the engine
+// runs it (model/gpt_stage.h over parallel/zero_units.h): unit by unit, not
+// the stage at once. Under ZeRO-3 each unit's weights are all-gathered
+// before its forward and again before its backward, the next unit's gather
+// prefetched while this one computes; under ZeRO-2 and 3 each unit's
+// gradient is reduce-scattered when its backward is done, while the next
+// unit's backward runs. So a unit's transfer hides only behind its
+// neighbour's compute, not the whole stage's, and every collective pays its
+// own latency, (dp - 1) hops of a ring per unit: at large dp many small
+// units cost more than their bytes. The first gather of each pass and the
+// last reduction are exposed. Compute is shared among units by their
+// parameters (their matmuls' share). Without overlap (the CPU backend,
+// whose cores do the copies) everything adds up.
+double zero_units_seconds(const std::vector<double>& units, const model::StageSeconds& st, int zero, int dp,
+                          const parallel::Link& link, bool overlap, engine::DType working, double grad_bytes) {
+  double total = 0;
+  for (const double u : units) total += u;
+  const std::size_t n = units.size();
+  if (n == 0 || total <= 0) return 0.0;
+  const auto gather = [&](std::size_t i) {
+    return zero == 3 ? parallel::all_gather_seconds(bytes_of(units[i], working), dp, link) : 0.0;
+  };
+  const auto reduce = [&](std::size_t i) { return parallel::reduce_scatter_seconds(units[i] * grad_bytes, dp, link); };
+  const auto share = [&](double pass, std::size_t i) { return overlap ? pass * units[i] / total : 0.0; };
+  double exposed = 0;
+  // Forward: unit i's gather runs behind unit i - 1's compute.
+  for (std::size_t i = 0; i < n; ++i) exposed += std::max(0.0, gather(i) - (i > 0 ? share(st.forward, i - 1) : 0.0));
+  // Backward, last unit first: while unit i computes, unit i + 1's reduction
+  // and unit i - 1's gather run.
+  exposed += gather(n - 1);
+  for (std::size_t k = n; k-- > 0;) {
+    const double during = (k + 1 < n ? reduce(k + 1) : 0.0) + (k > 0 ? gather(k - 1) : 0.0);
+    exposed += std::max(0.0, during - share(st.backward, k));
+  }
+  return exposed + reduce(0);
 }
 
 }  // namespace
@@ -190,16 +243,15 @@ Prediction predict(const PlanRequest& r, const ParallelLayout& l) {
     const double grads = params * software.grad_reduce_bytes, weights = bytes_of(params, working);
     // Data-parallel traffic, per micro-batch (ZeRO-2/3) or at the end of the step.
     double per_micro_batch = 0, at_end = 0;
-    const double overlapped_backward = overlap ? st.backward : 0.0, overlapped_forward = overlap ? st.forward : 0.0;
+    const double overlapped_backward = overlap ? st.backward : 0.0;
     if (l.dp > 1) {
       if (zero <= 1) {
         const double reduce = zero == 0 ? parallel::all_reduce_seconds(grads, l.dp, dp_link)
                                         : parallel::reduce_scatter_seconds(grads, l.dp, dp_link);
         at_end += std::max(0.0, reduce - overlapped_backward);
       } else {
-        const double reduce = parallel::reduce_scatter_seconds(grads, l.dp, dp_link);
-        const double gather = zero == 3 ? parallel::all_gather_seconds(weights, l.dp, dp_link) : 0.0;
-        per_micro_batch += std::max(0.0, gather - overlapped_forward) + std::max(0.0, gather + reduce - overlapped_backward);
+        per_micro_batch += zero_units_seconds(stage_units(m, l, s, chunks), st, zero, l.dp, dp_link, overlap, working,
+                                              software.grad_reduce_bytes);
       }
       if (zero == 1 || zero == 2) at_end += parallel::all_gather_seconds(weights, l.dp, dp_link);  // updated weights
     }

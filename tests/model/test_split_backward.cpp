@@ -176,3 +176,19 @@ TEST(SplitBackward, KeepsOnlyWhatTheWeightPassesRead) {
     }
   }
 }
+
+TEST(SplitBackward, LayersAreDoneAfterTheirWeightPass) {
+  // The data-parallel strategy starts a bucket's reduction when the backward
+  // hook says its layers are done: with a split backward that is the weight
+  // pass (the input pass writes no parameter gradient), in the same order
+  // as the fused backward (last layer first, the embedding last).
+  const GptConfig c = gpt2_tiny();
+  Model m(c, Recompute::kNone, 1, 1, 1);
+  std::vector<std::int64_t> done;
+  m.stage.set_backward_hook([&](std::int64_t layer) { done.push_back(layer); });
+  m.forward(0, 0, 1.0, 0);
+  m.stage.backward_input(0, 0, 0);
+  EXPECT_TRUE(done.empty()) << "a layer reported done by its input pass";
+  m.stage.backward_weight(0, 0);
+  EXPECT_EQ(done, (std::vector<std::int64_t>{1, 0, -1}));
+}
