@@ -1,5 +1,7 @@
 #include "model/step_cost.h"
 
+#include <cmath>
+
 #include "engine/check.h"
 #include "model/gpt_params.h"
 #include "model/partition.h"
@@ -36,6 +38,23 @@ double memory_seconds(double bytes, const parallel::Cluster& c) {
 }
 
 }  // namespace
+
+double gemm_efficiency_at(const parallel::Cluster& cluster, double m, double n, double k) {
+  const parallel::GemmRate* nearest = nullptr;
+  double best = 0;
+  for (const parallel::GemmRate& r : cluster.gemm_rates) {
+    const double dm = std::log(m / static_cast<double>(r.m)), dn = std::log(n / static_cast<double>(r.n)),
+                 dk = std::log(k / static_cast<double>(r.k));
+    const double d = dm * dm + dn * dn + dk * dk;
+    if (!nearest || d < best) nearest = &r, best = d;
+  }
+  const double far = std::log(2.0) + 1e-12;
+  if (nearest && std::abs(std::log(m / static_cast<double>(nearest->m))) <= far &&
+      std::abs(std::log(n / static_cast<double>(nearest->n))) <= far &&
+      std::abs(std::log(k / static_cast<double>(nearest->k))) <= far)
+    return nearest->efficiency;
+  return cluster.gemm_efficiency;
+}
 
 Software engine_software(engine::DeviceType device) {
   Software s;
@@ -88,15 +107,42 @@ StageSeconds stage_micro_batch_seconds(const GptConfig& config, const ParallelLa
   const double square = software.causal_skip ? 0.5 : 1.0;  // of the T x T scores computed
   const bool full = layout.recompute == Recompute::kFull;
 
-  // Matmul FLOPs per block, forward: the four weight matmuls (24 C^2 per
-  // token) and the attention core (4 T C per token over the square; the
-  // causal half where the kernels skip the rest).
-  const double weight_flops = 24.0 * tokens * C * C / t;
+  // The matmuls of a block on one tp rank, each at the rate of its own shape
+  // (gemm_efficiency_at): the four weight matmuls (24 C^2 FLOPs per token for
+  // GPT-2; a Llama's grouped-query qkv and SwiGLU widths as they are), each
+  // run forward as (tokens, out, in), for the input gradient as (tokens, in,
+  // out) and for the weight gradient as (out, in, tokens); and the attention
+  // core (4 T C per token over the square; the causal half where the kernels
+  // skip the rest), batched products of head size, at gemm_efficiency.
+  const auto product = [&](double m, double n, double k) {
+    ENGINE_CHECK(cluster.peak_flops > 0, "cluster '", cluster.name, "': peak_flops must be positive");
+    return 2.0 * m * n * k / (cluster.peak_flops * gemm_efficiency_at(cluster, m, n, k));
+  };
+  struct Linear {
+    double in, out;
+  };
+  const Linear linears[] = {{C, static_cast<double>(config.qkv_width()) / t},
+                            {C / t, C},
+                            {C, static_cast<double>(config.fc_width()) / t},
+                            {static_cast<double>(config.mlp_width()) / t, C}};
+  double linear_forward = 0, linear_backward = 0, weight_grad = 0, linear_rerun = 0;
+  for (std::size_t i = 0; i < 4; ++i) {
+    const Linear& l = linears[i];
+    const double forward = product(tokens, l.out, l.in), wgrad = product(l.out, l.in, tokens);
+    linear_forward += forward;
+    linear_backward += product(tokens, l.in, l.out) + wgrad;
+    weight_grad += wgrad;
+    // Full recomputation reruns the forward up to the MLP projection (model/recompute.h).
+    if (i < 3 || software.rerun_whole_forward) linear_rerun += forward;
+  }
   const double core_flops = 4.0 * square * tokens * T * C / t;
-  double recompute_flops = 0;
-  if (layout.recompute == Recompute::kSelective) recompute_flops = core_flops;
-  if (full) recompute_flops = (software.rerun_whole_forward ? 24.0 : 16.0) * tokens * C * C / t + core_flops;
-  const double head_flops = range.has_head ? 2.0 * tokens * C * V / t : 0.0;
+  const double core = matmul_seconds(core_flops, cluster);
+  double recompute = 0;
+  if (layout.recompute == Recompute::kSelective) recompute = core;
+  if (full) recompute = linear_rerun + core;
+  // The head (C -> V/tp), forward and both backward products.
+  const double head_forward = range.has_head ? product(tokens, V / t, C) : 0.0;
+  const double head_backward = range.has_head ? product(tokens, C, V / t) + product(V / t, C, tokens) : 0.0;
 
   // Memory-bound bytes per block, forward.
   const double position_wise = (kPositionWisePerC + (software.hidden_dropout ? 1.0 : 0.0)) * C / (sp ? t : 1.0);
@@ -118,8 +164,8 @@ StageSeconds stage_micro_batch_seconds(const GptConfig& config, const ParallelLa
                              (range.has_head ? one : 0.0);
 
   StageSeconds s;
-  const double fwd_matmul = matmul_seconds(blocks * (weight_flops + core_flops) + head_flops, cluster);
-  const double bwd_matmul = matmul_seconds(blocks * (2 * (weight_flops + core_flops) + recompute_flops) + 2 * head_flops, cluster);
+  const double fwd_matmul = blocks * (linear_forward + core) + head_forward;
+  const double bwd_matmul = blocks * (linear_backward + 2 * core + recompute) + head_backward;
   const double fwd_memory = memory_seconds((blocks * forward_values + embedding_values + head_values / 2) * value, cluster);
   const double grad_accumulation = software.grad_accumulation_bytes * stage_parameters(config, layout, pp_rank);
   // A backward split into input and weight passes (ZB-H1) moves more: each
@@ -145,7 +191,7 @@ StageSeconds stage_micro_batch_seconds(const GptConfig& config, const ParallelLa
   s.forward = fwd_matmul + fwd_memory + fwd_ops * cluster.op_overhead_seconds + tp_forward;
   s.backward = bwd_matmul + bwd_memory + bwd_ops * cluster.op_overhead_seconds + tp_backward;
   s.tp_comm = tp_forward + tp_backward;
-  s.weight_grad = matmul_seconds(blocks * weight_flops, cluster);
+  s.weight_grad = blocks * weight_grad;
   return s;
 }
 

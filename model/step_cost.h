@@ -117,6 +117,13 @@ struct StageSeconds {
   double weight_grad = 0;
 };
 
+// The efficiency a matrix product of shape (m, n, k) (parallel::GemmRate)
+// runs at on `cluster`: the rate of the nearest shape of its gemm_rates
+// (nearest in log m, log n, log k: the same ratio off counts the same in any
+// dimension) if that shape is within a factor of 2 in every dimension, else
+// gemm_efficiency. Exact at a measured shape.
+double gemm_efficiency_at(const parallel::Cluster& cluster, double m, double n, double k);
+
 StageSeconds stage_micro_batch_seconds(const GptConfig& config, const ParallelLayout& layout,
                                        const parallel::Cluster& cluster, int pp_rank, const Software& software);
 

@@ -7,7 +7,9 @@
 // Every figure is per device, in SI units (FLOP/s, bytes, bytes/s, seconds).
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "engine/tensor.h"
 
@@ -22,6 +24,15 @@ struct Link {
   double bandwidth_bytes_per_second = 0;
 };
 
+// The achieved fraction of peak_flops of one matrix product shape, measured:
+// D (m x n) = A (m x k) B (k x n), 2 m n k FLOPs. A linear layer of `in`
+// inputs and `out` outputs over N tokens runs three: forward (N, out, in),
+// input gradient (N, in, out) and weight gradient (out, in, N).
+struct GemmRate {
+  std::int64_t m = 0, n = 0, k = 0;
+  double efficiency = 0;
+};
+
 struct Cluster {
   std::string name;
   engine::DeviceType device = engine::DeviceType::kCuda;  // which backend the engine runs there
@@ -29,6 +40,10 @@ struct Cluster {
   double peak_flops = 0;        // dense matmul peak of one device in the run's precision (MFU's denominator)
   double memory_bytes = 0;      // usable memory of one device
   double gemm_efficiency = 0;   // achieved fraction of peak_flops on the large matmuls of training
+  // Optional: efficiencies measured shape by shape (`plan --calibrate` at a
+  // model's own shapes); a product near one of them (model/step_cost.h's
+  // gemm_efficiency_at) runs at its rate, any other at gemm_efficiency.
+  std::vector<GemmRate> gemm_rates;
   double memory_bandwidth = 0;  // bytes/s one device moves through its memory (memory-bound ops)
   double op_overhead_seconds = 0;  // fixed cost of one op (kernel launch, thread fork/join)
   Link intra_node;              // between devices of one node

@@ -262,6 +262,26 @@ Calibration calibrate(MPI_Comm world, const CalibrateOptions& o) {
   }
   log("matmul     " + why["gemm_efficiency"]);
 
+  // ---- matmuls, shape by shape ---------------------------------------------------
+  // The rate moves with the shape (a quarter apart between GPT-2's products
+  // and a large square's on an H100): each of the block's twelve products
+  // alone, for the planner to take each matmul's own (model/step_cost.h).
+  std::vector<GemmShapeProbe> gemms;
+  barrier_sleeping(world);
+  agree("the per-shape matmul measurement", [&] { gemms = probe_gemm_shapes(c.device, shapes, o.seconds); });
+  std::string listed_rates;
+  for (const GemmShapeProbe& g : gemms) {
+    const Spread rate = spread(world, g.flops);
+    c.gemm_rates.push_back({g.m, g.n, g.k, std::min(1.0, rate.mean / c.peak_flops)});
+    listed_rates += (listed_rates.empty() ? "" : ", ") + std::to_string(g.m) + "x" + std::to_string(g.n) + "x" +
+                    std::to_string(g.k) + " " + num(rate.mean / 1e9) + " GFLOP/s";
+  }
+  why["gemm_rates"] = "each product of " + shapes.describe() +
+                      " timed alone (forward (N, out, in), input gradient (N, in, out), weight gradient (out, in, "
+                      "N) through ops::matmul_forward, matmul_backward and matmul_weight_grad), the median of at "
+                      "least 3 runs, the mean over ranks at once, over peak_tflops (clamped to 1): " + listed_rates;
+  log("gemm rates " + listed_rates);
+
   // ---- memory bandwidth ----------------------------------------------------------
   // Arrays the node's ranks together hold at 4x its largest cache (STREAM's
   // rule), at least 64 MiB each, at most a quarter of a rank's memory.

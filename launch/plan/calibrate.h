@@ -23,6 +23,12 @@
 //                      rate moves with the shapes: on one H100 GPT-2's products
 //                      ran a quarter below a large square's, on this project's CPU
 //                      C 128 ran 7.5% below C 512 (RESULTS.md)
+//   gemm_rates         each of those twelve products (4 layers x forward,
+//                      input gradient, weight gradient) timed alone: its own
+//                      rate, which the planner takes for products of (about)
+//                      that shape (model/step_cost.h gemm_efficiency_at); on
+//                      this project's CPU GPT-2's products ran 60-160 GFLOP/s
+//                      by shape (RESULTS.md)
 //   memory_bandwidth   STREAM "add" through ops::add on arrays well beyond
 //                      the caches
 //   op_overhead        the intercept of a small op's time against its size

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <memory>
 #include <string_view>
@@ -155,6 +156,56 @@ MatmulProbe probe_matmul(DeviceType device, const MatmulShapes& shapes, double s
   probe.seconds = now() - start;
   probe.flops = flops / probe.seconds;
   return probe;
+}
+
+std::vector<GemmShapeProbe> probe_gemm_shapes(DeviceType device, const MatmulShapes& shapes, double seconds) {
+  const std::int64_t C = shapes.channels, N = shapes.tokens;
+  ENGINE_CHECK(C > 0 && N > 0, "probe_gemm_shapes: channels and tokens must be positive, got C=", C, " N=", N);
+  const DType act = device == DeviceType::kCuda ? DType::kBF16 : DType::kF32;
+  Owned inp(device, {N * 4 * C}, act, 0), dout(device, {N * 4 * C}, act, 0), work(device, {N * 4 * C}, act, 0);
+  Owned weight(device, {4 * C * C}, act, 0), dweight(device, {4 * C * C}, DType::kF32, 0);
+  fill_random(inp.tensor, "calibrate.inp", 1.0);
+  fill_random(dout.tensor, "calibrate.dout", 1.0);
+  fill_random(weight.tensor, "calibrate.weight", 0.02);
+  struct Layer {
+    std::int64_t in, out;
+  };
+  const Layer layers[] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};
+  std::vector<GemmShapeProbe> probes;
+  const double budget = seconds / 12.0;
+  for (const Layer& l : layers) {
+    const Tensor x = inp.tensor.flat_slice(0, N * l.in).view({N, l.in});
+    const Tensor dy = dout.tensor.flat_slice(0, N * l.out).view({N, l.out});
+    const Tensor y = work.tensor.flat_slice(0, N * l.out).view({N, l.out});
+    const Tensor dx = work.tensor.flat_slice(0, N * l.in).view({N, l.in});
+    const Tensor w = weight.tensor.flat_slice(0, l.out * l.in).view({l.out, l.in});
+    const Tensor dw = dweight.tensor.flat_slice(0, l.out * l.in).view({l.out, l.in});
+    const std::function<void()> passes[] = {
+        [&] { engine::ops::matmul_forward(y, x, w, Tensor{}); },                // (N, out, in)
+        [&] { engine::ops::matmul_backward(dx, Tensor{}, Tensor{}, dy, x, w); },  // (N, in, out)
+        [&] { engine::ops::matmul_weight_grad(dw, Tensor{}, dy, x); },            // (out, in, N)
+    };
+    const std::int64_t dims[3][3] = {{N, l.out, l.in}, {N, l.in, l.out}, {l.out, l.in, N}};
+    for (int p = 0; p < 3; ++p) {
+      passes[p]();  // untimed: thread pools, cuBLASLt's choice of algorithm
+      sync(device);
+      std::vector<double> times;
+      const double start = now();
+      do {
+        const double t0 = now();
+        passes[p]();
+        sync(device);
+        times.push_back(now() - t0);
+      } while (times.size() < 3 || now() - start < budget);
+      std::sort(times.begin(), times.end());
+      const double median = times[times.size() / 2];
+      GemmShapeProbe probe{dims[p][0], dims[p][1], dims[p][2], 0};
+      probe.flops = 2.0 * static_cast<double>(probe.m) * static_cast<double>(probe.n) * static_cast<double>(probe.k) /
+                    median;
+      probes.push_back(probe);
+    }
+  }
+  return probes;
 }
 
 // ---- memory ---------------------------------------------------------------------

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "engine/tensor.h"
 #include "launch/hardware/cpu_peak.h"
@@ -43,6 +44,18 @@ struct MatmulProbe {
 // accumulation on CUDA) for about `seconds`, and at least once through all
 // four; the first layer is run once untimed first (thread pools, page faults).
 MatmulProbe probe_matmul(engine::DeviceType device, const MatmulShapes& shapes, double seconds);
+
+// Each product of the block's linear layers timed alone (parallel::GemmRate
+// shapes): for a layer of `in` inputs and `out` outputs on N tokens, forward
+// (N, out, in), input gradient (N, in, out) and weight gradient (out, in,
+// N), through ops::matmul_forward, matmul_backward (input gradient only) and
+// matmul_weight_grad. Each repeated for about seconds / (its count), at
+// least 3 times after an untimed run; the median.
+struct GemmShapeProbe {
+  std::int64_t m = 0, n = 0, k = 0;
+  double flops = 0;  // achieved FLOP/s of this rank
+};
+std::vector<GemmShapeProbe> probe_gemm_shapes(engine::DeviceType device, const MatmulShapes& shapes, double seconds);
 
 // ---- memory ---------------------------------------------------------------------
 

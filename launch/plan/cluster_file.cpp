@@ -1,11 +1,13 @@
 #include "launch/plan/cluster_file.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <utility>
 #include <sstream>
 #include <vector>
 
@@ -83,9 +85,16 @@ std::vector<std::string> top_keys() {
   for (const char* link : kLinks) keys.push_back(link);
   for (const Figure& f : figures())
     if (f.optional) keys.push_back(f.key);
+  keys.push_back("gemm_rates");
   keys.push_back("sources");
   return keys;
 }
+
+// A table of rates is for the shapes one model trains at; more entries than
+// this is a file gone wrong.
+constexpr std::size_t kMostGemmRates = 4096;
+// A product's dimension: tokens or features, far beyond any real layer.
+constexpr long long kLargestGemmDimension = 1'000'000'000;
 std::set<std::string> source_keys() {
   std::set<std::string> keys;
   for (const std::string& key : top_keys())
@@ -229,6 +238,7 @@ parallel::Cluster rounded_for_file(const parallel::Cluster& cluster, int digits)
   for (const Figure& f : figures()) c.*f.field = rounded(c.*f.field, f.unit, digits);
   for (const char* link : kLinks)
     for (const LinkFigure& f : link_figures()) c.*link_field(link).*f.field = rounded(c.*link_field(link).*f.field, f.unit, digits);
+  for (parallel::GemmRate& r : c.gemm_rates) r.efficiency = std::min(1.0, rounded(r.efficiency, kFraction, digits));
   return c;
 }
 
@@ -242,6 +252,17 @@ void check_cluster(const parallel::Cluster& cluster, const std::string& where) {
   // A fraction of the peak: above 1 the peak itself is wrong.
   ENGINE_CHECK(cluster.gemm_efficiency <= 1, where, ": key 'gemm_efficiency' must be in (0, 1], got ",
                shown(cluster.gemm_efficiency));
+  ENGINE_CHECK(cluster.gemm_rates.size() <= kMostGemmRates, where, ": key 'gemm_rates' holds ",
+               cluster.gemm_rates.size(), " entries, more than ", kMostGemmRates);
+  for (std::size_t i = 0; i < cluster.gemm_rates.size(); ++i) {
+    const parallel::GemmRate& r = cluster.gemm_rates[i];
+    const std::string key = "gemm_rates[" + std::to_string(i) + "]";
+    for (const auto& [name, value] : {std::pair{"m", r.m}, std::pair{"n", r.n}, std::pair{"k", r.k}})
+      ENGINE_CHECK(value >= 1 && value <= kLargestGemmDimension, where, ": key '", key, ".", name,
+                   "' must be an integer in [1, ", kLargestGemmDimension, "], got ", value);
+    ENGINE_CHECK(std::isfinite(r.efficiency) && r.efficiency > 0 && r.efficiency <= 1, where, ": key '", key,
+                 ".efficiency' must be in (0, 1], got ", shown(r.efficiency));
+  }
   for (const char* link : kLinks)
     for (const LinkFigure& f : link_figures())
       check_positive(cluster.*link_field(link).*f.field, std::string(link) + "." + f.key, f.unit, false, where);
@@ -292,6 +313,33 @@ ClusterFile read_cluster_file_and_sources(const std::string& path) {
           f.unit.to_si(number(required(object, f.key, prefix, where), prefix + f.key, f.unit, where));
   }
 
+  if (root.contains("gemm_rates")) {
+    // [{"m": 2048, "n": 1536, "k": 512, "efficiency": 0.81}, ...]
+    const Json& rates = root.at("gemm_rates");
+    ENGINE_CHECK(rates.is_array(), where, ": key 'gemm_rates' must be an array of {\"m\", \"n\", \"k\", "
+                 "\"efficiency\"} objects, got ", shown(rates));
+    ENGINE_CHECK(rates.size() <= kMostGemmRates, where, ": key 'gemm_rates' holds ", rates.size(),
+                 " entries, more than ", kMostGemmRates);
+    for (std::size_t i = 0; i < rates.size(); ++i) {
+      const Json& entry = rates[i];
+      const std::string prefix = "gemm_rates[" + std::to_string(i) + "].";
+      ENGINE_CHECK(entry.is_object(), where, ": key 'gemm_rates[", i, "]' must be an object {\"m\", \"n\", "
+                   "\"k\", \"efficiency\"}, got ", shown(entry));
+      refuse_unknown(entry, {"m", "n", "k", "efficiency"}, prefix, where);
+      parallel::GemmRate r;
+      for (const auto& [name, field] : {std::pair{"m", &parallel::GemmRate::m}, std::pair{"n", &parallel::GemmRate::n},
+                                        std::pair{"k", &parallel::GemmRate::k}}) {
+        const Json& v = required(entry, name, prefix, where);
+        ENGINE_CHECK(v.is_number_integer() && v.get<long long>() >= 1 && v.get<long long>() <= kLargestGemmDimension,
+                     where, ": key '", prefix, name, "' must be an integer in [1, ", kLargestGemmDimension, "], got ",
+                     shown(v));
+        r.*field = v.get<std::int64_t>();
+      }
+      r.efficiency = number(required(entry, "efficiency", prefix, where), prefix + "efficiency", kFraction, where);
+      c.gemm_rates.push_back(r);
+    }
+  }
+
   if (root.contains("sources")) {
     const Json& sources = root.at("sources");
     ENGINE_CHECK(sources.is_object(), where, ": key 'sources' must be an object of texts, got ", shown(sources));
@@ -329,6 +377,12 @@ void write_cluster_file(const std::string& path, const parallel::Cluster& cluste
   }
   for (const Figure& f : figures())
     if (f.optional) root[f.key] = file_value(cluster.*f.field, f.unit);
+  if (!cluster.gemm_rates.empty()) {
+    Json rates = Json::array();
+    for (const parallel::GemmRate& r : cluster.gemm_rates)
+      rates.push_back({{"m", r.m}, {"n", r.n}, {"k", r.k}, {"efficiency", file_value(r.efficiency, kFraction)}});
+    root["gemm_rates"] = rates;
+  }
   if (!sources.empty()) {
     // In the file's key order, not the map's alphabetical one.
     Json object = Json::object();

@@ -15,8 +15,15 @@
 //     "intra_node": {"bandwidth_gb_per_s": 230, "latency_us": 10},
 //     "inter_node": {"bandwidth_gb_per_s": 23, "latency_us": 15},
 //     "storage_write_gb_per_s": 2,            // optional; 0 or absent = unknown
+//     "gemm_rates": [{"m": 8192, "n": 6144, "k": 2048, "efficiency": 0.74}, ...],   // optional
 //     "sources": {"peak_tflops": "why this value, and where it was read", ...}   // optional
 //   }
+//
+// "gemm_rates" (parallel::GemmRate): efficiencies measured shape by shape,
+// D (m x n) = A (m x k) B (k x n); a product within a factor of 2 of a listed
+// shape in every dimension runs at the nearest one's rate, any other at
+// gemm_efficiency (model/step_cost.h). `plan --calibrate` writes the shapes of
+// the model it is given: one GEMM's rate can be a quarter below another's.
 //
 // GB = 1e9 bytes (as bandwidths are quoted), GiB = 2^30 bytes (as memory
 // is). Every figure is per device; links are parallel::Link's (the bandwidth
@@ -25,8 +32,9 @@
 //
 // The file is checked strictly, because a planner's every prediction rests on
 // it: a key given twice, an unknown key, a missing required key, a value of
-// the wrong JSON type, a non-positive figure, or gemm_efficiency outside
-// (0, 1] is refused with one line (an engine::Error) naming the file and the
+// the wrong JSON type, a non-positive figure, gemm_efficiency or a gemm_rates
+// efficiency outside (0, 1], or a gemm_rates dimension that is not a positive
+// integer is refused with one line (an engine::Error) naming the file and the
 // key. "sources" holds free text per key: its keys must be keys of the file
 // ("peak_tflops", "intra_node", or "intra_node.bandwidth_gb_per_s").
 #pragma once

@@ -101,6 +101,15 @@ TEST(Calibrate, MeasuresThisMachineAndWritesAFileThatReadsBack) {
     expect_same_everywhere(value, what);
   }
   EXPECT_LE(c.gemm_efficiency, 1.0);
+  // The block's twelve products (4 layers x forward, input and weight
+  // gradient), each its own rate, the same on every rank.
+  ASSERT_EQ(c.gemm_rates.size(), 12u);
+  for (const parallel::GemmRate& g : c.gemm_rates) {
+    EXPECT_TRUE(g.m > 0 && g.n > 0 && g.k > 0);
+    EXPECT_TRUE(g.efficiency > 0 && g.efficiency <= 1.0) << g.efficiency;
+    expect_same_everywhere(g.efficiency, "a gemm rate");
+  }
+  ASSERT_TRUE(result.sources.count("gemm_rates"));
   // Bounds any machine meets, even one whose cores other jobs (ctest -j) keep
   // busy, where an OpenMP fork/join can take milliseconds: under a second.
   EXPECT_LT(c.intra_node.latency_seconds, 1.0);
@@ -127,6 +136,9 @@ TEST(Calibrate, MeasuresThisMachineAndWritesAFileThatReadsBack) {
     expect_close(r.inter_node.latency_seconds, c.inter_node.latency_seconds, "inter latency");
     expect_close(r.inter_node.bandwidth_bytes_per_second, c.inter_node.bandwidth_bytes_per_second, "inter bw");
     expect_close(r.storage_write_bandwidth, c.storage_write_bandwidth, "storage");
+    ASSERT_EQ(r.gemm_rates.size(), c.gemm_rates.size());
+    for (std::size_t i = 0; i < r.gemm_rates.size(); ++i)
+      expect_close(r.gemm_rates[i].efficiency, c.gemm_rates[i].efficiency, "a gemm rate");
     EXPECT_EQ(file.sources, result.sources);
     for (const char* key : {"name", "device", "devices_per_node", "peak_tflops", "memory_gib", "gemm_efficiency",
                             "memory_bandwidth_gb_per_s", "op_overhead_us", "storage_write_gb_per_s"})

@@ -359,3 +359,48 @@ TEST(ClusterFile, HostileFilesAreReadOrRefusedInOneLine) {
   });
   EXPECT_GT(refused, variants.size() / 2);
 }
+
+// "gemm_rates": the efficiencies of a table of product shapes round-trip,
+// and every kind of bad entry is refused naming the entry and its key.
+TEST(ClusterFile, GemmRatesRoundTripAndBadEntriesAreNamed) {
+  TempDir dir("cluster_file_gemm_rates");
+  nlohmann::ordered_json j = selene();
+  j["gemm_rates"] = nlohmann::ordered_json::array(
+      {{{"m", 8192}, {"n", 6144}, {"k", 2048}, {"efficiency", 0.74}},
+       {{"m", 2048}, {"n", 2048}, {"k", 8192}, {"efficiency", 0.61}}});
+  write_text(dir / "a.json", j.dump());
+  const launch::ClusterFile a = read_cluster_file_and_sources(dir / "a.json");
+  ASSERT_EQ(a.cluster.gemm_rates.size(), 2u);
+  EXPECT_EQ(a.cluster.gemm_rates[1].k, 8192);
+  EXPECT_EQ(a.cluster.gemm_rates[0].efficiency, 0.74);
+  write_cluster_file(dir / "b.json", a.cluster, {{"gemm_rates", "measured at gpt2-1558m's shapes"}});
+  const launch::ClusterFile b = read_cluster_file_and_sources(dir / "b.json");
+  ASSERT_EQ(b.cluster.gemm_rates.size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(b.cluster.gemm_rates[i].m, a.cluster.gemm_rates[i].m);
+    EXPECT_EQ(b.cluster.gemm_rates[i].n, a.cluster.gemm_rates[i].n);
+    EXPECT_EQ(b.cluster.gemm_rates[i].k, a.cluster.gemm_rates[i].k);
+    EXPECT_EQ(b.cluster.gemm_rates[i].efficiency, a.cluster.gemm_rates[i].efficiency);
+  }
+  EXPECT_EQ(b.sources.at("gemm_rates"), "measured at gpt2-1558m's shapes");
+
+  auto with = [&](const nlohmann::ordered_json& rates) {
+    nlohmann::ordered_json bad = selene();
+    bad["gemm_rates"] = rates;
+    return error_reading(dir, bad);
+  };
+  using J = nlohmann::ordered_json;
+  EXPECT_MENTIONS(with(J::object()), "'gemm_rates' must be an array");
+  EXPECT_MENTIONS(with(J::array({1})), "'gemm_rates[0]' must be an object");
+  EXPECT_MENTIONS(with(J::array({{{"m", 1}, {"n", 2}, {"efficiency", 0.5}}})), "'gemm_rates[0].k' is missing");
+  EXPECT_MENTIONS(with(J::array({{{"m", 1}, {"n", 2}, {"k", 0}, {"efficiency", 0.5}}})),
+                  "'gemm_rates[0].k' must be an integer in [1, ");
+  EXPECT_MENTIONS(with(J::array({{{"m", 1.5}, {"n", 2}, {"k", 3}, {"efficiency", 0.5}}})),
+                  "'gemm_rates[0].m' must be an integer");
+  EXPECT_MENTIONS(with(J::array({{{"m", 1}, {"n", 2}, {"k", 3}, {"efficiency", 1.5}}})),
+                  "'gemm_rates[0].efficiency' must be in (0, 1], got 1.5");
+  EXPECT_MENTIONS(with(J::array({{{"m", 1}, {"n", 2}, {"k", 3}, {"efficiency", "fast"}}})),
+                  "'gemm_rates[0].efficiency' must be a number");
+  EXPECT_MENTIONS(with(J::array({{{"m", 1}, {"n", 2}, {"k", 3}, {"efficiency", 0.5}, {"batch", 4}}})),
+                  "unknown key 'gemm_rates[0].batch'");
+}

@@ -371,3 +371,52 @@ TEST(Planner, ChoosesTheVirtualStagesWithTheLayout) {
   EXPECT_TRUE(interleaves);
   EXPECT_FALSE(zero_bubble);
 }
+
+// GEMM rates by shape (model/step_cost.h gemm_efficiency_at): a product at
+// a measured shape runs at its rate, one within a factor of 2 of it at the
+// nearest one's, any other at gemm_efficiency; a table measured at a
+// model's small products, slower than the large square gemm_efficiency came
+// from, makes that model's layouts slower and leaves a model of large
+// products alone.
+TEST(Planner, GemmRatesByShape) {
+  parallel::Cluster c = test_gpu_cluster();
+  c.gemm_efficiency = 0.8;
+  EXPECT_EQ(model::gemm_efficiency_at(c, 4096, 3072, 1024), 0.8);  // no table
+  c.gemm_rates = {{4096, 3072, 1024, 0.55}, {4096, 1024, 1024, 0.5}, {1024, 1024, 4096, 0.6}};
+  EXPECT_EQ(model::gemm_efficiency_at(c, 4096, 3072, 1024), 0.55);  // measured
+  EXPECT_EQ(model::gemm_efficiency_at(c, 4096, 1024, 1024), 0.5);
+  EXPECT_EQ(model::gemm_efficiency_at(c, 3000, 3072, 1024), 0.55);  // nearest, within 2x
+  EXPECT_EQ(model::gemm_efficiency_at(c, 4096, 1200, 1024), 0.5);
+  EXPECT_EQ(model::gemm_efficiency_at(c, 65536, 8192, 8192), 0.8);  // far from every entry
+
+  launch::PlanRequest r = gpt2_request(8);  // gpt2-350m: C 1024 at 1024 tokens a sequence
+  model::ParallelLayout l;
+  l.dp = 8;
+  l.micro_batch = 4;
+  l.micro_batches = r.global_batch / 8 / 4;
+  l.seq_len = r.seq_len;
+  l.precision = r.precision();
+  l.device = r.cluster.device;
+  r.cluster.gemm_efficiency = 0.8;
+  const launch::Prediction plain = launch::predict(r, l);
+  // A table that gives every product the default rate changes nothing.
+  const std::int64_t N = 4 * 1024, C = 1024;
+  for (const auto& [in, out] : {std::pair{C, 3 * C}, std::pair{C, C}, std::pair{C, 4 * C}, std::pair{4 * C, C}})
+    for (const auto& [m, n, k] : {std::tuple{N, out, in}, std::tuple{N, in, out}, std::tuple{out, in, N}})
+      r.cluster.gemm_rates.push_back({m, n, k, 0.8});
+  EXPECT_NEAR(launch::predict(r, l).step_seconds, plain.step_seconds, 1e-12 * plain.step_seconds);
+  // The block's products measured a quarter slower: the step is slower by
+  // (nearly) a quarter of the blocks' matmul time, not the head's.
+  for (parallel::GemmRate& g : r.cluster.gemm_rates) g.efficiency = 0.6;
+  const launch::Prediction slower = launch::predict(r, l);
+  EXPECT_GT(slower.step_seconds, plain.step_seconds);
+  EXPECT_GT(slower.compute_seconds - plain.compute_seconds, 0.05 * plain.compute_seconds);
+  // A model whose products are 4x wider is far from every entry: unchanged.
+  launch::PlanRequest wide = r;
+  wide.model.n_embd = 4096;
+  wide.model.n_head = 32;
+  launch::PlanRequest wide_plain = wide;
+  wide_plain.cluster.gemm_rates.clear();
+  EXPECT_NEAR(launch::predict(wide, l).step_seconds, launch::predict(wide_plain, l).step_seconds,
+              1e-12 * launch::predict(wide_plain, l).step_seconds);
+}
