@@ -69,7 +69,7 @@ BlockActivations allocate_block_activations(engine::Arena& arena, const GptConfi
 
 WeightGradStash allocate_weight_grad_stash(engine::Arena& arena, const GptConfig& config, ActivationShape s,
                                            TensorParallel tp, bool owns_inputs) {
-  const std::int64_t B = s.batch, T = s.seq, C = config.n_embd, Cl = C / tp.size;
+  const std::int64_t B = s.batch, T = s.seq, C = config.n_embd;
   const engine::DType dt = s.dtype;
   WeightGradStash w;
   w.d_qkv = arena.allocate(Shape{B, T, config.qkv_width() / tp.size}, dt, "stash_d_qkv");
@@ -87,12 +87,7 @@ WeightGradStash allocate_weight_grad_stash(engine::Arena& arena, const GptConfig
     w.d_ln1_b = part(2);
     w.d_ln2_b = part(3);
   }
-  if (owns_inputs) {
-    w.ln1 = arena.allocate(Shape{B, T, C}, dt, "stash_ln1");
-    w.atty = arena.allocate(Shape{B, T, Cl}, dt, "stash_atty");
-    w.ln2 = arena.allocate(Shape{B, T, C}, dt, "stash_ln2");
-    w.fc_gelu = arena.allocate(Shape{B, T, config.mlp_width() / tp.size}, dt, "stash_fc_gelu");
-  }
+  if (owns_inputs) w = stash_inputs_of(w, allocate_weight_inputs(arena, config, s, tp));
   return w;
 }
 

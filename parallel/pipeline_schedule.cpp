@@ -317,7 +317,14 @@ double zero_bubble_h1_bubble_fraction(int pp_size, int micro_batches, double for
                "zero_bubble_h1_bubble_fraction needs pp_size >= 1, micro_batches >= 1 and non-negative pass times "
                "that are not all 0; got pp_size ", pp_size, ", ", micro_batches, " micro-batches and ", forward_seconds,
                ", ", backward_input_seconds, ", ", weight_seconds, " s");
-  const double bubble = (pp_size - 1) * std::max(0.0, forward_seconds + backward_input_seconds - weight_seconds);
+  // Qi et al. 2024, section 3.1: (p - 1)(T_F + T_B - T_W), when m >= p and
+  // a W fits the gap it fills (T_W <= T_F, T_B). The general form is what
+  // the schedule does (simulated_step_seconds, over pp 1..8, m 1..16 and
+  // many ratios): each of the first min(m, p) - 1 gaps hides one W, at most
+  // as long as the shorter of F and B.
+  const double p = pp_size, m = micro_batches;
+  const double hidden = std::min({weight_seconds, forward_seconds, backward_input_seconds});
+  const double bubble = (p - 1) * (forward_seconds + backward_input_seconds) - (std::min(m, p) - 1) * hidden;
   const double work = micro_batches * (forward_seconds + backward_input_seconds + weight_seconds);
   return bubble / (work + bubble);
 }

@@ -170,7 +170,10 @@ double bubble_fraction(int pp_size, int micro_batches);
 double interleaved_bubble_fraction(int pp_size, int micro_batches, int virtual_stages);
 // ZB-H1's (Qi et al. 2024, section 3.1): bubble (p - 1)(T_F + T_B - T_W)
 // beside m (T_F + T_B + T_W) of work, as a fraction of the step; T_B is the
-// input-gradient pass, T_W the weight-gradient pass. For m >= p.
+// input-gradient pass, T_W the weight-gradient pass. That is the paper's
+// regime (m >= p, T_W <= T_F, T_B); in general the schedule's bubble is
+// (p - 1)(T_F + T_B) - (min(m, p) - 1) min(T_W, T_F, T_B), which this returns.
+// Any m >= 1.
 double zero_bubble_h1_bubble_fraction(int pp_size, int micro_batches, double forward_seconds,
                                       double backward_input_seconds, double weight_seconds);
 

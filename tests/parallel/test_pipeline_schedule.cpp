@@ -270,6 +270,13 @@ TEST(ZeroBubbleH1, InvariantsForManyShapes) {
       ASSERT_EQ(check_schedules(stages, m), "");
       for (int s = 0; s < pp; ++s) {
         ASSERT_TRUE(splits_backward(stages[s]));
+        // Without its W's a ZB-H1 list is the 1F1B list: it posts 1F1B's
+        // batches in 1F1B's order (the deadlock argument at the top of
+        // pipeline_schedule.h).
+        std::vector<Action> without_weights;
+        for (const Action& a : stages[s])
+          if (a.kind != ActionKind::kWeight) without_weights.push_back(a);
+        ASSERT_EQ(without_weights, one_f_one_b(pp, s, m)) << "stage " << s;
         // F..B as 1F1B (p - s); B..W up to s + 1; F..W at most p on any stage.
         ASSERT_EQ(peak_in_flight(stages[s]), std::min(pp - s, m)) << "stage " << s;
         ASSERT_EQ(peak_awaiting_weight(stages[s]), std::min(s + 1, m)) << "stage " << s;
@@ -297,6 +304,16 @@ TEST(ZeroBubbleH1, SimulatedBubbleMatchesThePaper) {
         EXPECT_NEAR((zb - ideal) / zb, zero_bubble_h1_bubble_fraction(pp, m, f, b, w), 1e-12);
         const double one_f_one_b_time = simulated_step_seconds(whole_pipeline(ScheduleKind::kOneFOneB, pp, m), m, 1, f, b + w);
         if (pp > 1) EXPECT_LT(zb, one_f_one_b_time);
+      }
+  // Outside the paper's regime (fewer micro-batches than stages; a W longer
+  // than F or B) the general form holds.
+  for (const auto& [f, b, w] : {std::tuple{1.0, 1.0, 1.0}, std::tuple{1.0, 0.7, 1.3}, std::tuple{0.6, 1.0, 2.0}})
+    for (int pp = 2; pp <= 8; ++pp)
+      for (int m = 1; m <= 12; ++m) {
+        const double zb = simulated_step_seconds(whole_pipeline(ScheduleKind::kZeroBubbleH1, pp, m), m, 1, f, b, w);
+        const double ideal = m * (f + b + w);
+        EXPECT_NEAR((zb - ideal) / zb, zero_bubble_h1_bubble_fraction(pp, m, f, b, w), 1e-12)
+            << "pp " << pp << " m " << m << " F B W " << f << " " << b << " " << w;
       }
   // The numbers the documentation quotes: p 4, m 8 at F = B = W = 1.
   EXPECT_DOUBLE_EQ(simulated_step_seconds(whole_pipeline(ScheduleKind::kOneFOneB, 4, 8), 8, 1, 1.0, 2.0), 33.0);
