@@ -22,6 +22,12 @@ namespace parallel {
 struct Link {
   double latency_seconds = 0;
   double bandwidth_bytes_per_second = 0;
+  // Optional: the bus bandwidths of an all-gather and of a reduce-scatter of
+  // a ZeRO unit's size (`plan --calibrate` times them at the model's block
+  // size), which on a CPU node differ from a large all-reduce's by up to 4x
+  // either way (examples/benchmarks/RESULTS.md); 0 = bandwidth_bytes_per_second.
+  double all_gather_bytes_per_second = 0;
+  double reduce_scatter_bytes_per_second = 0;
 };
 
 // The achieved fraction of peak_flops of one matrix product shape, measured:

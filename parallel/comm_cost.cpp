@@ -7,9 +7,10 @@
 namespace parallel {
 
 namespace {
-double transfer(double bytes, const Link& link) {
+// `bytes` at `bandwidth`, or at the link's bandwidth where that is 0 (not measured).
+double transfer(double bytes, const Link& link, double bandwidth = 0) {
   ENGINE_CHECK(link.bandwidth_bytes_per_second > 0, "a link needs a positive bandwidth");
-  return bytes / link.bandwidth_bytes_per_second;
+  return bytes / (bandwidth > 0 ? bandwidth : link.bandwidth_bytes_per_second);
 }
 }  // namespace
 
@@ -22,10 +23,14 @@ double all_reduce_seconds(double bytes, int ranks, const Link& link) {
 double reduce_scatter_seconds(double bytes, int ranks, const Link& link) {
   if (ranks <= 1 || bytes <= 0) return 0;
   const double n = ranks;
-  return (n - 1) * link.latency_seconds + transfer((n - 1) / n * bytes, link);
+  return (n - 1) * link.latency_seconds + transfer((n - 1) / n * bytes, link, link.reduce_scatter_bytes_per_second);
 }
 
-double all_gather_seconds(double bytes, int ranks, const Link& link) { return reduce_scatter_seconds(bytes, ranks, link); }
+double all_gather_seconds(double bytes, int ranks, const Link& link) {
+  if (ranks <= 1 || bytes <= 0) return 0;
+  const double n = ranks;
+  return (n - 1) * link.latency_seconds + transfer((n - 1) / n * bytes, link, link.all_gather_bytes_per_second);
+}
 
 double send_seconds(double bytes, const Link& link) { return link.latency_seconds + transfer(bytes, link); }
 
@@ -60,10 +65,17 @@ Link axis_link(const Cluster& cluster, Axis axis, int tp, int pp, int dp) {
   }
   if (!crosses) return cluster.intra_node;
   Link link = cluster.inter_node;
-  if (fewest > 1 && axis != Axis::kPp)  // the ring's hops inside a node bound it too
-    link.bandwidth_bytes_per_second =
-        std::max(link.bandwidth_bytes_per_second,
-                 std::min(cluster.intra_node.bandwidth_bytes_per_second, fewest * link.bandwidth_bytes_per_second));
+  if (fewest > 1 && axis != Axis::kPp) {  // the ring's hops inside a node bound it too
+    const auto widened = [&](double Link::*field) {
+      if (link.*field > 0)
+        link.*field = std::max(link.*field, std::min(cluster.intra_node.*field > 0 ? cluster.intra_node.*field
+                                                                                  : cluster.intra_node.bandwidth_bytes_per_second,
+                                                     fewest * link.*field));
+    };
+    widened(&Link::bandwidth_bytes_per_second);
+    widened(&Link::all_gather_bytes_per_second);
+    widened(&Link::reduce_scatter_bytes_per_second);
+  }
   return link;
 }
 

@@ -11,7 +11,9 @@
 //   reduce_scatter     (n-1) alpha +   (n-1)/n B / bw
 //   all_gather         (n-1) alpha +   (n-1)/n B / bw
 //   send                     alpha +           B / bw
-// where bw is the link's ring (bus) bandwidth (parallel/cluster.h). A group
+// where bw is the link's ring (bus) bandwidth (parallel/cluster.h), or for
+// an all-gather and a reduce-scatter the link's own figure for that
+// collective where it has one. A group
 // whose ring leaves a node runs at the inter-node link's speed (its slowest
 // hop); NCCL's trees and NVLS cut the latency term at scale, which this
 // model ignores (it matters only for small messages).

@@ -328,9 +328,12 @@ Calibration calibrate(MPI_Comm world, const CalibrateOptions& o) {
   int cross_rank = 0;
   MPI_Comm_rank(cross, &cross_rank);
   MPI_Comm_split(cross, cross_rank / 2, cross_rank, &inter_pair);
-  const LinkProbe intra = probe_link(world, intra_pair, node, c.device, kLinkBytes, o.seconds);
+  // A ZeRO unit: one block's parameters in f32 (its gradient's reduce-scatter; its
+  // gather moves the working copy, half that on a GPU), at the probe's width.
+  const std::size_t unit_bytes = static_cast<std::size_t>(12 * shapes.channels * shapes.channels) * 4;
+  const LinkProbe intra = probe_link(world, intra_pair, node, c.device, kLinkBytes, o.seconds, unit_bytes);
   LinkProbe inter;
-  if (nodes > 1) inter = probe_link(world, inter_pair, cross, c.device, kLinkBytes, o.seconds);
+  if (nodes > 1) inter = probe_link(world, inter_pair, cross, c.device, kLinkBytes, o.seconds, unit_bytes);
   MPI_Comm_free(&inter_pair);
   MPI_Comm_free(&cross);
   MPI_Comm_free(&intra_pair);
@@ -350,6 +353,15 @@ Calibration calibrate(MPI_Comm world, const CalibrateOptions& o) {
                            " (n = " + std::to_string(p.group_size) + "), " + std::to_string(p.groups) +
                            " group" + (p.groups == 1 ? "" : "s") + " at once, mean over ranks; " + pingpong
                      : "one-way bandwidth of a ping-pong (no all-reduce group): " + pingpong;
+    link.all_gather_bytes_per_second = p.allgather_busbw;
+    link.reduce_scatter_bytes_per_second = p.reduce_scatter_busbw;
+    if (p.allgather_busbw > 0) {
+      const std::string unit = "of a " + num(static_cast<double>(unit_bytes) / kMiB) +
+                               " MiB f32 buffer (one block's parameters at C=" + std::to_string(shapes.channels) +
+                               ", a ZeRO unit) over " + group_words + ", mean over ranks";
+      why[key + ".all_gather_gb_per_s"] = "bus bandwidth (n-1)/n x bytes / time of an all-gather " + unit;
+      why[key + ".reduce_scatter_gb_per_s"] = "bus bandwidth (n-1)/n x bytes / time of a reduce-scatter " + unit;
+    }
   };
   const bool has_intra = intra.pairs > 0, has_inter = nodes > 1 && inter.pairs > 0;
   if (has_intra) link_from(intra, c.intra_node, "intra_node", "of one node", "the ranks of each node");

@@ -325,6 +325,20 @@ double ping_pong(parallel::Communicator* pair, const Tensor& t, int repetitions,
   return now() - t0;
 }
 
+// All-gathers of `whole` from each rank's `part`, or reduce-scatters of it
+// into `part` (1/n of it, a buffer of its own: MPI forbids overlapping ones).
+double gathers_or_scatters(parallel::Communicator* group, const Tensor& whole, const Tensor& part, bool gather,
+                           int repetitions, DeviceType device) {
+  if (group == nullptr) return 0;
+  const double t0 = now();
+  for (int i = 0; i < repetitions; ++i) {
+    if (gather) group->all_gather(part, whole);
+    else group->reduce_scatter(whole, part);
+  }
+  sync(device);
+  return now() - t0;
+}
+
 double all_reduces(parallel::Communicator* group, const Tensor& t, int repetitions, DeviceType device) {
   if (group == nullptr) return 0;
   const double t0 = now();
@@ -336,7 +350,7 @@ double all_reduces(parallel::Communicator* group, const Tensor& t, int repetitio
 }  // namespace
 
 LinkProbe probe_link(MPI_Comm world, MPI_Comm pair_comm, MPI_Comm group_comm, DeviceType device,
-                     std::size_t large_bytes, double seconds) {
+                     std::size_t large_bytes, double seconds, std::size_t unit_bytes) {
   ENGINE_CHECK(large_bytes >= 8, "probe_link: large_bytes must be at least 8, got ", large_bytes);
   const std::unique_ptr<parallel::Communicator> pair = communicator_for(pair_comm, device, "pair");
   const std::unique_ptr<parallel::Communicator> group = communicator_for(group_comm, device, "group");
@@ -364,8 +378,30 @@ LinkProbe probe_link(MPI_Comm world, MPI_Comm pair_comm, MPI_Comm group_comm, De
   barrier_sleeping(world);
   const double reduce_time = all_reduces(group.get(), large.tensor, reduce_reps, device);
 
+  // All-gather and reduce-scatter of a unit. The group's size is agreed
+  // (the largest), and the buffer rounded to a multiple of it.
+  int group_ranks = group ? group->size() : 1;
+  MPI_Allreduce(MPI_IN_PLACE, &group_ranks, 1, MPI_INT, MPI_MAX, world);
+  const std::int64_t unit_elements = static_cast<std::int64_t>(unit_bytes / 4) / group_ranks * group_ranks;
+  double gather_time = 0, scatter_time = 0;
+  int unit_reps = 0;
+  if (unit_elements > 0) {
+    const std::int64_t mine = group ? unit_elements / group->size() : unit_elements;
+    Owned unit(device, {unit_elements}, DType::kF32, 0), part(device, {mine}, DType::kF32, 0);
+    const auto run = [&](bool gather, int repetitions) {
+      return gathers_or_scatters(group.get(), unit.tensor, part.tensor, gather, repetitions, device);
+    };
+    run(true, 1);
+    unit_reps = agreed_repetitions(world, run(true, 1), seconds / 4, 3, 100000);
+    barrier_sleeping(world);
+    gather_time = run(true, unit_reps);
+    run(false, 1);
+    barrier_sleeping(world);
+    scatter_time = run(false, unit_reps);
+  }
+
   // Means over the ranks that measured.
-  double sums[7] = {0, 0, 0, 0, 0, 0, 0};
+  double sums[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
   if (pair) {
     sums[0] = small_time / (2.0 * small_reps);
     sums[1] = bytes / (large_time / (2.0 * large_reps));
@@ -376,8 +412,14 @@ LinkProbe probe_link(MPI_Comm world, MPI_Comm pair_comm, MPI_Comm group_comm, De
     sums[3] = 2 * (n - 1) / n * bytes / (reduce_time / reduce_reps);
     sums[4] = 1;
     sums[5] = group->rank() == 0 ? 1 : 0;
+    if (unit_reps > 0) {
+      const double unit = static_cast<double>(unit_elements) * 4;
+      sums[6] = (n - 1) / n * unit / (gather_time / unit_reps);
+      sums[7] = (n - 1) / n * unit / (scatter_time / unit_reps);
+      sums[8] = 1;
+    }
   }
-  MPI_Allreduce(MPI_IN_PLACE, sums, 6, MPI_DOUBLE, MPI_SUM, world);
+  MPI_Allreduce(MPI_IN_PLACE, sums, 9, MPI_DOUBLE, MPI_SUM, world);
   int largest_group = group ? group->size() : 0;
   MPI_Allreduce(MPI_IN_PLACE, &largest_group, 1, MPI_INT, MPI_MAX, world);
 
@@ -388,6 +430,10 @@ LinkProbe probe_link(MPI_Comm world, MPI_Comm pair_comm, MPI_Comm group_comm, De
     probe.pairs = static_cast<int>(sums[2] / 2 + 0.5);
   }
   if (sums[4] > 0) probe.allreduce_busbw = sums[3] / sums[4];
+  if (sums[8] > 0) {
+    probe.allgather_busbw = sums[6] / sums[8];
+    probe.reduce_scatter_busbw = sums[7] / sums[8];
+  }
   probe.groups = static_cast<int>(sums[5] + 0.5);
   probe.group_size = largest_group;
   probe.backend = backend_name(device);

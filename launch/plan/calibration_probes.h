@@ -106,13 +106,18 @@ struct LinkProbe {
   double latency_seconds = 0;
   double pingpong_bytes_per_second = 0;
   double allreduce_busbw = 0;
+  // (n-1)/n x bytes / time of an all-gather and of a reduce-scatter of
+  // unit_bytes over the group (0 without unit_bytes or a group).
+  double allgather_busbw = 0, reduce_scatter_busbw = 0;
   int pairs = 0;         // pairs that ping-ponged
   int group_size = 0;    // largest all-reduce group
   int groups = 0;        // all-reduce groups of size >= 2
   std::string backend;   // the communicator used ("mpi", "nccl")
 };
+// unit_bytes > 0: also an all-gather and a reduce-scatter of that many
+// bytes (a ZeRO unit's), each repeated for about seconds / 4.
 LinkProbe probe_link(MPI_Comm world, MPI_Comm pair, MPI_Comm group, engine::DeviceType device,
-                     std::size_t large_bytes, double seconds);
+                     std::size_t large_bytes, double seconds, std::size_t unit_bytes = 0);
 
 // ---- storage --------------------------------------------------------------------
 

@@ -62,11 +62,14 @@ struct LinkFigure {
   const char* key;
   Unit unit;
   double parallel::Link::*field;
+  bool optional = false;  // absent = 0 = not measured
 };
 const std::vector<LinkFigure>& link_figures() {
   static const std::vector<LinkFigure> list = {
       {"bandwidth_gb_per_s", kGbPerS, &parallel::Link::bandwidth_bytes_per_second},
       {"latency_us", kMicroseconds, &parallel::Link::latency_seconds},
+      {"all_gather_gb_per_s", kGbPerS, &parallel::Link::all_gather_bytes_per_second, true},
+      {"reduce_scatter_gb_per_s", kGbPerS, &parallel::Link::reduce_scatter_bytes_per_second, true},
   };
   return list;
 }
@@ -265,7 +268,7 @@ void check_cluster(const parallel::Cluster& cluster, const std::string& where) {
   }
   for (const char* link : kLinks)
     for (const LinkFigure& f : link_figures())
-      check_positive(cluster.*link_field(link).*f.field, std::string(link) + "." + f.key, f.unit, false, where);
+      check_positive(cluster.*link_field(link).*f.field, std::string(link) + "." + f.key, f.unit, f.optional, where);
 }
 
 ClusterFile read_cluster_file_and_sources(const std::string& path) {
@@ -308,9 +311,11 @@ ClusterFile read_cluster_file_and_sources(const std::string& path) {
     std::vector<std::string> known;
     for (const LinkFigure& f : link_figures()) known.push_back(f.key);
     refuse_unknown(object, known, prefix, where);
-    for (const LinkFigure& f : link_figures())
+    for (const LinkFigure& f : link_figures()) {
+      if (f.optional && !object.contains(f.key)) continue;
       c.*link_field(link).*f.field =
           f.unit.to_si(number(required(object, f.key, prefix, where), prefix + f.key, f.unit, where));
+    }
   }
 
   if (root.contains("gemm_rates")) {
@@ -372,7 +377,9 @@ void write_cluster_file(const std::string& path, const parallel::Cluster& cluste
     if (!f.optional) root[f.key] = file_value(cluster.*f.field, f.unit);
   for (const char* link : kLinks) {
     Json object;
-    for (const LinkFigure& f : link_figures()) object[f.key] = file_value(cluster.*link_field(link).*f.field, f.unit);
+    for (const LinkFigure& f : link_figures())
+      if (!f.optional || cluster.*link_field(link).*f.field > 0)
+        object[f.key] = file_value(cluster.*link_field(link).*f.field, f.unit);
     root[link] = object;
   }
   for (const Figure& f : figures())

@@ -12,7 +12,8 @@
 //     "gemm_efficiency": 0.8,                 // in (0, 1]: achieved fraction of peak on training's matmuls
 //     "memory_bandwidth_gb_per_s": 2039,      // one device's memory bandwidth, 1e9 bytes/s
 //     "op_overhead_us": 5,                    // fixed cost of one op, microseconds
-//     "intra_node": {"bandwidth_gb_per_s": 230, "latency_us": 10},
+//     "intra_node": {"bandwidth_gb_per_s": 230, "latency_us": 10,
+//                    "all_gather_gb_per_s": 180, "reduce_scatter_gb_per_s": 170},   // the last two optional
 //     "inter_node": {"bandwidth_gb_per_s": 23, "latency_us": 15},
 //     "storage_write_gb_per_s": 2,            // optional; 0 or absent = unknown
 //     "gemm_rates": [{"m": 8192, "n": 6144, "k": 2048, "efficiency": 0.74}, ...],   // optional
@@ -28,7 +29,9 @@
 // GB = 1e9 bytes (as bandwidths are quoted), GiB = 2^30 bytes (as memory
 // is). Every figure is per device; links are parallel::Link's (the bandwidth
 // one device sends at while receiving as much, i.e. an all-reduce's bus
-// bandwidth, and the latency of one message).
+// bandwidth, and the latency of one message; optionally an all-gather's and
+// a reduce-scatter's bus bandwidth of a ZeRO unit's size, which the planner
+// then uses for those collectives).
 //
 // The file is checked strictly, because a planner's every prediction rests on
 // it: a key given twice, an unknown key, a missing required key, a value of

@@ -110,6 +110,12 @@ TEST(Calibrate, MeasuresThisMachineAndWritesAFileThatReadsBack) {
     expect_same_everywhere(g.efficiency, "a gemm rate");
   }
   ASSERT_TRUE(result.sources.count("gemm_rates"));
+  // With a group of two or more ranks, the unit-sized all-gather and reduce-scatter too.
+  if (world_size() > 1) {
+    EXPECT_TRUE(positive_finite(c.intra_node.all_gather_bytes_per_second));
+    EXPECT_TRUE(positive_finite(c.intra_node.reduce_scatter_bytes_per_second));
+    EXPECT_TRUE(result.sources.count("intra_node.all_gather_gb_per_s"));
+  }
   // Bounds any machine meets, even one whose cores other jobs (ctest -j) keep
   // busy, where an OpenMP fork/join can take milliseconds: under a second.
   EXPECT_LT(c.intra_node.latency_seconds, 1.0);

@@ -404,3 +404,25 @@ TEST(ClusterFile, GemmRatesRoundTripAndBadEntriesAreNamed) {
   EXPECT_MENTIONS(with(J::array({{{"m", 1}, {"n", 2}, {"k", 3}, {"efficiency", 0.5}, {"batch", 4}}})),
                   "unknown key 'gemm_rates[0].batch'");
 }
+
+// A link's optional all-gather and reduce-scatter bandwidths round-trip, are
+// absent when not measured, and must be non-negative.
+TEST(ClusterFile, LinkCollectiveBandwidthsAreOptional) {
+  TempDir dir("cluster_file_link_collectives");
+  nlohmann::ordered_json j = selene();
+  j["intra_node"]["all_gather_gb_per_s"] = 180;
+  j["intra_node"]["reduce_scatter_gb_per_s"] = 170;
+  write_text(dir / "a.json", j.dump());
+  const parallel::Cluster a = read_cluster_file(dir / "a.json");
+  EXPECT_EQ(a.intra_node.all_gather_bytes_per_second, 180e9);
+  EXPECT_EQ(a.intra_node.reduce_scatter_bytes_per_second, 170e9);
+  EXPECT_EQ(a.inter_node.all_gather_bytes_per_second, 0.0);  // not given: not measured
+  write_cluster_file(dir / "b.json", a, {{"intra_node.all_gather_gb_per_s", "measured"}});
+  std::ifstream in(dir / "b.json");
+  const nlohmann::json written = nlohmann::json::parse(in);
+  EXPECT_EQ(written.at("intra_node").at("all_gather_gb_per_s").get<double>(), 180.0);
+  EXPECT_FALSE(written.at("inter_node").contains("all_gather_gb_per_s"));
+  EXPECT_EQ(read_cluster_file(dir / "b.json").intra_node.reduce_scatter_bytes_per_second, 170e9);
+  j["intra_node"]["all_gather_gb_per_s"] = -1;
+  EXPECT_MENTIONS(error_reading(dir, j), "'intra_node.all_gather_gb_per_s' must be a non-negative number");
+}

@@ -43,6 +43,11 @@ launch::PlanRequest gpt2_request(int devices) {
 }  // namespace
 
 TEST(CommCost, RingFormulas) {
+  // A link's own all-gather and reduce-scatter bandwidths, where it has them.
+  const parallel::Link measured{1e-5, 1e9, 4e9, 2e9};
+  EXPECT_DOUBLE_EQ(parallel::all_gather_seconds(4e9, 4, measured), 3 * 1e-5 + 0.75);
+  EXPECT_DOUBLE_EQ(parallel::reduce_scatter_seconds(4e9, 4, measured), 3 * 1e-5 + 1.5);
+  EXPECT_DOUBLE_EQ(parallel::all_reduce_seconds(4e9, 4, measured), 2 * 3 * 1e-5 + 2 * 0.75 * 4.0);
   const parallel::Link link{1e-5, 1e9};
   EXPECT_DOUBLE_EQ(parallel::all_reduce_seconds(4e9, 4, link), 2 * 3 * 1e-5 + 2 * 0.75 * 4.0);
   EXPECT_DOUBLE_EQ(parallel::reduce_scatter_seconds(4e9, 4, link), 3 * 1e-5 + 0.75 * 4.0);
