@@ -35,7 +35,9 @@
 //   intra_node         8-byte ping-pong latency between two ranks of a node;
 //                      bandwidth: the bus bandwidth of a large all-reduce
 //                      over the node's ranks (one-way ping-pong bandwidth in
-//                      the sources beside it)
+//                      the sources beside it); all_gather and reduce_scatter:
+//                      their bus bandwidths at a ZeRO unit's size (one
+//                      block's f32 parameters at the matmul probe's width)
 //   inter_node         the same between ranks of different nodes (each rank
 //                      with its counterpart on the other nodes, all at
 //                      once); copied from intra_node on one node, as the
