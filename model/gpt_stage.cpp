@@ -305,7 +305,7 @@ WeightGradStash GptStage::stash_of(int stash, int weight_inputs, std::size_t i) 
   if (!own.ln1.empty()) return own;
   ENGINE_CHECK(weight_inputs >= 0 && weight_inputs < weight_input_sets_, "split backward: weight-input set ",
                weight_inputs, " of the ", weight_input_sets_, " this stage holds");
-  return stash_inputs_of(own, weight_inputs_[weight_inputs][i]);
+  return with_weight_inputs(own, weight_inputs_[weight_inputs][i]);
 }
 
 void GptStage::backward_input(int slot, int stash, int weight_inputs) {

@@ -25,11 +25,14 @@ std::vector<int> chunk_activation_slots(const ParallelLayout& layout, int pp_ran
   return slots;
 }
 
+WeightPassSets weight_pass_sets(const std::vector<parallel::Action>& schedule) {
+  if (!parallel::splits_backward(schedule)) return {};
+  return {std::max(1, parallel::peak_awaiting_weight(schedule)), std::max(1, parallel::peak_until_weight(schedule))};
+}
+
 WeightPassSets weight_pass_sets(const ParallelLayout& layout, int pp_rank) {
-  const std::vector<parallel::Action> actions = parallel::make_schedule(
-      layout.schedule, layout.pp, pp_rank, static_cast<int>(layout.micro_batches), layout.virtual_stages);
-  if (!parallel::splits_backward(actions)) return {};
-  return {std::max(1, parallel::peak_awaiting_weight(actions)), std::max(1, parallel::peak_until_weight(actions))};
+  return weight_pass_sets(parallel::make_schedule(layout.schedule, layout.pp, pp_rank,
+                                                  static_cast<int>(layout.micro_batches), layout.virtual_stages));
 }
 
 int activation_slots(const ParallelLayout& layout, int pp_rank) {

@@ -86,5 +86,7 @@ struct WeightPassSets {
   int stash = 0, inputs = 0;
 };
 WeightPassSets weight_pass_sets(const ParallelLayout& layout, int pp_rank);
+// The same for a rank's own schedule (what the trainer builds its stages with).
+WeightPassSets weight_pass_sets(const std::vector<parallel::Action>& schedule);
 
 }  // namespace model

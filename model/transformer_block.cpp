@@ -35,16 +35,8 @@ BlockActivations allocate_weight_inputs(engine::Arena& arena, const GptConfig& c
   return a;
 }
 
-BlockActivations with_weight_inputs(BlockActivations act, const BlockActivations& inputs) {
-  act.ln1 = inputs.ln1;
-  act.atty = inputs.atty;
-  act.ln2 = inputs.ln2;
-  act.fc_gelu = inputs.fc_gelu;
-  return act;
-}
-
 BlockActivations allocate_block_activations(engine::Arena& arena, const GptConfig& config, ActivationShape s,
-                                            TensorParallel tp, bool with_attention_saved, bool with_weight_inputs) {
+                                            TensorParallel tp, bool with_attention_saved, bool keeps_weight_inputs) {
   const std::int64_t B = s.batch, T = s.seq, C = config.n_embd, N = tp.local_tokens(B * T), Cl = C / tp.size;
   const engine::DType dt = s.dtype, st = s.stat_dtype();
   BlockActivations a;
@@ -52,18 +44,18 @@ BlockActivations allocate_block_activations(engine::Arena& arena, const GptConfi
   // of the column-parallel matmuls); their statistics and the residual only
   // for this rank's tokens under sequence parallelism. RMSNorm keeps no mean.
   const bool keeps_mean = !config.is_llama();
-  if (with_weight_inputs) a.ln1 = arena.allocate(Shape{B, T, C}, dt, "ln1");
+  if (keeps_weight_inputs) a.ln1 = arena.allocate(Shape{B, T, C}, dt, "ln1");
   if (keeps_mean) a.ln1_mean = arena.allocate(Shape{N}, st, "ln1_mean");
   a.ln1_rstd = arena.allocate(Shape{N}, st, "ln1_rstd");
   a.qkv = arena.allocate(Shape{B, T, config.qkv_width() / tp.size}, dt, "qkv");
-  if (with_weight_inputs) a.atty = arena.allocate(Shape{B, T, Cl}, dt, "atty");
+  if (keeps_weight_inputs) a.atty = arena.allocate(Shape{B, T, Cl}, dt, "atty");
   if (with_attention_saved) a.att_saved = allocate_attention_saved(arena, config, s, tp);
   a.residual2 = arena.allocate(tp.splits_tokens() ? Shape{N, C} : Shape{B, T, C}, dt, "residual2");
-  if (with_weight_inputs) a.ln2 = arena.allocate(Shape{B, T, C}, dt, "ln2");
+  if (keeps_weight_inputs) a.ln2 = arena.allocate(Shape{B, T, C}, dt, "ln2");
   if (keeps_mean) a.ln2_mean = arena.allocate(Shape{N}, st, "ln2_mean");
   a.ln2_rstd = arena.allocate(Shape{N}, st, "ln2_rstd");
   a.fc_pre = arena.allocate(Shape{B, T, config.fc_width() / tp.size}, dt, "fc_pre");
-  if (with_weight_inputs) a.fc_gelu = arena.allocate(Shape{B, T, config.mlp_width() / tp.size}, dt, "fc_gelu");
+  if (keeps_weight_inputs) a.fc_gelu = arena.allocate(Shape{B, T, config.mlp_width() / tp.size}, dt, "fc_gelu");
   return a;
 }
 
@@ -87,16 +79,8 @@ WeightGradStash allocate_weight_grad_stash(engine::Arena& arena, const GptConfig
     w.d_ln1_b = part(2);
     w.d_ln2_b = part(3);
   }
-  if (owns_inputs) w = stash_inputs_of(w, allocate_weight_inputs(arena, config, s, tp));
+  if (owns_inputs) w = with_weight_inputs(w, allocate_weight_inputs(arena, config, s, tp));
   return w;
-}
-
-WeightGradStash stash_inputs_of(WeightGradStash stash, const BlockActivations& act) {
-  stash.ln1 = act.ln1;
-  stash.atty = act.atty;
-  stash.ln2 = act.ln2;
-  stash.fc_gelu = act.fc_gelu;
-  return stash;
 }
 
 BlockScratch allocate_block_scratch(engine::Arena& arena, const GptConfig& config, ActivationShape s,

@@ -125,28 +125,35 @@ struct ActivationShape {
 
 // with_attention_saved = false leaves att_saved empty: selective
 // recomputation keeps one shared att_saved per stage instead of one per block
-// and micro-batch (allocate_attention_saved). with_weight_inputs = false
+// and micro-batch (allocate_attention_saved). keeps_weight_inputs = false
 // leaves the four matmul inputs a weight pass reads (ln1, atty, ln2,
 // fc_gelu) empty: a split backward keeps them in sets of their own, alive
 // until the weight pass, while the rest is free after the input pass
 // (allocate_weight_inputs).
 BlockActivations allocate_block_activations(engine::Arena& arena, const GptConfig& config, ActivationShape s,
                                             TensorParallel tp, bool with_attention_saved = true,
-                                            bool with_weight_inputs = true);
+                                            bool keeps_weight_inputs = true);
 // Only ln1, atty, ln2 and fc_gelu.
 BlockActivations allocate_weight_inputs(engine::Arena& arena, const GptConfig& config, ActivationShape s,
                                         TensorParallel tp);
-// `act` with its four weight-pass inputs taken from `inputs`.
-BlockActivations with_weight_inputs(BlockActivations act, const BlockActivations& inputs);
+
 engine::Tensor allocate_attention_saved(engine::Arena& arena, const GptConfig& config, ActivationShape s,
                                         TensorParallel tp);
 // A stash's gradient buffers, and with owns_inputs its input buffers too
 // (full recomputation); without, the inputs are left empty for the caller to
-// point at the micro-batch's kept inputs (stash_inputs_of).
+// point at the micro-batch's kept inputs (with_weight_inputs).
 WeightGradStash allocate_weight_grad_stash(engine::Arena& arena, const GptConfig& config, ActivationShape s,
                                            TensorParallel tp, bool owns_inputs);
-// `stash` with its inputs taken from `act` (views, nothing copied).
-WeightGradStash stash_inputs_of(WeightGradStash stash, const BlockActivations& act);
+// `to` (a BlockActivations or a WeightGradStash) with the four matmul
+// inputs a weight pass reads taken from `inputs` (views, nothing copied).
+template <class Kept>
+Kept with_weight_inputs(Kept to, const BlockActivations& inputs) {
+  to.ln1 = inputs.ln1;
+  to.atty = inputs.atty;
+  to.ln2 = inputs.ln2;
+  to.fc_gelu = inputs.fc_gelu;
+  return to;
+}
 BlockScratch allocate_block_scratch(engine::Arena& arena, const GptConfig& config, ActivationShape s,
                                     TensorParallel tp);
 

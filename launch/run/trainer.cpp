@@ -21,6 +21,7 @@
 #include "model/flat_layout.h"
 #include "model/flops.h"
 #include "model/gpt_params.h"
+#include "model/memory_plan.h"
 #include "optim/grad_clip.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/pipeline_runner.h"
@@ -155,12 +156,10 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
     const int slots = std::max(1, parallel::peak_in_flight(schedule_, static_cast<int>(c)));
     // A zero-bubble schedule splits each backward in two: the weight passes'
     // inputs and stashes are kept from forward and input pass to weight pass.
-    const bool split = parallel::splits_backward(schedule_);
-    const int stash_sets = split ? std::max(1, parallel::peak_awaiting_weight(schedule_)) : 0;
-    const int input_sets = split ? std::max(1, parallel::peak_until_weight(schedule_)) : 0;
+    const model::WeightPassSets sets = model::weight_pass_sets(schedule_);
     stages_.push_back(std::make_unique<model::GptStage>(mc, *store_, chunks_[c], shape, slots, tp_, comms_.tp.get(),
                                                         config.recompute_mode, data_parallel_->staged_units(),
-                                                        stash_sets, input_sets));
+                                                        sets.stash, sets.inputs));
     stages_.back()->allocate(plan);
   }
   activations_ = engine::Arena(config.device_type, plan.used());

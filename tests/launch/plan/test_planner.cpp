@@ -349,6 +349,7 @@ TEST(Planner, ChoosesTheVirtualStagesWithTheLayout) {
   EXPECT_GT(interleaved, 0u);
   EXPECT_GT(plain_1f1b, 0u);
   // The same layout predicted through a request for its v.
+  int compared = 0;
   for (const model::ParallelLayout& l : layouts) {
     if (l.schedule != parallel::ScheduleKind::kInterleaved || l.virtual_stages != 3 || l.zero != 1) continue;
     launch::PlanRequest at_v = r;
@@ -360,7 +361,9 @@ TEST(Planner, ChoosesTheVirtualStagesWithTheLayout) {
     EXPECT_EQ(chosen.virtual_stages, 3);
     EXPECT_DOUBLE_EQ(chosen.step_seconds, requested.step_seconds);
     EXPECT_EQ(chosen.memory_bytes_per_device, requested.memory_bytes_per_device);
+    ++compared;
   }
+  EXPECT_GT(compared, 0);
   // Restricted to the interleaved schedule, only interleaved pipelines remain.
   r.schedule = {parallel::ScheduleKind::kInterleaved};
   for (const model::ParallelLayout& l : launch::enumerate_layouts(r))
