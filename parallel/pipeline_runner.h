@@ -65,10 +65,17 @@ class Stage {
 // the next F or B starts.
 void run_schedule(const std::vector<Action>& actions, Stage& stage, Communicator& pp_comm);
 
-// The same for an interleaved schedule: chunks[c] runs the actions of chunk
-// c (this rank's virtual stage c * pp + rank). Messages go to the
-// neighbouring ranks, the last rank's sending on to rank 0 and back
-// (pipeline_peer).
-void run_schedule(const std::vector<Action>& actions, const std::vector<Stage*>& chunks, Communicator& pp_comm);
+// The same for several chunks per rank: chunks[c] runs the actions of chunk
+// c, virtual stage virtual_stage(placement, pp, rank, c) (interleaved: c pp +
+// rank, the last rank sending on to rank 0 and back; ZB-V's V: chunk 0 is
+// stage rank, chunk 1 stage 2 pp - 1 - rank). Messages go to pipeline_peer.
+// A message the rank sends itself (the turn of the V) is a copy, made where
+// the data is sure to be in place: an activation at its receive, from the
+// sending chunk's forward_output (a stage keeps it until that micro-batch's
+// backward, which needs the receiving chunk's work first); a gradient at its
+// send, into the receiving chunk's backward_input_grad (that micro-batch's
+// own storage since its forward).
+void run_schedule(const std::vector<Action>& actions, const std::vector<Stage*>& chunks, Communicator& pp_comm,
+                  StagePlacement placement = StagePlacement::kLooped);
 
 }  // namespace parallel

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <limits>
+#include <tuple>
 #include <map>
 #include <utility>
 #include <sstream>
@@ -60,6 +62,7 @@ const char* schedule_name(ScheduleKind kind) {
     case ScheduleKind::kAllForwardAllBackward: return "afab";
     case ScheduleKind::kInterleaved: return "interleaved";
     case ScheduleKind::kZeroBubbleH1: return "zb-h1";
+    case ScheduleKind::kZeroBubbleV: return "zb-v";
   }
   return "?";
 }
@@ -69,13 +72,37 @@ ScheduleKind parse_schedule(const std::string& name) {
   if (name == "afab" || name == "gpipe") return ScheduleKind::kAllForwardAllBackward;
   if (name == "interleaved") return ScheduleKind::kInterleaved;
   if (name == "zb-h1") return ScheduleKind::kZeroBubbleH1;
-  ENGINE_FAIL("unknown pipeline schedule '", name, "'; expected 1f1b, afab, gpipe, interleaved or zb-h1");
+  if (name == "zb-v") return ScheduleKind::kZeroBubbleV;
+  ENGINE_FAIL("unknown pipeline schedule '", name, "'; expected 1f1b, afab, gpipe, interleaved, zb-h1 or zb-v");
+}
+
+StagePlacement stage_placement(ScheduleKind kind) {
+  return kind == ScheduleKind::kZeroBubbleV ? StagePlacement::kVShape : StagePlacement::kLooped;
+}
+
+int schedule_chunks(ScheduleKind kind, int virtual_stages) {
+  if (kind == ScheduleKind::kZeroBubbleV) return 2;
+  return kind == ScheduleKind::kInterleaved ? virtual_stages : 1;
+}
+
+int virtual_stage(StagePlacement placement, int pp_size, int rank, int chunk) {
+  if (placement == StagePlacement::kVShape) {
+    ENGINE_CHECK(chunk == 0 || chunk == 1, "a V-shaped pipeline has two chunks per rank; got chunk ", chunk);
+    return chunk == 0 ? rank : 2 * pp_size - 1 - rank;
+  }
+  return chunk * pp_size + rank;
+}
+
+StageHome stage_home(StagePlacement placement, int pp_size, int stage) {
+  if (placement == StagePlacement::kVShape)
+    return stage < pp_size ? StageHome{stage, 0} : StageHome{2 * pp_size - 1 - stage, 1};
+  return StageHome{stage % pp_size, stage / pp_size};
 }
 
 // ---- schedules -----------------------------------------------------------------
 
 std::vector<Action> with_communication(const std::vector<Action>& compute, int pp_size, int stage,
-                                       int virtual_stages) {
+                                       int virtual_stages, StagePlacement placement) {
   std::vector<Action> out;
   for (const Action& a : compute) {
     ENGINE_CHECK(!is_communication(a.kind), "with_communication takes compute actions only, got ",
@@ -83,7 +110,8 @@ std::vector<Action> with_communication(const std::vector<Action>& compute, int p
     ENGINE_CHECK(a.chunk >= 0 && a.chunk < virtual_stages, "with_communication: ", to_string(a), " is outside chunks [0, ",
                  virtual_stages, ")");
     // The ends of the virtual pipeline of v p stages.
-    const bool first = stage == 0 && a.chunk == 0, last = stage == pp_size - 1 && a.chunk == virtual_stages - 1;
+    const int k = virtual_stage(placement, pp_size, stage, a.chunk);
+    const bool first = k == 0, last = k == virtual_stages * pp_size - 1;
     if (a.kind == ActionKind::kWeight) {
       out.push_back(a);  // no messages
     } else if (a.kind == ActionKind::kForward) {
@@ -99,10 +127,29 @@ std::vector<Action> with_communication(const std::vector<Action>& compute, int p
   return out;
 }
 
-int pipeline_peer(const Action& a, int pp_size, int stage) {
-  const bool towards_next = a.kind == ActionKind::kSendForward || a.kind == ActionKind::kRecvBackward;
+namespace {
+// The virtual stage at the other end of message `a`.
+int peer_virtual_stage(const Action& a, int pp_size, int stage, StagePlacement placement) {
   ENGINE_CHECK(is_communication(a.kind), "pipeline_peer: ", to_string(a), " is not a message");
-  return towards_next ? (stage + 1) % pp_size : (stage + pp_size - 1) % pp_size;
+  const bool towards_next = a.kind == ActionKind::kSendForward || a.kind == ActionKind::kRecvBackward;
+  return virtual_stage(placement, pp_size, stage, a.chunk) + (towards_next ? 1 : -1);
+}
+}  // namespace
+
+int pipeline_peer(const Action& a, int pp_size, int stage, StagePlacement placement) {
+  const int k = peer_virtual_stage(a, pp_size, stage, placement);
+  // Past either end of the virtual pipeline there is no peer (the runner
+  // and the checker refuse such a message); answer as a looped pipeline
+  // would wrap round.
+  if (k < 0) return (stage + pp_size - 1) % pp_size;
+  if (placement == StagePlacement::kVShape && k >= 2 * pp_size) return (stage + 1) % pp_size;
+  return stage_home(placement, pp_size, k).rank;
+}
+
+int pipeline_peer_chunk(const Action& a, int pp_size, int stage, StagePlacement placement) {
+  const int k = peer_virtual_stage(a, pp_size, stage, placement);
+  ENGINE_CHECK(k >= 0, "pipeline_peer_chunk: ", to_string(a), " on stage ", stage, " has no previous stage");
+  return stage_home(placement, pp_size, k).chunk;
 }
 
 std::vector<Action> one_f_one_b(int pp_size, int stage, int micro_batches) {
@@ -120,6 +167,25 @@ std::vector<Action> one_f_one_b(int pp_size, int stage, int micro_batches) {
   for (int i = m - warmup; i < m; ++i) compute.push_back({ActionKind::kBackward, i});  // cool-down
   return with_communication(compute, pp_size, stage);
 }
+
+namespace {
+// Each W goes after the messages that follow the compute before it, so that
+// a batch holds what 1F1B's holds ("B2 SB2 RF6 W0 F6", not
+// "B2 SB2 W0 RF6 F6"): neighbours then post matching batches, and W runs
+// while the batch is in flight.
+std::vector<Action> weights_after_messages(std::vector<Action> out) {
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (out[i].kind != ActionKind::kWeight) continue;
+    std::size_t j = i;
+    while (j + 1 < out.size() && (is_communication(out[j + 1].kind) || out[j + 1].kind == ActionKind::kWeight)) ++j;
+    // out[i..j] is W's and messages: the messages first, the W's after, each in order.
+    std::stable_partition(out.begin() + static_cast<std::ptrdiff_t>(i), out.begin() + static_cast<std::ptrdiff_t>(j) + 1,
+                          [](const Action& a) { return is_communication(a.kind); });
+    i = j;
+  }
+  return out;
+}
+}  // namespace
 
 std::vector<Action> zero_bubble_h1(int pp_size, int stage, int micro_batches) {
   check_args(pp_size, stage, micro_batches);
@@ -144,21 +210,174 @@ std::vector<Action> zero_bubble_h1(int pp_size, int stage, int micro_batches) {
   }
   while (backwards < m) backward_then_weight();
   while (weights < m) compute.push_back({ActionKind::kWeight, weights++});
-  // Each W goes after the messages that follow the compute before it, so
-  // that a batch holds what 1F1B's holds ("B2 SB2 RF6 W0 F6", not
-  // "B2 SB2 W0 RF6 F6"): neighbours then post matching batches, and W runs
-  // while the batch is in flight.
-  std::vector<Action> out = with_communication(compute, pp_size, stage);
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    if (out[i].kind != ActionKind::kWeight) continue;
-    std::size_t j = i;
-    while (j + 1 < out.size() && (is_communication(out[j + 1].kind) || out[j + 1].kind == ActionKind::kWeight)) ++j;
-    // out[i..j] is W's and messages: the messages first, the W's after, each in order.
-    std::stable_partition(out.begin() + static_cast<std::ptrdiff_t>(i), out.begin() + static_cast<std::ptrdiff_t>(j) + 1,
-                          [](const Action& a) { return is_communication(a.kind); });
-    i = j;
+  return weights_after_messages(with_communication(compute, pp_size, stage));
+}
+
+namespace {
+
+// The messages of a whole pipeline's compute orders, placed so that they
+// cannot deadlock under the runner's rendezvous batches and every channel
+// carries its messages in the order both ends take them (messages between
+// two ranks match in posting order).
+//
+// In a V both neighbours send each other activations and gradients at once
+// (chunk 0's activations and chunk 1's gradients going down, the others up),
+// so placing each message next to its compute, as with_communication does,
+// deadlocks: two neighbours each post a batch of sends the other does not
+// receive yet. Instead the compute orders are run as a dataflow (each pass
+// starting when its rank is free and its input exists; equal pass times,
+// instant messages), each message is stamped with the time its data is made,
+// and every rank posts its messages in the one global order of the stamps
+// (ties by sender, receiver, kind, chunk, micro-batch): a send after its
+// compute (the stamp is that compute's end), a receive before the compute
+// that needs it (the stamp is no later than that compute's start). Each
+// rank's messages are thus in one global order, so the first unfinished
+// message in it has both ends posted (everything before it on either rank is
+// finished) and completes: by induction, every message does. Messages are
+// placed right after the last F or B that precedes them, before any W (the
+// runner posts them before the W's, which run while they travel).
+std::vector<std::vector<Action>> place_messages(const std::vector<std::vector<Action>>& compute, int virtual_stages,
+                                                StagePlacement placement) {
+  const int p = static_cast<int>(compute.size()), v = virtual_stages, last = v * p - 1;
+  // Dataflow: when each (kind, chunk, micro) ends, per rank.
+  std::vector<std::map<std::tuple<int, int, int>, std::pair<double, double>>> span(p);  // -> (start, end)
+  const auto key = [](ActionKind k, int chunk, int micro) { return std::tuple{static_cast<int>(k), chunk, micro}; };
+  std::vector<std::size_t> next(p, 0);
+  std::vector<double> clock(p, 0.0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int r = 0; r < p; ++r)
+      while (next[r] < compute[r].size()) {
+        const Action& a = compute[r][next[r]];
+        const int k = virtual_stage(placement, p, r, a.chunk);
+        double ready = 0.0;
+        const bool needs_input = (a.kind == ActionKind::kForward && k > 0) || (a.kind == ActionKind::kBackward && k < last);
+        if (needs_input) {
+          const StageHome from = stage_home(placement, p, a.kind == ActionKind::kForward ? k - 1 : k + 1);
+          const auto it = span[from.rank].find(key(a.kind, from.chunk, a.micro));
+          if (it == span[from.rank].end()) break;  // not made yet
+          ready = it->second.second;
+        }
+        const double start = std::max(clock[r], ready);
+        clock[r] = start + 1.0;
+        span[r][key(a.kind, a.chunk, a.micro)] = {start, clock[r]};
+        ++next[r];
+        progress = true;
+      }
+  }
+  for (int r = 0; r < p; ++r)
+    ENGINE_CHECK(next[r] == compute[r].size(), "place_messages: the compute orders wait on each other (stage ", r,
+                 " cannot run ", to_string(compute[r][next[r]]), ")");
+
+  // Every message, stamped, in the global order.
+  struct Message {
+    double at;
+    int from, to;
+    Action send, receive;
+  };
+  std::vector<Message> messages;
+  for (int r = 0; r < p; ++r)
+    for (const Action& a : compute[r]) {
+      if (a.kind == ActionKind::kWeight) continue;
+      const int k = virtual_stage(placement, p, r, a.chunk);
+      const bool forward = a.kind == ActionKind::kForward;
+      if ((forward && k == last) || (!forward && k == 0)) continue;
+      const StageHome to = stage_home(placement, p, forward ? k + 1 : k - 1);
+      messages.push_back({span[r][key(a.kind, a.chunk, a.micro)].second, r, to.rank,
+                          {forward ? ActionKind::kSendForward : ActionKind::kSendBackward, a.micro, a.chunk},
+                          {forward ? ActionKind::kRecvForward : ActionKind::kRecvBackward, a.micro, to.chunk}});
+    }
+  std::sort(messages.begin(), messages.end(), [](const Message& x, const Message& y) {
+    return std::tuple{x.at, x.from, x.to, static_cast<int>(x.send.kind), x.send.chunk, x.send.micro} <
+           std::tuple{y.at, y.from, y.to, static_cast<int>(y.send.kind), y.send.chunk, y.send.micro};
+  });
+
+  std::vector<std::vector<Action>> out(p);
+  for (int r = 0; r < p; ++r) {
+    std::vector<std::pair<double, Action>> mine;  // this rank's ends of the messages, in the global order
+    for (const Message& m : messages) {
+      if (m.from == r) mine.push_back({m.at, m.send});
+      if (m.to == r) mine.push_back({m.at, m.receive});
+    }
+    std::size_t placed = 0, after_last_pass = 0;  // where the next messages go: after the last F or B
+    const auto place_until = [&](double t) {
+      std::vector<Action> batch;
+      for (; placed < mine.size() && mine[placed].first <= t; ++placed) batch.push_back(mine[placed].second);
+      out[r].insert(out[r].begin() + static_cast<std::ptrdiff_t>(after_last_pass), batch.begin(), batch.end());
+    };
+    for (const Action& a : compute[r]) {
+      if (a.kind != ActionKind::kWeight) place_until(span[r][key(a.kind, a.chunk, a.micro)].first);
+      out[r].push_back(a);
+      if (a.kind != ActionKind::kWeight) after_last_pass = out[r].size();
+    }
+    place_until(std::numeric_limits<double>::infinity());
   }
   return out;
+}
+
+}  // namespace
+
+std::string zero_bubble_v_refusal(int pp_size, std::int64_t layers) {
+  if (layers < 2 * static_cast<std::int64_t>(pp_size))
+    return "zb-v runs two chunks of layers per rank, at least one layer each: " + std::to_string(layers) +
+           " layers cannot fill 2 x pp = " + std::to_string(2 * pp_size) + " chunks";
+  return "";
+}
+
+namespace {
+std::vector<Action> zero_bubble_v_compute(int pp_size, int stage, int micro_batches) {
+  // PyTorch's ScheduleZBVZeroBubble rank order (Qi et al. 2024, section 6),
+  // written for n = max(m, 2p - 1) micro-batches so that every phase is
+  // full; with fewer, the missing micro-batches' actions are dropped.
+  const int p = pp_size, r = stage, m = micro_batches, n = std::max(m, 2 * p - 1);
+  std::array<int, 2> forwards{0, 0}, backwards{0, 0}, weights{0, 0};  // per chunk: how many issued
+  std::vector<Action> compute;
+  const auto add = [&](ActionKind kind, int chunk, std::array<int, 2>& count) {
+    compute.push_back({kind, count[chunk]++, chunk});
+  };
+  const auto forward = [&](int c) { add(ActionKind::kForward, c, forwards); };
+  const auto backward = [&](int c) { add(ActionKind::kBackward, c, backwards); };
+  const auto weight = [&](int c) { add(ActionKind::kWeight, c, weights); };
+  for (int i = 0; i < 2 * (p - r) - 1; ++i) forward(0);  // chunk 0 fills the ranks below
+  for (int i = 0; i < r; ++i) {  // chunk 1's first forwards come back up
+    forward(1);
+    forward(0);
+  }
+  for (int i = 0; i < p - r; ++i) {  // chunk 1's first backwards, weight passes at once
+    forward(1);
+    backward(1);
+    weight(1);
+  }
+  while (forwards[1] < forwards[0] || forwards[0] < n) {  // steady state
+    if (forwards[0] < n) forward(0);
+    backward(0);
+    weight(0);
+    forward(1);
+    backward(1);
+    weight(1);
+  }
+  for (int i = 0; i < r; ++i) {  // cool-down: the backwards first, W's deferred into the drain
+    backward(0);
+    backward(1);
+  }
+  for (int i = 0; i < p - r; ++i) {
+    backward(0);
+    weight(0);
+  }
+  while (weights[1] < backwards[1]) weight(1);
+  while (weights[0] < backwards[0]) weight(0);
+  ENGINE_CHECK(forwards == backwards && backwards == weights && forwards[0] == n && forwards[1] == n,
+               "zero_bubble_v: the phases do not add up for pp ", p, ", stage ", r, ", ", n, " micro-batches");
+  std::erase_if(compute, [&](const Action& a) { return a.micro >= m; });
+  return compute;
+}
+}  // namespace
+
+std::vector<Action> zero_bubble_v(int pp_size, int stage, int micro_batches) {
+  check_args(pp_size, stage, micro_batches);
+  std::vector<std::vector<Action>> compute;
+  for (int r = 0; r < pp_size; ++r) compute.push_back(zero_bubble_v_compute(pp_size, r, micro_batches));
+  return place_messages(compute, 2, StagePlacement::kVShape)[stage];
 }
 
 std::vector<Action> all_forward_all_backward(int pp_size, int stage, int micro_batches) {
@@ -252,14 +471,19 @@ std::vector<Action> interleaved_one_f_one_b(int pp_size, int stage, int micro_ba
 }
 
 std::vector<Action> make_schedule(ScheduleKind kind, int pp_size, int stage, int micro_batches, int virtual_stages) {
-  ENGINE_CHECK(kind == ScheduleKind::kInterleaved || virtual_stages == 1, "pipeline schedule ",
-               schedule_name(kind), " runs one chunk of layers per rank, not ", virtual_stages,
-               " virtual stages; use the interleaved schedule");
+  if (kind == ScheduleKind::kZeroBubbleV)
+    ENGINE_CHECK(virtual_stages == 2, "pipeline schedule zb-v runs two chunks of layers per rank, not ",
+                 virtual_stages);
+  else
+    ENGINE_CHECK(kind == ScheduleKind::kInterleaved || virtual_stages == 1, "pipeline schedule ",
+                 schedule_name(kind), " runs one chunk of layers per rank, not ", virtual_stages,
+                 " virtual stages; use the interleaved schedule");
   switch (kind) {
     case ScheduleKind::kOneFOneB: return one_f_one_b(pp_size, stage, micro_batches);
     case ScheduleKind::kAllForwardAllBackward: return all_forward_all_backward(pp_size, stage, micro_batches);
     case ScheduleKind::kInterleaved: return interleaved_one_f_one_b(pp_size, stage, micro_batches, virtual_stages);
     case ScheduleKind::kZeroBubbleH1: return zero_bubble_h1(pp_size, stage, micro_batches);
+    case ScheduleKind::kZeroBubbleV: return zero_bubble_v(pp_size, stage, micro_batches);
   }
   ENGINE_FAIL("unknown schedule kind");
 }
@@ -281,7 +505,20 @@ int peak_between(const std::vector<Action>& actions, ActionKind from, ActionKind
 }  // namespace
 
 int peak_in_flight(const std::vector<Action>& actions) {
-  return peak_between(actions, ActionKind::kForward, ActionKind::kBackward);
+  // A micro-batch's activation set is taken by its receive, when that comes
+  // first (a ZB-V list may post it before the compute ahead of F), or its F.
+  std::vector<std::pair<int, int>> taken;  // (chunk, micro)
+  int peak = 0;
+  for (const Action& a : actions) {
+    const std::pair<int, int> set{a.chunk, a.micro};
+    const bool held = std::find(taken.begin(), taken.end(), set) != taken.end();
+    if ((a.kind == ActionKind::kRecvForward || a.kind == ActionKind::kForward) && !held) {
+      taken.push_back(set);
+      peak = std::max(peak, static_cast<int>(taken.size()));
+    }
+    if (a.kind == ActionKind::kBackward) std::erase(taken, set);
+  }
+  return peak;
 }
 
 int peak_awaiting_weight(const std::vector<Action>& actions) {
@@ -329,6 +566,17 @@ double zero_bubble_h1_bubble_fraction(int pp_size, int micro_batches, double for
   return bubble / (work + bubble);
 }
 
+double zero_bubble_v_bubble_fraction(int pp_size, int micro_batches, double forward_seconds,
+                                     double backward_input_seconds, double weight_seconds) {
+  ENGINE_CHECK(pp_size >= 1 && micro_batches >= 1 && forward_seconds >= 0 && backward_input_seconds >= 0 &&
+                   weight_seconds >= 0 && forward_seconds + backward_input_seconds + weight_seconds > 0,
+               "zero_bubble_v_bubble_fraction needs pp_size >= 1, micro_batches >= 1 and non-negative pass times "
+               "that are not all 0");
+  const double bubble = (pp_size - 1) * forward_seconds / 2;
+  const double work = micro_batches * (forward_seconds + backward_input_seconds + weight_seconds);
+  return bubble / (work + bubble);
+}
+
 // ---- checking ------------------------------------------------------------------
 
 namespace {
@@ -336,7 +584,7 @@ namespace {
 // Where each (kind, chunk, micro) sits in one stage's list, at [chunk * m +
 // micro][kind]; -1 when absent.
 std::string check_one_stage(const std::vector<Action>& actions, int stage, int pp_size, int m, int v,
-                            std::vector<std::array<int, 7>>& at) {
+                            StagePlacement placement, std::vector<std::array<int, 7>>& at) {
   const std::string where = "stage " + std::to_string(stage) + ": ";
   at.assign(static_cast<std::size_t>(m) * v, {-1, -1, -1, -1, -1, -1, -1});
   const bool split = splits_backward(actions);
@@ -359,7 +607,8 @@ std::string check_one_stage(const std::vector<Action>& actions, int stage, int p
     slot = i;
   }
   for (int c = 0; c < v; ++c) {
-    const bool first = stage == 0 && c == 0, last = stage == pp_size - 1 && c == v - 1;
+    const int k = virtual_stage(placement, pp_size, stage, c);
+    const bool first = k == 0, last = k == v * pp_size - 1;
     for (int i = 0; i < m; ++i) {
       auto pos = [&](ActionKind k) { return at[c * m + i][static_cast<int>(k)]; };
       auto name = [&](ActionKind k) { return to_string({k, i, c}); };
@@ -390,10 +639,9 @@ std::string check_one_stage(const std::vector<Action>& actions, int stage, int p
 // The receive that a send on `stage` must meet on its peer: the same
 // micro-batch, in the chunk of the next (activations) or previous (gradients)
 // virtual stage.
-Action expected_receive(const Action& send, int pp_size, int stage) {
-  if (send.kind == ActionKind::kSendForward)
-    return {ActionKind::kRecvForward, send.micro, send.chunk + (stage == pp_size - 1 ? 1 : 0)};
-  return {ActionKind::kRecvBackward, send.micro, send.chunk - (stage == 0 ? 1 : 0)};
+Action expected_receive(const Action& send, int pp_size, int stage, StagePlacement placement) {
+  const ActionKind kind = send.kind == ActionKind::kSendForward ? ActionKind::kRecvForward : ActionKind::kRecvBackward;
+  return {kind, send.micro, pipeline_peer_chunk(send, pp_size, stage, placement)};
 }
 
 }  // namespace
@@ -404,14 +652,15 @@ namespace {
 // as the runner does, each compute action taking its cost; *step_seconds
 // receives the time the slowest stage finishes.
 std::string check_and_time(const std::vector<std::vector<Action>>& per_stage, int micro_batches, int virtual_stages,
-                           double forward_seconds, double backward_seconds, double weight_seconds,
-                           double* step_seconds) {
+                           StagePlacement placement, double forward_seconds, double backward_seconds,
+                           double weight_seconds, double* step_seconds) {
   const int p = static_cast<int>(per_stage.size());
   const int m = micro_batches, v = virtual_stages;
   if (p < 1 || m < 1 || v < 1) return "need at least one stage, one micro-batch and one chunk per stage";
+  if (placement == StagePlacement::kVShape && v != 2) return "a V-shaped pipeline has two chunks per stage";
   for (int s = 0; s < p; ++s) {
     std::vector<std::array<int, 7>> at;
-    const std::string e = check_one_stage(per_stage[s], s, p, m, v, at);
+    const std::string e = check_one_stage(per_stage[s], s, p, m, v, placement, at);
     if (!e.empty()) return e;
   }
 
@@ -429,25 +678,37 @@ std::string check_and_time(const std::vector<std::vector<Action>>& per_stage, in
     for (int i = 0; i < static_cast<int>(per_stage[s].size()); ++i) {
       const Action& a = per_stage[s][i];
       if (!is_communication(a.kind)) continue;
-      const int peer = pipeline_peer(a, p, s);
+      const int peer = pipeline_peer(a, p, s, placement);
       const bool send = a.kind == ActionKind::kSendForward || a.kind == ActionKind::kSendBackward;
       if (send) sends[{s, peer}].push_back({s, i});
       else recvs[{peer, s}].push_back({s, i});
     }
   }
   for (const auto& [channel, channel_sends] : sends) {
-    const std::vector<Ref>& channel_recvs = recvs[channel];
+    std::vector<Ref>& channel_recvs = recvs[channel];
     for (std::size_t k = 0; k < channel_sends.size(); ++k) {
       const Ref from = channel_sends[k];
       const Action& a = per_stage[from.stage][from.index];
+      if (channel.first == channel.second) {
+        // A message to itself is a copy, made where the runner makes it
+        // (pipeline_runner.h), whatever the order: pair it with its receive.
+        const auto it = std::find_if(channel_recvs.begin() + static_cast<std::ptrdiff_t>(k), channel_recvs.end(),
+                                     [&](const Ref& r) {
+                                       return per_stage[r.stage][r.index] == expected_receive(a, p, from.stage, placement);
+                                     });
+        if (it != channel_recvs.end()) std::iter_swap(channel_recvs.begin() + static_cast<std::ptrdiff_t>(k), it);
+      }
       if (k >= channel_recvs.size())
         return "stage " + std::to_string(from.stage) + "'s message " + std::to_string(k) + " (" + to_string(a) +
                ") to stage " + std::to_string(channel.second) + " is never received";
       const Ref to = channel_recvs[k];
       const Action& b = per_stage[to.stage][to.index];
-      if (!(b == expected_receive(a, p, from.stage)))
+      if (!(b == expected_receive(a, p, from.stage, placement)))
         return "stage " + std::to_string(from.stage) + "'s message " + std::to_string(k) + " is " + to_string(a) +
                " but stage " + std::to_string(to.stage) + " receives it as " + to_string(b);
+      if (to.stage == from.stage && to.index < from.index)  // a copy to itself: the data must exist first
+        return "stage " + std::to_string(from.stage) + " receives " + to_string(b) + " from itself before sending " +
+               to_string(a);
       partner[from.stage][from.index] = to;
       partner[to.stage][to.index] = from;
     }
@@ -486,9 +747,11 @@ std::string check_and_time(const std::vector<std::vector<Action>>& per_stage, in
         for (int i = posted_begin[s]; i < posted_end[s]; ++i) {
           if (!done[s][i]) {
             const Ref q = partner[s][i];
-            if (q.index >= posted_begin[q.stage] && q.index < posted_end[q.stage]) {
+            // A message to the stage itself is a copy: done when posted
+            // (its send, checked above, is posted no later).
+            if (q.stage == s || (q.index >= posted_begin[q.stage] && q.index < posted_end[q.stage])) {
               done[s][i] = done[q.stage][q.index] = true;
-              const double at = std::max(posted_at[s], posted_at[q.stage]);  // both ends posted
+              const double at = q.stage == s ? posted_at[s] : std::max(posted_at[s], posted_at[q.stage]);
               batch_done[s] = std::max(batch_done[s], at);
               batch_done[q.stage] = std::max(batch_done[q.stage], at);
               progress = true;
@@ -546,18 +809,28 @@ std::string check_and_time(const std::vector<std::vector<Action>>& per_stage, in
 
 }  // namespace
 
-std::string check_schedules(const std::vector<std::vector<Action>>& per_stage, int micro_batches, int virtual_stages) {
-  return check_and_time(per_stage, micro_batches, virtual_stages, 0.0, 0.0, 0.0, nullptr);
+std::string check_schedules(const std::vector<std::vector<Action>>& per_stage, int micro_batches, int virtual_stages,
+                            StagePlacement placement) {
+  return check_and_time(per_stage, micro_batches, virtual_stages, placement, 0.0, 0.0, 0.0, nullptr);
 }
 
 double simulated_step_seconds(const std::vector<std::vector<Action>>& per_stage, int micro_batches,
                               int virtual_stages, double forward_seconds, double backward_seconds,
-                              double weight_seconds) {
+                              double weight_seconds, StagePlacement placement) {
   double seconds = 0;
-  const std::string error = check_and_time(per_stage, micro_batches, virtual_stages, forward_seconds,
+  const std::string error = check_and_time(per_stage, micro_batches, virtual_stages, placement, forward_seconds,
                                            backward_seconds, weight_seconds, &seconds);
   ENGINE_CHECK(error.empty(), "simulated_step_seconds: ", error);
   return seconds;
+}
+
+double simulated_step_seconds(ScheduleKind kind, int pp_size, int micro_batches, int virtual_stages,
+                              double forward_seconds, double backward_seconds, double weight_seconds) {
+  const int v = schedule_chunks(kind, virtual_stages);
+  std::vector<std::vector<Action>> per_stage;
+  for (int s = 0; s < pp_size; ++s) per_stage.push_back(make_schedule(kind, pp_size, s, micro_batches, v));
+  return simulated_step_seconds(per_stage, micro_batches, v, forward_seconds, backward_seconds, weight_seconds,
+                                stage_placement(kind));
 }
 
 }  // namespace parallel

@@ -50,6 +50,22 @@
 //   the batches pair up across neighbours exactly as in 1F1B, and the runner
 //   lets W run while that batch is in flight (see below).
 //
+// - zero_bubble_v (ZB-V, Qi et al. 2024, section 6; torchtitan's and
+//   PyTorch's ScheduleZBVZeroBubble): two chunks per rank placed in a V
+//   (StagePlacement::kVShape): rank r runs virtual stages r and 2p - 1 - r of
+//   2p, so an activation goes down the ranks through chunk 0 and back up
+//   through chunk 1, rank p - 1 turning it round itself (a message to itself:
+//   a copy) and rank 0 holding both the embedding and the head (a tied
+//   embedding's two uses are one copy: nothing to sum between ranks). The
+//   backward is split as in ZB-H1. Rank r runs 2(p - r) - 1 forwards of
+//   chunk 0, then r pairs of forwards (chunk 1, chunk 0), then p - r times F
+//   B W of chunk 1, then the steady state F B W of chunk 0 then of chunk 1,
+//   and the cool-down: r pairs of B (chunk 0, chunk 1), p - r times B W of
+//   chunk 0, the W's left. With T_F = T_B = T_W and m >= 2p its bubble is
+//   zero but for the first forward's trip down and up the V; activation
+//   memory is 1F1B's: rank r holds at most 2p chunk-sets of half its layers
+//   (p micro-batches of the whole rank), every rank alike.
+//
 // Deadlock freedom. The runner posts every maximal run of consecutive
 // communication actions as one batch (all its sends and receives progress
 // together, like Megatron's send_forward_recv_backward / NCCL groups) and
@@ -106,10 +122,26 @@ std::string to_string(const Action& action);               // "RF3"; chunk 1: "R
 std::string format_actions(const std::vector<Action>& a);  // "RF0 F0 SF0 ..."
 std::string format_compute(const std::vector<Action>& a);  // only F, B and W: "F0 F1 B0 W0 ..."
 
-enum class ScheduleKind { kOneFOneB, kAllForwardAllBackward, kInterleaved, kZeroBubbleH1 };
-const char* schedule_name(ScheduleKind kind);  // "1f1b", "afab", "interleaved", "zb-h1"
-// Accepts "1f1b", "afab", "gpipe", "interleaved" and "zb-h1"; throws engine::Error naming the choices.
+enum class ScheduleKind { kOneFOneB, kAllForwardAllBackward, kInterleaved, kZeroBubbleH1, kZeroBubbleV };
+const char* schedule_name(ScheduleKind kind);  // "1f1b", "afab", "interleaved", "zb-h1", "zb-v"
+// Accepts "1f1b", "afab", "gpipe", "interleaved", "zb-h1" and "zb-v"; throws engine::Error naming the choices.
 ScheduleKind parse_schedule(const std::string& name);
+
+// Which virtual stage of the v p stages each (rank, chunk) runs.
+// kLooped (Megatron's interleaving): chunk c of rank r is stage c p + r.
+// kVShape (ZB-V, v = 2): chunk 0 of rank r is stage r, chunk 1 is 2p - 1 - r.
+enum class StagePlacement : std::uint8_t { kLooped, kVShape };
+StagePlacement stage_placement(ScheduleKind kind);
+// Chunks per rank a schedule runs: 2 for zb-v, `virtual_stages` for the
+// interleaved schedule, else 1.
+int schedule_chunks(ScheduleKind kind, int virtual_stages);
+int virtual_stage(StagePlacement placement, int pp_size, int rank, int chunk);
+struct StageHome {
+  int rank;
+  int chunk;
+};
+// The inverse: where virtual stage k of a pipeline of pp_size ranks runs.
+StageHome stage_home(StagePlacement placement, int pp_size, int stage);
 
 // The actions of `stage` in a pipeline of `pp_size` stages running
 // `micro_batches` micro-batches (any m >= 1, also m < pp_size).
@@ -124,21 +156,34 @@ std::vector<Action> interleaved_one_f_one_b(int pp_size, int stage, int micro_ba
 std::string interleaved_refusal(int pp_size, int micro_batches, int virtual_stages, std::int64_t layers = 0);
 // ZB-H1 (see the top of this file): any m >= 1, also m < pp_size.
 std::vector<Action> zero_bubble_h1(int pp_size, int stage, int micro_batches);
-// virtual_stages is used by kInterleaved only (and must be 1 otherwise).
+// ZB-V (see the top of this file): two chunks per rank in a V; any
+// m >= 1 (with m < 2p - 1 the schedule is PyTorch's with the missing
+// micro-batches' actions left out).
+std::vector<Action> zero_bubble_v(int pp_size, int stage, int micro_batches);
+// "" when ZB-V can split `layers` (> 0) into 2 pp chunks of at least one
+// layer each, else why not, naming the numbers.
+std::string zero_bubble_v_refusal(int pp_size, std::int64_t layers);
+// virtual_stages is used by kInterleaved only (2 for kZeroBubbleV, 1 otherwise).
 std::vector<Action> make_schedule(ScheduleKind kind, int pp_size, int stage, int micro_batches,
                                   int virtual_stages = 1);
 
 // Adds the communication implied by a compute order: RF before and SF after
 // each forward, RB before and SB after each backward, except at the ends of
-// the (virtual) pipeline: rank 0's chunk 0 receives no activation, the last
-// rank's last chunk sends none.
+// the (virtual) pipeline: virtual stage 0 receives no activation, the last
+// virtual stage sends none.
 std::vector<Action> with_communication(const std::vector<Action>& compute, int pp_size, int stage,
-                                       int virtual_stages = 1);
+                                       int virtual_stages = 1,
+                                       StagePlacement placement = StagePlacement::kLooped);
 
 // The rank that the message of communication action `a` on `stage` goes to
-// or comes from: the neighbouring rank, wrapping from the last rank to rank 0
-// (and back) between chunks of an interleaved pipeline.
-int pipeline_peer(const Action& a, int pp_size, int stage);
+// or comes from: the rank running the next (SF, RB) or previous (RF, SB)
+// virtual stage. Looped: the neighbouring rank, wrapping from the last rank
+// to rank 0 (and back) between chunks of an interleaved pipeline. V: the
+// stage itself at the turn of the V (rank p - 1, between its chunks).
+int pipeline_peer(const Action& a, int pp_size, int stage, StagePlacement placement = StagePlacement::kLooped);
+// The chunk, on pipeline_peer's rank, that the message of `a` is for.
+int pipeline_peer_chunk(const Action& a, int pp_size, int stage,
+                        StagePlacement placement = StagePlacement::kLooped);
 
 // Most micro-batches whose forward has run and backward (B) has not, at any
 // point of the list: the number of activation sets the stage must hold at
@@ -177,6 +222,15 @@ double interleaved_bubble_fraction(int pp_size, int micro_batches, int virtual_s
 double zero_bubble_h1_bubble_fraction(int pp_size, int micro_batches, double forward_seconds,
                                       double backward_input_seconds, double weight_seconds);
 
+// ZB-V's, with the rank's pass times (each chunk taking half): exact where
+// the fixed order is zero-bubble, T_F = T_B = T_W and m >= 2p, where the
+// only idle time is the first forward's trip down and back up the V,
+// (p - 1) T_F / 2 beside m (T_F + T_B + T_W) of work. Elsewhere the list
+// idles more every round (as PyTorch's ScheduleZBVZeroBubble): use
+// simulated_step_seconds.
+double zero_bubble_v_bubble_fraction(int pp_size, int micro_batches, double forward_seconds,
+                                     double backward_input_seconds, double weight_seconds);
+
 // Checks a whole pipeline's schedules (index = stage, i.e. rank): every
 // micro-batch runs F then B exactly once per stage and chunk (and then W,
 // on a stage whose list has any W), no message follows a W before the next
@@ -188,8 +242,10 @@ double zero_bubble_h1_bubble_fraction(int pp_size, int micro_batches, double for
 // running the lists as the runner does (batches of consecutive communication,
 // rendezvous sends) finishes without deadlock. Returns "" when all holds, else
 // what failed first.
+// A message a rank sends itself (ZB-V's turn) is a copy: it must come after
+// its send in the list and never waits.
 std::string check_schedules(const std::vector<std::vector<Action>>& per_stage, int micro_batches,
-                            int virtual_stages = 1);
+                            int virtual_stages = 1, StagePlacement placement = StagePlacement::kLooped);
 
 // The step time of a whole pipeline's schedules run as the runner runs them
 // (check_schedules' semantics: a batch of messages is posted when the next
@@ -201,6 +257,10 @@ std::string check_schedules(const std::vector<std::vector<Action>>& per_stage, i
 // Throws engine::Error with check_schedules' reason when the lists are wrong.
 double simulated_step_seconds(const std::vector<std::vector<Action>>& per_stage, int micro_batches,
                               int virtual_stages, double forward_seconds, double backward_seconds,
-                              double weight_seconds = 0.0);
+                              double weight_seconds = 0.0,
+                              StagePlacement placement = StagePlacement::kLooped);
+// The same for the lists make_schedule gives `kind` on every stage.
+double simulated_step_seconds(ScheduleKind kind, int pp_size, int micro_batches, int virtual_stages,
+                              double forward_seconds, double backward_seconds, double weight_seconds);
 
 }  // namespace parallel

@@ -328,3 +328,86 @@ TEST(ZeroBubbleH1, CheckerRefusesMisplacedWeightPasses) {
   const std::string late = check_schedules({parse("F0 SF0 RB0 B0 W0"), parse("RF0 F0 B0 W0 SB0")}, 1);
   EXPECT_NE(late.find("SB0 follows a W"), std::string::npos) << late;
 }
+
+// ZB-V (Qi et al. 2024, section 6): two chunks per rank in a V.
+TEST(ZeroBubbleV, PlacementIsAV) {
+  // p 4: rank r runs virtual stages r and 7 - r; rank 3 turns round itself.
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(virtual_stage(StagePlacement::kVShape, 4, r, 0), r);
+    EXPECT_EQ(virtual_stage(StagePlacement::kVShape, 4, r, 1), 7 - r);
+    for (int c = 0; c < 2; ++c) {
+      const StageHome home = stage_home(StagePlacement::kVShape, 4, virtual_stage(StagePlacement::kVShape, 4, r, c));
+      EXPECT_EQ(home.rank, r);
+      EXPECT_EQ(home.chunk, c);
+    }
+  }
+  EXPECT_EQ(pipeline_peer({ActionKind::kSendForward, 0, 0}, 4, 3, StagePlacement::kVShape), 3);  // the turn
+  EXPECT_EQ(pipeline_peer_chunk({ActionKind::kSendForward, 0, 0}, 4, 3, StagePlacement::kVShape), 1);
+  EXPECT_EQ(pipeline_peer({ActionKind::kSendForward, 0, 1}, 4, 2, StagePlacement::kVShape), 1);  // back up
+  EXPECT_EQ(pipeline_peer({ActionKind::kSendBackward, 0, 1}, 4, 3, StagePlacement::kVShape), 3);
+  EXPECT_EQ(pipeline_peer_chunk({ActionKind::kSendBackward, 0, 1}, 4, 3, StagePlacement::kVShape), 0);
+  EXPECT_EQ(schedule_chunks(ScheduleKind::kZeroBubbleV, 1), 2);
+  EXPECT_EQ(stage_placement(ScheduleKind::kZeroBubbleV), StagePlacement::kVShape);
+  EXPECT_EQ(stage_placement(ScheduleKind::kInterleaved), StagePlacement::kLooped);
+}
+
+// PyTorch's ScheduleZBVZeroBubble rank order, p 4, m 8 (= 2p).
+TEST(ZeroBubbleV, FourStagesEightMicroBatches) {
+  EXPECT_TRUE(format_compute(zero_bubble_v(4, 0, 8))
+                  .starts_with("F0 F1 F2 F3 F4 F5 F6 F0.1 B0.1 W0.1 F1.1 B1.1 W1.1 F2.1 B2.1 W2.1 F3.1 B3.1 W3.1 "));
+  EXPECT_TRUE(format_compute(zero_bubble_v(4, 3, 8))
+                  .starts_with("F0 F0.1 F1 F1.1 F2 F2.1 F3 F3.1 B0.1 W0.1 F4 B0 W0 F4.1 B1.1 W1.1 "));
+  // Rank 3 turns the V round itself: its chunk 0 "sends" to its chunk 1,
+  // which "receives" before its forward.
+  const std::vector<Action> turn = zero_bubble_v(4, 3, 8);
+  const auto at = [&](const Action& a) { return std::find(turn.begin(), turn.end(), a) - turn.begin(); };
+  EXPECT_LT(at({ActionKind::kForward, 0, 0}), at({ActionKind::kSendForward, 0, 0}));
+  EXPECT_LT(at({ActionKind::kSendForward, 0, 0}), at({ActionKind::kRecvForward, 0, 1}));
+  EXPECT_LT(at({ActionKind::kRecvForward, 0, 1}), at({ActionKind::kForward, 0, 1}));
+  EXPECT_EQ(pipeline_peer({ActionKind::kSendForward, 0, 0}, 4, 3, StagePlacement::kVShape), 3);
+  EXPECT_EQ(make_schedule(ScheduleKind::kZeroBubbleV, 4, 2, 8, 2), zero_bubble_v(4, 2, 8));
+  EXPECT_THROW(make_schedule(ScheduleKind::kZeroBubbleV, 4, 2, 8, 1), engine::Error);  // two chunks per rank
+  EXPECT_EQ(parse_schedule("zb-v"), ScheduleKind::kZeroBubbleV);
+  EXPECT_EQ(zero_bubble_v_refusal(4, 8), "");
+  EXPECT_NE(zero_bubble_v_refusal(4, 7).find("7 layers cannot fill 2 x pp = 8 chunks"), std::string::npos);
+}
+
+TEST(ZeroBubbleV, InvariantsForManyShapes) {
+  for (int pp = 1; pp <= 8; ++pp)
+    for (int m = 1; m <= 16; ++m) {
+      SCOPED_TRACE("pp " + std::to_string(pp) + " m " + std::to_string(m));
+      const auto stages = whole_pipeline(ScheduleKind::kZeroBubbleV, pp, m, 2);
+      // Every pass once, messages matched in order on every channel, no
+      // deadlock under rendezvous batches.
+      ASSERT_EQ(check_schedules(stages, m, 2, StagePlacement::kVShape), "");
+      for (int s = 0; s < pp; ++s) {
+        ASSERT_TRUE(splits_backward(stages[s]));
+        // 1F1B's activation memory: at most 2p + 1 half-rank sets (p
+        // micro-batches of the whole rank, and one half), on every rank.
+        const int sets = peak_in_flight(stages[s], 0) + peak_in_flight(stages[s], 1);
+        ASSERT_LE(sets, std::min(2 * pp + 1, 2 * m)) << "stage " << s;
+        ASSERT_LE(peak_in_flight(stages[s]), 2 * pp + 1) << "stage " << s;
+      }
+    }
+  // The looped placement's lists do not check as a V.
+  EXPECT_NE(check_schedules(whole_pipeline(ScheduleKind::kInterleaved, 4, 4, 2), 4, 2, StagePlacement::kVShape), "");
+}
+
+TEST(ZeroBubbleV, SimulatedBubble) {
+  // Equal pass times (each chunk's F = B = W = t, half the rank's): the step
+  // is the work plus the first forward's trip down and back up the V,
+  // m (F + B + W) + (p - 1) t, for every m >= 2p -- below ZB-H1's
+  // (p - 1)(F + B - W) = (p - 1) 2t.
+  for (int pp = 1; pp <= 8; ++pp)
+    for (int m = 2 * pp; m <= 16; ++m) {
+      const double t = 0.5, ideal = m * 6 * t;
+      const double zbv = simulated_step_seconds(ScheduleKind::kZeroBubbleV, pp, m, 2, t, t, t);
+      EXPECT_NEAR(zbv, ideal + (pp - 1) * t, 1e-9) << "pp " << pp << " m " << m;
+      EXPECT_NEAR(zero_bubble_v_bubble_fraction(pp, m, 2 * t, 2 * t, 2 * t), (zbv - ideal) / zbv, 1e-12);
+      if (pp > 1) EXPECT_LT(zbv, simulated_step_seconds(ScheduleKind::kZeroBubbleH1, pp, m, 1, 2 * t, 2 * t, 2 * t));
+    }
+  // As PyTorch's, the fixed order is zero-bubble only at equal times: a W
+  // shorter than B leaves gaps every round (the planner simulates the list).
+  const double uneven = simulated_step_seconds(ScheduleKind::kZeroBubbleV, 4, 16, 2, 0.5, 0.5, 0.25);
+  EXPECT_GT(uneven - 16 * 2 * 1.25, 3 * 0.5 + 1.0);
+}
