@@ -95,10 +95,12 @@ StageFootprint stage_footprint(const GptConfig& config, const ParallelLayout& la
   if (chunks.size() > 1) {
     // One GptStage per chunk (launch/run/trainer.cpp), each with its own
     // slots and scratch: their bytes, summed; the slots are in already.
+    // ZB-V's chunks each keep the weight passes' sets the trainer gives them.
+    const WeightPassSets sets = weight_pass_sets(layout, pp_rank);
     std::size_t c = 0;
     for (const int slots : chunk_activation_slots(layout, pp_rank))
       f.fixed.activations += stage_activation_bytes(layout.device, config, chunks[c++], shape, slots, tp,
-                                                    layout.recompute);
+                                                    layout.recompute, sets.stash, sets.inputs);
     return f;
   }
   // (slots, stash sets, input sets) -> bytes; each count's share measured by
@@ -132,7 +134,8 @@ RankMemory with_slots(const StageFootprint& f, int slots, WeightPassSets sets) {
 }  // namespace
 
 RankMemory plan_stage_memory(const GptConfig& config, const ParallelLayout& layout, int pp_rank) {
-  const std::vector<StageRange> chunks = pipeline_chunk_ranges(config, pp_rank, layout.pp, layout.virtual_stages);
+  const std::vector<StageRange> chunks = pipeline_chunk_ranges(config, pp_rank, layout.pp, layout.virtual_stages,
+                                                               parallel::stage_placement(layout.schedule));
   if (chunks.size() > 1) return stage_footprint(config, layout, chunks, pp_rank).fixed;
   return with_slots(stage_footprint(config, layout, chunks, pp_rank), activation_slots(layout, pp_rank),
                     weight_pass_sets(layout, pp_rank));
@@ -151,6 +154,11 @@ MemoryPlan plan_memory(const GptConfig& config, const ParallelLayout& layout) {
     const std::string refusal = parallel::interleaved_refusal(layout.pp, static_cast<int>(layout.micro_batches),
                                                               layout.virtual_stages, config.n_layer);
     ENGINE_CHECK(refusal.empty(), refusal);
+  }
+  if (layout.schedule == parallel::ScheduleKind::kZeroBubbleV) {
+    const std::string refusal = parallel::zero_bubble_v_refusal(layout.pp, config.n_layer);
+    ENGINE_CHECK(refusal.empty(), refusal);
+    ENGINE_CHECK(layout.virtual_stages == 2, "memory plan: zb-v runs 2 chunks per rank, not ", layout.virtual_stages);
   }
   // Stages differ only in their layer count (balanced to within one), the
   // embedding, the head and their slots: size each kind of stage once.

@@ -1,5 +1,6 @@
 #include "model/partition.h"
 
+#include <algorithm>
 #include <sstream>
 
 namespace model {
@@ -11,16 +12,23 @@ StageRange pipeline_stage_range(const GptConfig& config, int stage, int stages) 
   return StageRange{L * stage / stages, L * (stage + 1) / stages, stage == 0, stage == stages - 1};
 }
 
-std::vector<StageRange> pipeline_chunk_ranges(const GptConfig& config, int pp_rank, int pp, int virtual_stages) {
+std::vector<StageRange> pipeline_chunk_ranges(const GptConfig& config, int pp_rank, int pp, int virtual_stages,
+                                              parallel::StagePlacement placement) {
   std::vector<StageRange> chunks;
   for (int c = 0; c < virtual_stages; ++c)
-    chunks.push_back(pipeline_stage_range(config, c * pp + pp_rank, virtual_stages * pp));
+    chunks.push_back(pipeline_stage_range(config, parallel::virtual_stage(placement, pp, pp_rank, c), virtual_stages * pp));
   return chunks;
 }
 
 StageRange rank_range(const std::vector<StageRange>& chunks) {
-  return StageRange{chunks.front().first_layer, chunks.back().last_layer, chunks.front().has_embedding,
-                    chunks.back().has_head};
+  StageRange r{chunks.front().first_layer, chunks.front().last_layer, false, false};
+  for (const StageRange& c : chunks) {
+    r.first_layer = std::min(r.first_layer, c.first_layer);
+    r.last_layer = std::max(r.last_layer, c.last_layer);
+    r.has_embedding = r.has_embedding || c.has_embedding;
+    r.has_head = r.has_head || c.has_head;
+  }
+  return r;
 }
 
 std::string check_partition(const GptConfig& config, int tp, int pp) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/gpt_config.h"
+#include "parallel/pipeline_schedule.h"
 
 namespace model {
 
@@ -24,15 +25,18 @@ StageRange whole_model(const GptConfig& config);
 StageRange pipeline_stage_range(const GptConfig& config, int stage, int stages);
 
 // The chunks of layers rank `pp_rank` of a pipeline of `pp` ranks holds when
-// each holds `virtual_stages` of them (the interleaved schedule,
-// parallel/pipeline_schedule.h): chunk c is stage c pp + pp_rank of a
-// pipeline of virtual_stages pp stages. One chunk, the plain stage range,
-// when virtual_stages is 1.
-std::vector<StageRange> pipeline_chunk_ranges(const GptConfig& config, int pp_rank, int pp, int virtual_stages);
+// each holds `virtual_stages` of them (parallel/pipeline_schedule.h): chunk
+// c is stage parallel::virtual_stage(placement, pp, pp_rank, c) of a
+// pipeline of virtual_stages pp stages -- c pp + pp_rank for the interleaved
+// schedule, pp_rank and 2 pp - 1 - pp_rank for ZB-V's V (rank 0 then holds
+// the embedding and the head). One chunk, the plain stage range, when
+// virtual_stages is 1.
+std::vector<StageRange> pipeline_chunk_ranges(const GptConfig& config, int pp_rank, int pp, int virtual_stages,
+                                              parallel::StagePlacement placement = parallel::StagePlacement::kLooped);
 
-// What a rank's chunks hold together: the embedding if its first does, the
-// head if its last does, its first and last layer (the layers between may
-// belong to other ranks).
+// What a rank's chunks hold together: the embedding if any chunk does, the
+// head if any does, from the lowest layer to the highest (the layers between
+// may belong to other ranks).
 StageRange rank_range(const std::vector<StageRange>& chunks);
 
 // The tensor-parallel group this process belongs to (size 1: no split).

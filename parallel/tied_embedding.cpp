@@ -9,11 +9,11 @@
 namespace parallel {
 
 TiedEmbedding::TiedEmbedding(MPI_Comm world, const ProcessGrid& grid, FlatRange wte, int wte_unit, bool nccl,
-                             bool tied)
+                             bool tied, bool ends_on_one_rank)
     : wte_(wte), wte_unit_(wte_unit) {
-  // One stage holds both uses of the one copy, or the head has its own weight
+  // One rank holds both uses of the one copy, or the head has its own weight
   // (every rank sees the same model, so all return here together).
-  if (grid.pp_size() == 1 || !tied) return;
+  if (grid.pp_size() == 1 || !tied || ends_on_one_rank) return;
   const bool holds_wte = grid.is_first_stage() || grid.is_last_stage();
   MPI_Comm group = MPI_COMM_NULL;
   MPI_Comm_split(world, holds_wte ? grid.tp_rank() + grid.tp_size() * grid.dp_rank() : MPI_UNDEFINED, grid.pp_rank(),

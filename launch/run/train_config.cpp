@@ -163,8 +163,16 @@ void TrainConfig::resolve(int cuda_devices, int world) {
   grad_accum = batch_tokens / (micro_tokens * dp);
   // Megatron-LM's interleaved 1F1B (parallel/pipeline_schedule.h): v chunks
   // of layers per rank, under Megatron's conditions.
-  const bool interleaved = pipeline_schedule == "interleaved";
-  ENGINE_CHECK(interleaved || virtual_stages == 1, "--virtual-stages ", virtual_stages,
+  const bool interleaved = pipeline_schedule == "interleaved", v_shape = pipeline_schedule == "zb-v";
+  // ZB-V runs two chunks per rank, in a V (its own placement, not the interleaved one).
+  if (v_shape) {
+    ENGINE_CHECK(virtual_stages == 1 || virtual_stages == 2, "--pipeline-schedule zb-v runs 2 chunks of layers per "
+                 "rank; --virtual-stages ", virtual_stages, " does not apply");
+    virtual_stages = 2;
+    const std::string refusal = parallel::zero_bubble_v_refusal(pp, model.n_layer);
+    ENGINE_CHECK(eval_only || refusal.empty(), "--pipeline-schedule zb-v: ", refusal);
+  }
+  ENGINE_CHECK(interleaved || v_shape || virtual_stages == 1, "--virtual-stages ", virtual_stages,
                " needs --pipeline-schedule interleaved (this run uses ", pipeline_schedule, ")");
   if (interleaved && !eval_only) {
     const std::string refusal = parallel::interleaved_refusal(pp, static_cast<int>(grad_accum), virtual_stages,
@@ -175,7 +183,7 @@ void TrainConfig::resolve(int cuda_devices, int world) {
   // micro-batch could not be interleaved, has no backward to split, and any cut of the layers scores
   // the same (checkpoints load under any layout), so it takes the plain one.
   if (eval_only) {
-    if (interleaved || pipeline_schedule == "zb-h1") pipeline_schedule = "1f1b";
+    if (interleaved || v_shape || pipeline_schedule == "zb-h1") pipeline_schedule = "1f1b";
     virtual_stages = 1;
   }
   ENGINE_CHECK(bucket_mb > 0, "--bucket-mb must be > 0, got ", bucket_mb);

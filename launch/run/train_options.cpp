@@ -153,9 +153,12 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--pipeline-schedule", c.pipeline_schedule,
                  "1f1b, afab (all-forward-all-backward), interleaved (Megatron-LM's interleaved 1F1B: "
                  "--virtual-stages chunks of layers per rank, the bubble divided by that many; pp > 2, "
-                 "micro-batches a multiple of pp) or zb-h1 (zero bubble, Qi et al. 2024: each backward split into "
-                 "an input-gradient and a weight-gradient pass, the weight passes filling the bubble)")
-      ->group(kPar)->capture_default_str()->check(CLI::IsMember({"1f1b", "afab", "interleaved", "zb-h1"}));
+                 "micro-batches a multiple of pp), zb-h1 (zero bubble, Qi et al. 2024: each backward split into "
+                 "an input-gradient and a weight-gradient pass, the weight passes filling the bubble) or zb-v "
+                 "(ZB-V: two chunks per rank in a V, rank 0 holding the embedding and the head; no bubble but the "
+                 "first forward's when forward, input and weight passes take equal time; best with micro-batches "
+                 ">= 2 pp)")
+      ->group(kPar)->capture_default_str()->check(CLI::IsMember({"1f1b", "afab", "interleaved", "zb-h1", "zb-v"}));
   app.add_option("--virtual-stages", c.virtual_stages,
                  "interleaved: chunks of layers per pipeline rank (>= 2; the layers must split into pp x this)")
       ->group(kPar)->capture_default_str()->check(CLI::Range(1, 64));

@@ -116,13 +116,17 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
   refuse_if_too_big(planned_memory_before_allocating());
 
   // This rank's slice of the model and how the data-parallel strategy sees it.
-  chunks_ = model::pipeline_chunk_ranges(mc, grid_.pp_rank(), grid_.pp_size(), config.virtual_stages);
+  const parallel::ScheduleKind schedule = parallel::parse_schedule(config.pipeline_schedule);
+  placement_ = parallel::stage_placement(schedule);
+  chunks_ = model::pipeline_chunk_ranges(mc, grid_.pp_rank(), grid_.pp_size(), config.virtual_stages, placement_);
   range_ = model::rank_range(chunks_);
   tp_ = model::TensorParallel{grid_.tp_rank(), grid_.tp_size(), config.sequence_parallel};
   registry_ = model::build_gpt_registry(mc, chunks_, tp_, shard_ways(config, grid_));
   layout_ = model::flat_layout(registry_, range_, tp_, mc.n_layer);
+  // In ZB-V's V, rank 0 holds both uses of wte: one copy, nothing to sum.
   tied_ = std::make_unique<parallel::TiedEmbedding>(world, grid_, layout_.tied, layout_.tied_unit,
-                                                    config.comm == "nccl", mc.tied_embeddings);
+                                                    config.comm == "nccl", mc.tied_embeddings,
+                                                    placement_ == parallel::StagePlacement::kVShape);
 
   // --eval-only needs no training data.
   if (!config.train_data.empty())
@@ -148,8 +152,8 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
 
   // The schedule decides how many micro-batches are alive at once, and so
   // how many activation slots each chunk's stage needs.
-  schedule_ = parallel::make_schedule(parallel::parse_schedule(config.pipeline_schedule), grid_.pp_size(),
-                                      grid_.pp_rank(), batch_.micro_batches(), config.virtual_stages);
+  schedule_ = parallel::make_schedule(schedule, grid_.pp_size(), grid_.pp_rank(), batch_.micro_batches(),
+                                      config.virtual_stages);
   const model::ActivationShape shape{config.micro_batch, config.seq_len, model::activation_dtype(config.precision_mode)};
   engine::Arena plan = engine::Arena::planning(config.device_type);
   for (std::size_t c = 0; c < chunks_.size(); ++c) {
@@ -211,7 +215,7 @@ double Trainer::train_step(std::int64_t step) {
   store_->zero_grads();
   data_parallel_->begin_step();
   for (auto& chunk : pipeline_) chunk->begin_step(step, grad_scale);
-  parallel::run_schedule(schedule_, pipeline_chunks_, *comms_.pp);
+  parallel::run_schedule(schedule_, pipeline_chunks_, *comms_.pp, placement_);
   finish_gradients();
   if (nonfinite_.poisoned(step) && is_logger() && !data_parallel_->norm_ranges().empty())
     engine::ops::fill(store_->grads().flat_slice(data_parallel_->norm_ranges().front().offset, 1), std::nan(""));

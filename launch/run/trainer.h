@@ -182,6 +182,7 @@ class Trainer {
   std::unique_ptr<parallel::MpiCommunicator> host_world_;  // host scalars, checkpoint coordination, CPU peak
   int gpu_ = 0;  // the GPU this rank uses (launch/run/gpu_assignment.h); 0 on the CPU
   std::vector<model::StageRange> chunks_;  // this rank's layers: one chunk, or v with the interleaved schedule
+  parallel::StagePlacement placement_ = parallel::StagePlacement::kLooped;  // which virtual stage each chunk runs
   model::StageRange range_;                // what the chunks hold together (model::rank_range)
   model::TensorParallel tp_;
   model::ParamRegistry registry_;

@@ -28,6 +28,17 @@
 #include "parallel/pipeline_schedule.h"
 
 namespace launch {
+
+namespace {
+// ZB-V's bubble at equal pass times: its formula where the list is full
+// (m >= 2 pp), else the list itself, simulated.
+double zero_bubble_v_theory(int pp, int micro_batches) {
+  if (micro_batches >= 2 * pp) return parallel::zero_bubble_v_bubble_fraction(pp, micro_batches, 1.0, 1.0, 1.0);
+  const double step = parallel::simulated_step_seconds(parallel::ScheduleKind::kZeroBubbleV, pp, micro_batches, 2,
+                                                       0.5, 0.5, 0.5);
+  return (step - 3.0 * micro_batches) / step;
+}
+}  // namespace
 namespace {
 std::optional<HfSpecialToken> special_token(const BpeTokenizer& bpe, const std::string& text) {
   const std::optional<std::int32_t> id = bpe.token_to_id(text);
@@ -74,6 +85,8 @@ StepMetrics Trainer::step_metrics(std::int64_t step, double loss, double norm, d
     m.bubble_fraction =
         config_.pipeline_schedule == "zb-h1"
             ? parallel::zero_bubble_h1_bubble_fraction(grid_.pp_size(), batch_.micro_batches(), 1.0, 1.0, 1.0)
+        : config_.pipeline_schedule == "zb-v"
+            ? zero_bubble_v_theory(grid_.pp_size(), batch_.micro_batches())
             : parallel::interleaved_bubble_fraction(grid_.pp_size(), batch_.micro_batches(), config_.virtual_stages);
     m.comm_bytes_tp = sum_over_world(static_cast<double>(comms_.tp->bytes_sent()));
     m.comm_bytes_dp = sum_over_world(static_cast<double>(comms_.dp->bytes_sent()));

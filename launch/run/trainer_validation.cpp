@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "launch/run/trainer.h"
+#include "engine/ops.h"
+#include "parallel/pipeline_schedule.h"
 #include "parallel/watchdog.h"
 
 namespace launch {
@@ -43,15 +45,30 @@ double Trainer::validate() {
       std::copy(pad_inputs.begin(), pad_inputs.end(), inputs.begin() + r * T);
       std::copy(pad_targets.begin(), pad_targets.end(), targets.begin() + r * T);
     }
-    // Through this rank's chunks in order; with several (interleaved), the
-    // last rank hands each chunk's output round to rank 0's next chunk.
-    const int prev = (pp.rank() + pp.size() - 1) % pp.size(), next = (pp.rank() + 1) % pp.size();
-    for (const auto& stage : stages_) {
-      const model::StageRange& chunk = stage->range();
-      if (!chunk.has_embedding) pp.recv(stage->input(0), prev);
-      stage->forward(0, inputs.data(), targets.data(), 0.0);
-      if (!chunk.has_head) pp.send(stage->output(0), next);
-      if (chunk.has_head) loss_sum += stage->loss_sum(0, rows);
+    // Through this rank's chunks in order; with several, each chunk's
+    // output goes to the next virtual stage (interleaved: the last rank
+    // hands it round to rank 0's next chunk; ZB-V: back up the V, rank
+    // pp - 1 handing chunk 0's output to its own chunk 1).
+    for (std::size_t c = 0; c < stages_.size(); ++c) {
+      model::GptStage& stage = *stages_[c];
+      const model::StageRange& chunk = stage.range();
+      const int ci = static_cast<int>(c);
+      const parallel::Action receive{parallel::ActionKind::kRecvForward, 0, ci};
+      const parallel::Action send{parallel::ActionKind::kSendForward, 0, ci};
+      if (!chunk.has_embedding) {
+        const int from = parallel::pipeline_peer(receive, pp.size(), pp.rank(), placement_);
+        if (from == pp.rank())  // the turn of the V: the previous chunk's output, here
+          engine::ops::copy(stage.input(0), stages_[parallel::pipeline_peer_chunk(receive, pp.size(), pp.rank(),
+                                                                                  placement_)]->output(0));
+        else
+          pp.recv(stage.input(0), from);
+      }
+      stage.forward(0, inputs.data(), targets.data(), 0.0);
+      if (!chunk.has_head) {
+        const int to = parallel::pipeline_peer(send, pp.size(), pp.rank(), placement_);
+        if (to != pp.rank()) pp.send(stage.output(0), to);
+      }
+      if (chunk.has_head) loss_sum += stage.loss_sum(0, rows);
     }
   }
   // Each tensor-parallel group's loss counted once, every replica's share.

@@ -59,6 +59,10 @@ TEST(MemoryPlan, EqualsWhatEveryLayoutAllocates) {
       // ZB-H1: the weight-gradient stashes (their own inputs under full recomputation).
       {1, 4, 1, 0, false, "none", "zb-h1", 1},     {2, 2, 1, 0, true, "full", "zb-h1", 2},
       {1, 2, 2, 3, false, "selective", "zb-h1", 1, "llama-micro"},
+      // ZB-V: two chunks per rank in a V, each with the stashes; rank 0 holds the embedding and the head.
+      {1, 4, 1, 0, false, "none", "zb-v", 1, "gpt-micro", 2},
+      {2, 2, 1, 3, true, "full", "zb-v", 1, "llama-micro", 2},
+      {1, 2, 2, 2, false, "selective", "zb-v", 2, "gpt-micro", 2},
   };
   for (const Case& k : cases) {
     launch::TrainConfig c = parity_config(dir, k.tp, k.pp, k.dp);
