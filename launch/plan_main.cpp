@@ -64,7 +64,7 @@ std::string layout_text(const launch::Prediction& p) {
   o << "tp " << l.tp << (l.sequence_parallel ? "+sp" : "") << " pp " << l.pp << " dp " << l.dp << " mb "
     << l.micro_batch << " zero " << l.zero_stage() << " " << model::recompute_name(l.recompute);
   if (l.pp > 1) o << " " << parallel::schedule_name(l.schedule);
-  if (p.virtual_stages > 1) o << " x" << p.virtual_stages;
+  if (p.virtual_stages > 1 && l.schedule != parallel::ScheduleKind::kZeroBubbleV) o << " x" << p.virtual_stages;
   return o.str();
 }
 
@@ -198,7 +198,7 @@ int run(int argc, char** argv) {
   app.add_option("--zero", o.zero, "Only these ZeRO stages")->delimiter(',');
   app.add_option("--sequence-parallel", o.sequence_parallel, "Only these (0, 1)")->delimiter(',');
   app.add_option("--recompute", o.recompute, "Only these (none, selective, full)")->delimiter(',');
-  app.add_option("--schedule", o.schedule, "Only these pipeline schedules (1f1b, afab, zb-h1, interleaved with --virtual-stages 0)")->delimiter(',');
+  app.add_option("--schedule", o.schedule, "Only these pipeline schedules (1f1b, afab, zb-h1, zb-v, interleaved with --virtual-stages 0)")->delimiter(',');
   app.add_option("--attention-flops", o.attention, "Attention FLOP convention of MFU: causal or full")->capture_default_str();
   app.add_option("--software", o.software,
                  "Implementation to model: engine (this engine), or megatron-lm-2021 (to check against Narayanan et al. 2021)")

@@ -60,7 +60,7 @@ Software engine_software(engine::DeviceType device) {
   Software s;
   s.name = "engine";
   s.interleaved_schedule = true;  // --pipeline-schedule interleaved --virtual-stages V
-  s.zero_bubble_schedule = true;  // --pipeline-schedule zb-h1
+  s.zero_bubble_schedule = true;  // --pipeline-schedule zb-h1 and zb-v
   if (device == engine::DeviceType::kCpu) {
     s.flash_attention = false;
     s.values_per_score = 2;  // the probabilities, written and read
@@ -94,10 +94,24 @@ Software software_by_name(const std::string& name, engine::DeviceType device) {
   ENGINE_FAIL("unknown software '", name, "'; expected engine or megatron-lm-2021");
 }
 
+namespace {
+// What rank pp_rank runs: its layers' chunks (ZB-V's two, in a V: rank 0
+// then runs the embedding and the head; every other schedule's rank holds
+// the layers of its plain stage, whatever the interleaving, as the counts
+// are the same).
+std::vector<StageRange> rank_chunks(const GptConfig& config, const ParallelLayout& layout, int pp_rank) {
+  if (layout.schedule == parallel::ScheduleKind::kZeroBubbleV && layout.pp > 1)
+    return pipeline_chunk_ranges(config, pp_rank, layout.pp, 2, parallel::StagePlacement::kVShape);
+  return {pipeline_stage_range(config, pp_rank, layout.pp)};
+}
+}  // namespace
+
 StageSeconds stage_micro_batch_seconds(const GptConfig& config, const ParallelLayout& layout,
                                        const parallel::Cluster& cluster, int pp_rank, const Software& software) {
-  const StageRange range = pipeline_stage_range(config, pp_rank, layout.pp);
-  const double blocks = static_cast<double>(range.last_layer - range.first_layer);
+  const std::vector<StageRange> chunks = rank_chunks(config, layout, pp_rank);
+  const StageRange range = rank_range(chunks);
+  double blocks = 0;
+  for (const StageRange& c : chunks) blocks += static_cast<double>(c.last_layer - c.first_layer);
   const double t = layout.tp, B = static_cast<double>(layout.micro_batch), T = static_cast<double>(layout.seq_len);
   const double C = static_cast<double>(config.n_embd), H = static_cast<double>(config.n_head);
   const double V = static_cast<double>(config.padded_vocab());
@@ -176,8 +190,9 @@ StageSeconds stage_micro_batch_seconds(const GptConfig& config, const ParallelLa
   // fused backward found them in cache: 19C/t + 6C values per token. On this
   // project's CPU that is the +9-11% a split backward measures
   // (examples/benchmarks/RESULTS.md, train_step_bench --passes).
-  const double split_values =
-      layout.schedule == parallel::ScheduleKind::kZeroBubbleH1 && layout.pp > 1 ? tokens * (19.0 * C / t + 6.0 * C) : 0.0;
+  const bool split = (layout.schedule == parallel::ScheduleKind::kZeroBubbleH1 ||
+                      layout.schedule == parallel::ScheduleKind::kZeroBubbleV) && layout.pp > 1;
+  const double split_values = split ? tokens * (19.0 * C / t + 6.0 * C) : 0.0;
   const double bwd_memory = memory_seconds(
       (blocks * (kBackwardTraffic * forward_values + recompute_values + split_values) + embedding_values +
        head_values / 2) * value +
@@ -196,10 +211,10 @@ StageSeconds stage_micro_batch_seconds(const GptConfig& config, const ParallelLa
 }
 
 double stage_parameters(const GptConfig& config, const ParallelLayout& layout, int pp_rank) {
-  const StageRange range = pipeline_stage_range(config, pp_rank, layout.pp);
   const TensorParallel tp{0, layout.tp, layout.sequence_parallel};
   return static_cast<double>(
-      build_gpt_registry(config, range, tp, layout.zero_stage() >= 1 ? layout.dp : 1).total_numel());
+      build_gpt_registry(config, rank_chunks(config, layout, pp_rank), tp, layout.zero_stage() >= 1 ? layout.dp : 1)
+          .total_numel());
 }
 
 double optimizer_seconds(const GptConfig& config, const ParallelLayout& layout, const parallel::Cluster& cluster,

@@ -48,6 +48,7 @@ bool can_interleave(const PlanRequest& r, const ParallelLayout& l) { return can_
 // the enumeration chose (virtual_stages = 0), else the request's.
 int layout_chunks(const PlanRequest& r, const ParallelLayout& l) {
   if (l.pp == 1) return 1;
+  if (l.schedule == parallel::ScheduleKind::kZeroBubbleV) return 2;
   if (l.schedule == parallel::ScheduleKind::kInterleaved) return l.virtual_stages;
   return std::max(1, r.virtual_stages);
 }
@@ -57,7 +58,8 @@ int layout_chunks(const PlanRequest& r, const ParallelLayout& l) {
 // blocks, the final norm, an untied head (model/param_registry.h), as the
 // trainer registers them for the layout.
 std::vector<double> stage_units(const model::GptConfig& m, const ParallelLayout& l, int s, int chunks) {
-  const std::vector<model::StageRange> ranges = model::pipeline_chunk_ranges(m, s, l.pp, chunks);
+  const std::vector<model::StageRange> ranges =
+      model::pipeline_chunk_ranges(m, s, l.pp, chunks, parallel::stage_placement(l.schedule));
   const model::TensorParallel tp{0, l.tp, l.sequence_parallel};
   const model::ParamRegistry registry = model::build_gpt_registry(m, ranges, tp, l.zero_stage() >= 1 ? l.dp : 1);
   const parallel::FlatLayout flat = model::flat_layout(registry, model::rank_range(ranges), tp, m.n_layer);
@@ -133,6 +135,23 @@ std::string PlanRequest::check() const {
   return problems;
 }
 
+// ZB-V's idle time in a step beyond m times the slowest rank's micro-batch
+// time: its list (parallel::zero_bubble_v) simulated with that rank's
+// forward, input-gradient and weight passes, each chunk half of each, and
+// `other` (messages, ZeRO traffic) added to the forward. Past m = 2 pp the
+// idle time grows by the same amount per micro-batch (the steady state
+// repeats), so two simulations there extrapolate to any m.
+double zero_bubble_v_idle_seconds(int pp, std::int64_t micro_batches, const model::StageSeconds& st, double other) {
+  const double f = (st.forward + other) / 2, b = (st.backward - st.weight_grad) / 2, w = st.weight_grad / 2;
+  const auto idle = [&](int m) {
+    return parallel::simulated_step_seconds(parallel::ScheduleKind::kZeroBubbleV, pp, m, 2, f, b, w) - 2 * m * (f + b + w);
+  };
+  const std::int64_t full = 2 * static_cast<std::int64_t>(pp);
+  if (micro_batches <= full + 1) return idle(static_cast<int>(micro_batches));
+  const double at_full = idle(static_cast<int>(full)), per_micro_batch = idle(static_cast<int>(full) + 1) - at_full;
+  return at_full + per_micro_batch * static_cast<double>(micro_batches - full);
+}
+
 std::vector<ParallelLayout> enumerate_layouts(const PlanRequest& r) {
   std::vector<ParallelLayout> layouts;
   const std::vector<model::Recompute> recomputes = {model::Recompute::kNone, model::Recompute::kSelective,
@@ -140,7 +159,10 @@ std::vector<ParallelLayout> enumerate_layouts(const PlanRequest& r) {
   std::vector<parallel::ScheduleKind> schedules = {parallel::ScheduleKind::kOneFOneB,
                                                    parallel::ScheduleKind::kAllForwardAllBackward};
   const model::Software software = model::software_by_name(r.software, r.cluster.device);
-  if (software.zero_bubble_schedule) schedules.push_back(parallel::ScheduleKind::kZeroBubbleH1);
+  if (software.zero_bubble_schedule) {
+    schedules.push_back(parallel::ScheduleKind::kZeroBubbleH1);
+    schedules.push_back(parallel::ScheduleKind::kZeroBubbleV);
+  }
   const bool interleaves = software.interleaved_schedule;
   for (int tp : divisors(r.devices)) {
     if (!allowed(r.tp, tp)) continue;
@@ -178,6 +200,9 @@ std::vector<ParallelLayout> enumerate_layouts(const PlanRequest& r) {
                 l.precision = r.precision();
                 l.device = r.cluster.device;
                 if (pp > 1 && r.virtual_stages > 1 && !can_interleave(r, l)) continue;
+                if (sk == parallel::ScheduleKind::kZeroBubbleV &&
+                    !parallel::zero_bubble_v_refusal(pp, r.model.n_layer).empty())
+                  continue;
                 // The request's v (1: plain) and, when choosing, the plain
                 // layout and every interleaving of it.
                 if (r.virtual_stages != 0 || pp == 1 || allowed(r.schedule, sk)) layouts.push_back(l);
@@ -215,7 +240,9 @@ Prediction predict(const PlanRequest& r, const ParallelLayout& l) {
   const int chunks = layout_chunks(r, l);  // interleaved 1F1B: chunks of layers per device
   ParallelLayout as_1f1b = l;  // an interleaved layout is a 1F1B one cut finer
   if (l.schedule == parallel::ScheduleKind::kInterleaved) as_1f1b.schedule = parallel::ScheduleKind::kOneFOneB;
-  ENGINE_CHECK(chunks == 1 || (software.interleaved_schedule && can_interleave(r, as_1f1b, chunks)), "layout tp ", l.tp, " pp ", l.pp,
+  const bool v_shape = l.pp > 1 && l.schedule == parallel::ScheduleKind::kZeroBubbleV;
+  ENGINE_CHECK(v_shape || chunks == 1 || (software.interleaved_schedule && can_interleave(r, as_1f1b, chunks)),
+               "layout tp ", l.tp, " pp ", l.pp,
                " cannot run ", chunks, " virtual stages with software '", r.software,
                "' (interleaving needs software that has it, pp > 2, 1F1B, layers split into pp x v, micro-batches a multiple of pp)");
 
@@ -236,6 +263,7 @@ Prediction predict(const PlanRequest& r, const ParallelLayout& l) {
   p.layout = l;
   const bool zero_bubble = l.pp > 1 && l.schedule == parallel::ScheduleKind::kZeroBubbleH1;
   double slowest = 0, slowest_comm = 0, end_exposed = 0, optimizer = 0;
+  model::StageSeconds slowest_passes;  // the slowest rank's passes (ZB-V's bubble is simulated with them)
   double sum_fill = 0, slowest_fill = 0;  // each stage's share of fill and drain, and the slowest stage's
   for (int s = 0; s < l.pp; ++s) {
     const model::StageSeconds st = model::stage_micro_batch_seconds(m, l, c, s, software);
@@ -258,7 +286,11 @@ Prediction predict(const PlanRequest& r, const ParallelLayout& l) {
     // Each of a device's chunks sends its activation on and its input's
     // gradient back, but for the first chunk of the first stage and the last
     // chunk of the last (send is 0 without a pipeline).
-    const double sends = (2.0 * chunks - (s == 0 ? 1 : 0) - (s == l.pp - 1 ? 1 : 0)) * send;
+    // In ZB-V's V, rank 0 holds both ends and rank pp - 1 turns the V round
+    // itself: 2 messages a chunk end each way, less those.
+    const double sends =
+        (v_shape ? 2.0 * (s > 0) + 2.0 * (s < l.pp - 1) : 2.0 * chunks - (s == 0 ? 1 : 0) - (s == l.pp - 1 ? 1 : 0)) *
+        send;
     const double t = st.forward + st.backward + sends + per_micro_batch;
     // ZB-H1 (Qi et al. 2024, section 3.1): the weight passes fill the bubble,
     // so each stage's part of fill and drain is F + B - W instead of F + B + W.
@@ -266,6 +298,7 @@ Prediction predict(const PlanRequest& r, const ParallelLayout& l) {
     sum_fill += fill;
     if (t > slowest) {
       slowest = t;
+      slowest_passes = st;
       slowest_fill = fill;
       slowest_comm = st.tp_comm + sends + per_micro_batch;
     }
@@ -273,7 +306,13 @@ Prediction predict(const PlanRequest& r, const ParallelLayout& l) {
     optimizer = std::max(optimizer, model::optimizer_seconds(m, l, c, s));
   }
   // Fill and drain (sum_s t_s - max_s t_s) run in chunks of 1/v of a stage.
-  const double pipeline = mbs * slowest + (sum_fill - slowest_fill) / chunks;
+  // ZB-V: its fixed order idles by the ratio of its passes (zero only at
+  // equal times), so the list itself is simulated with the slowest rank's
+  // forward, input-gradient and weight passes, each chunk half of them.
+  const double pipeline = v_shape ? mbs * slowest + zero_bubble_v_idle_seconds(l.pp, l.micro_batches, slowest_passes,
+                                                                               slowest - slowest_passes.forward -
+                                                                                   slowest_passes.backward)
+                                  : mbs * slowest + (sum_fill - slowest_fill) / chunks;
   // The tied embedding's two copies (first and last stage) are summed once per
   // step; an untied head has one copy.
   double tied = 0;
@@ -306,7 +345,9 @@ Prediction predict(const PlanRequest& r, const ParallelLayout& l) {
   // (model/memory_plan.h): planned as the engine lays it out.
   model::ParallelLayout as_run = l;
   if (l.pp == 1) as_run.schedule = parallel::ScheduleKind::kOneFOneB;
-  if (chunks > 1) {
+  if (v_shape) {
+    as_run.virtual_stages = 2;
+  } else if (chunks > 1) {
     as_run.schedule = parallel::ScheduleKind::kInterleaved;
     as_run.virtual_stages = chunks;
   }

@@ -113,6 +113,12 @@ struct Prediction {
 // Every valid layout the request allows, in a fixed order.
 std::vector<model::ParallelLayout> enumerate_layouts(const PlanRequest& request);
 Prediction predict(const PlanRequest& request, const model::ParallelLayout& layout);
+// ZB-V's idle seconds in a step beyond micro_batches times the rank's
+// micro-batch time: parallel::zero_bubble_v's lists simulated with the
+// rank's passes (`other`, its messages and ZeRO traffic, added to the
+// forward), each chunk half of each; past 2 pp micro-batches extrapolated
+// from two simulations (the steady state adds the same per micro-batch).
+double zero_bubble_v_idle_seconds(int pp, std::int64_t micro_batches, const model::StageSeconds& rank, double other);
 // All predictions, those that fit first, each part by step time.
 std::vector<Prediction> plan(const PlanRequest& request);
 

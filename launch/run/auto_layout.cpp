@@ -16,7 +16,9 @@ std::string layout_text(const Prediction& p) {
   std::ostringstream out;
   out << "tp " << l.tp << " pp " << l.pp << " dp " << l.dp << " micro-batch " << l.micro_batch << " zero "
       << l.zero << " recompute " << model::recompute_name(l.recompute) << " schedule "
-      << (p.virtual_stages > 1 ? "interleaved x" + std::to_string(p.virtual_stages) : parallel::schedule_name(l.schedule))
+      << (p.virtual_stages > 1 && l.schedule != parallel::ScheduleKind::kZeroBubbleV
+              ? "interleaved x" + std::to_string(p.virtual_stages)
+              : parallel::schedule_name(l.schedule))
       << (l.sequence_parallel ? " sequence-parallel" : "");
   return out.str();
 }
@@ -79,8 +81,11 @@ void choose_layout(TrainConfig& c, const std::set<std::string>& given) {
   c.micro_batch = l.micro_batch;
   c.zero = l.zero;
   c.recompute = model::recompute_name(l.recompute);
-  c.pipeline_schedule = best.virtual_stages > 1 ? "interleaved" : parallel::schedule_name(l.schedule);
-  c.virtual_stages = best.virtual_stages;
+  const bool v_shape = l.schedule == parallel::ScheduleKind::kZeroBubbleV && l.pp > 1;
+  c.pipeline_schedule = v_shape                    ? "zb-v"
+                        : best.virtual_stages > 1 ? "interleaved"
+                                                  : parallel::schedule_name(l.schedule);
+  c.virtual_stages = v_shape ? 1 : best.virtual_stages;  // resolve() gives zb-v its two chunks
   c.sequence_parallel = l.sequence_parallel;
   c.auto_layout.chosen = layout_text(best);
   c.auto_layout.predicted_step_seconds = best.step_seconds;

@@ -109,8 +109,8 @@ TEST(Planner, EnumeratesEveryValidLayoutOnce) {
   }
   // tp in {1,2,4,8} (16 heads), pp in {1,2,4,8}, tp*pp <= 8: count by hand.
   // For each (tp, pp): dp = 8/(tp pp), micro-batches: divisors of 64/dp,
-  // zero: 4 if dp > 1, sp: 2 if tp > 1, recompute: 3, schedules: 3 if pp > 1
-  // (1f1b, afab, zb-h1: the engine runs all three).
+  // zero: 4 if dp > 1, sp: 2 if tp > 1, recompute: 3, schedules if pp > 1:
+  // 1f1b, afab, zb-h1 and zb-v (the 24 layers fill 2 pp chunks at pp 8).
   std::size_t expected = 0;
   for (int tp : {1, 2, 4, 8})
     for (int pp : {1, 2, 4, 8}) {
@@ -118,7 +118,8 @@ TEST(Planner, EnumeratesEveryValidLayoutOnce) {
       const int dp = 8 / (tp * pp);
       int divisors = 0;
       for (int d = 1; d <= 64 / dp; ++d) divisors += (64 / dp) % d == 0;
-      expected += static_cast<std::size_t>(divisors) * (dp > 1 ? 4 : 1) * (tp > 1 ? 2 : 1) * 3 * (pp > 1 ? 3 : 1);
+      const int schedules = pp > 1 ? 4 : 1;
+      expected += static_cast<std::size_t>(divisors) * (dp > 1 ? 4 : 1) * (tp > 1 ? 2 : 1) * 3 * schedules;
     }
   EXPECT_EQ(layouts.size(), expected);
 
@@ -191,8 +192,33 @@ TEST(Planner, PredictionsMoveAsTheMechanismsSay) {
   ASSERT_EQ(pp_few.stage_activations.size(), 4u);
   EXPECT_GT(zb.stage_activations[3], pp_few.stage_activations[3]);
   EXPECT_EQ(*std::max_element(zb.stage_activations.begin(), zb.stage_activations.end()), zb.memory.activations);
+  // ZB-V (two chunks per rank in a V): its idle time is the list's, simulated
+  // with the slowest rank's passes; the split backward's traffic too.
+  model::ParallelLayout v_layout = layout(1, 4, 2, 4, 0, Recompute::kNone);
+  model::ParallelLayout v_1f1b = v_layout;
+  v_layout.schedule = parallel::ScheduleKind::kZeroBubbleV;
+  const auto zbv = launch::predict(r, v_layout), plain = launch::predict(r, v_1f1b);
+  EXPECT_EQ(zbv.virtual_stages, 2);
+  EXPECT_GT(zbv.bubble_seconds, 0.0);
+  EXPECT_GT(zbv.compute_seconds, plain.compute_seconds);
+  // At equal passes the idle time is the first forward's trip down and up
+  // the V, (p - 1) F / 2, for any m >= 2p; otherwise it grows with m, and
+  // the extrapolation past 2p + 1 is the simulation's own figure.
+  model::StageSeconds equal;
+  equal.forward = 1.0;
+  equal.backward = 2.0;
+  equal.weight_grad = 1.0;
+  for (std::int64_t m : {8, 9, 100}) EXPECT_NEAR(launch::zero_bubble_v_idle_seconds(4, m, equal, 0.0), 1.5, 1e-9);
+  model::StageSeconds uneven = equal;
+  uneven.weight_grad = 0.5;
+  const double direct = parallel::simulated_step_seconds(parallel::ScheduleKind::kZeroBubbleV, 4, 40, 2, 0.5, 0.75, 0.25);
+  EXPECT_NEAR(launch::zero_bubble_v_idle_seconds(4, 40, uneven, 0.0), direct - 40 * 3.0, 1e-9);
+  EXPECT_GT(launch::zero_bubble_v_idle_seconds(4, 40, uneven, 0.0), launch::zero_bubble_v_idle_seconds(4, 8, uneven, 0.0));
+  model::ParallelLayout v_run = v_layout;
+  v_run.virtual_stages = 2;
+  EXPECT_EQ(zbv.memory_bytes_per_device, model::plan_memory(r.model, v_run).largest_total());
   // The split adds up.
-  for (const auto& p : {base, full, z3, pp_few, zb})
+  for (const auto& p : {base, full, z3, pp_few, zb, zbv})
     EXPECT_NEAR(p.compute_seconds + p.exposed_comm_seconds + p.bubble_seconds, p.step_seconds, 1e-9 * p.step_seconds);
   // Tensor parallelism across nodes is slower than inside one.
   launch::PlanRequest wide = gpt2_request(16);
