@@ -25,14 +25,16 @@ std::vector<int> chunk_activation_slots(const ParallelLayout& layout, int pp_ran
   return slots;
 }
 
-WeightPassSets weight_pass_sets(const std::vector<parallel::Action>& schedule) {
+WeightPassSets weight_pass_sets(const std::vector<parallel::Action>& schedule, int chunk) {
   if (!parallel::splits_backward(schedule)) return {};
-  return {std::max(1, parallel::peak_awaiting_weight(schedule)), std::max(1, parallel::peak_until_weight(schedule))};
+  return {std::max(1, parallel::peak_awaiting_weight(schedule, chunk)),
+          std::max(1, parallel::peak_until_weight(schedule, chunk))};
 }
 
-WeightPassSets weight_pass_sets(const ParallelLayout& layout, int pp_rank) {
+WeightPassSets weight_pass_sets(const ParallelLayout& layout, int pp_rank, int chunk) {
   return weight_pass_sets(parallel::make_schedule(layout.schedule, layout.pp, pp_rank,
-                                                  static_cast<int>(layout.micro_batches), layout.virtual_stages));
+                                                  static_cast<int>(layout.micro_batches), layout.virtual_stages),
+                          chunk);
 }
 
 int activation_slots(const ParallelLayout& layout, int pp_rank) {
@@ -95,12 +97,13 @@ StageFootprint stage_footprint(const GptConfig& config, const ParallelLayout& la
   if (chunks.size() > 1) {
     // One GptStage per chunk (launch/run/trainer.cpp), each with its own
     // slots and scratch: their bytes, summed; the slots are in already.
-    // ZB-V's chunks each keep the weight passes' sets the trainer gives them.
-    const WeightPassSets sets = weight_pass_sets(layout, pp_rank);
-    std::size_t c = 0;
-    for (const int slots : chunk_activation_slots(layout, pp_rank))
+    // ZB-V's chunks each keep their own weight passes' sets.
+    int c = 0;
+    for (const int slots : chunk_activation_slots(layout, pp_rank)) {
+      const WeightPassSets sets = weight_pass_sets(layout, pp_rank, c);
       f.fixed.activations += stage_activation_bytes(layout.device, config, chunks[c++], shape, slots, tp,
                                                     layout.recompute, sets.stash, sets.inputs);
+    }
     return f;
   }
   // (slots, stash sets, input sets) -> bytes; each count's share measured by

@@ -78,15 +78,16 @@ RankMemory plan_stage_memory(const GptConfig& config, const ParallelLayout& layo
 // chunks of layers), and each chunk's (one entry unless interleaved).
 int activation_slots(const ParallelLayout& layout, int pp_rank);
 std::vector<int> chunk_activation_slots(const ParallelLayout& layout, int pp_rank);
-// For a schedule that splits the backward (zero-bubble), what `pp_rank`'s
-// model::GptStage keeps for its weight passes: stash sets for the most
-// micro-batches between their input and weight passes at once, weight-input
-// sets for those between forward and weight pass; {0, 0} for the others.
+// For a schedule that splits the backward (zero-bubble), what chunk `chunk`
+// of `pp_rank` (its model::GptStage) keeps for its weight passes: stash sets
+// for the most micro-batches between their input and weight passes at once,
+// weight-input sets for those between forward and weight pass; {0, 0} for
+// the others.
 struct WeightPassSets {
   int stash = 0, inputs = 0;
 };
-WeightPassSets weight_pass_sets(const ParallelLayout& layout, int pp_rank);
+WeightPassSets weight_pass_sets(const ParallelLayout& layout, int pp_rank, int chunk = 0);
 // The same for a rank's own schedule (what the trainer builds its stages with).
-WeightPassSets weight_pass_sets(const std::vector<parallel::Action>& schedule);
+WeightPassSets weight_pass_sets(const std::vector<parallel::Action>& schedule, int chunk = 0);
 
 }  // namespace model

@@ -529,11 +529,21 @@ int peak_until_weight(const std::vector<Action>& actions) {
   return splits_backward(actions) ? peak_between(actions, ActionKind::kForward, ActionKind::kWeight) : 0;
 }
 
-int peak_in_flight(const std::vector<Action>& actions, int chunk) {
+namespace {
+std::vector<Action> of_chunk(const std::vector<Action>& actions, int chunk) {
   std::vector<Action> mine;
   for (const Action& a : actions)
     if (a.chunk == chunk) mine.push_back(a);
-  return peak_in_flight(mine);
+  return mine;
+}
+}  // namespace
+
+int peak_in_flight(const std::vector<Action>& actions, int chunk) { return peak_in_flight(of_chunk(actions, chunk)); }
+int peak_awaiting_weight(const std::vector<Action>& actions, int chunk) {
+  return peak_awaiting_weight(of_chunk(actions, chunk));
+}
+int peak_until_weight(const std::vector<Action>& actions, int chunk) {
+  return peak_until_weight(of_chunk(actions, chunk));
 }
 
 double bubble_fraction(int pp_size, int micro_batches) {

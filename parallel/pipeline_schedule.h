@@ -201,9 +201,11 @@ int peak_awaiting_weight(const std::vector<Action>& actions);
 // Most micro-batches whose F has run and W has not (0 without W's): the
 // matmul inputs a forward keeps for its weight pass. ZB-H1: min(pp_size, m).
 int peak_until_weight(const std::vector<Action>& actions);
-// The same for one chunk of an interleaved schedule: the activation sets of
-// that chunk's layers held at once.
+// The same for one chunk of a schedule of several chunks per rank: the sets
+// of that chunk's layers held at once.
 int peak_in_flight(const std::vector<Action>& actions, int chunk);
+int peak_awaiting_weight(const std::vector<Action>& actions, int chunk);
+int peak_until_weight(const std::vector<Action>& actions, int chunk);
 
 // Fraction of a step's time each stage idles in the pipeline bubble, with
 // equal forward+backward time per micro-batch: (p - 1) / (m + p - 1)

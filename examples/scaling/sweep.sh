@@ -118,7 +118,7 @@ while IFS= read -r line || [ -n "$line" ]; do
     [ -n "${flag_of[$key]:-}" ] || die "$layouts:$lineno: unknown key '$key' (tp, pp, dp, micro_batch, zero, recompute, schedule, virtual_stages, sequence_parallel)"
     case $key in
       recompute) [[ $value =~ ^(none|selective|full)$ ]] || die "$layouts:$lineno: recompute=$value: none, selective or full" ;;
-      schedule) [[ $value =~ ^(1f1b|afab|interleaved|zb-h1)$ ]] || die "$layouts:$lineno: schedule=$value: 1f1b, afab, interleaved or zb-h1" ;;
+      schedule) [[ $value =~ ^(1f1b|afab|interleaved|zb-h1|zb-v)$ ]] || die "$layouts:$lineno: schedule=$value: 1f1b, afab, interleaved, zb-h1 or zb-v" ;;
       sequence_parallel) [[ $value =~ ^[01]$ ]] || die "$layouts:$lineno: sequence_parallel=$value: 0 or 1" ;;
       *) [[ $value =~ ^[0-9]+$ ]] || die "$layouts:$lineno: $key=$value: expected a whole number" ;;
     esac

@@ -160,7 +160,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
     const int slots = std::max(1, parallel::peak_in_flight(schedule_, static_cast<int>(c)));
     // A zero-bubble schedule splits each backward in two: the weight passes'
     // inputs and stashes are kept from forward and input pass to weight pass.
-    const model::WeightPassSets sets = model::weight_pass_sets(schedule_);
+    const model::WeightPassSets sets = model::weight_pass_sets(schedule_, static_cast<int>(c));
     stages_.push_back(std::make_unique<model::GptStage>(mc, *store_, chunks_[c], shape, slots, tp_, comms_.tp.get(),
                                                         config.recompute_mode, data_parallel_->staged_units(),
                                                         sets.stash, sets.inputs));

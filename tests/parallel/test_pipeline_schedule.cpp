@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -387,6 +388,19 @@ TEST(ZeroBubbleV, InvariantsForManyShapes) {
         const int sets = peak_in_flight(stages[s], 0) + peak_in_flight(stages[s], 1);
         ASSERT_LE(sets, std::min(2 * pp + 1, 2 * m)) << "stage " << s;
         ASSERT_LE(peak_in_flight(stages[s]), 2 * pp + 1) << "stage " << s;
+        // Each chunk retires its micro-batches in order (F, B and W each
+        // increasing), so round-robin slots, stashes and weight-input sets
+        // of its peaks' sizes never collide (launch/run/training_stage.h).
+        for (int c = 0; c < 2; ++c) {
+          std::array<int, 7> last;
+          last.fill(-1);
+          for (const Action& a : stages[s]) {
+            if (a.chunk != c || is_communication(a.kind)) continue;
+            ASSERT_GT(a.micro, last[static_cast<int>(a.kind)]) << "stage " << s << " " << to_string(a);
+            last[static_cast<int>(a.kind)] = a.micro;
+          }
+          ASSERT_LE(peak_awaiting_weight(stages[s], c), peak_until_weight(stages[s], c));
+        }
       }
     }
   // The looped placement's lists do not check as a V.
