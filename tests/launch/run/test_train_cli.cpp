@@ -570,6 +570,8 @@ TEST(TrainCliMpi, LayoutAutoChoosesPipelineSchedulesAndVirtualStages) {
   const Case cases[] = {
       {"--pipeline-schedule interleaved", "pp 4 dp 1 micro-batch 1 zero 0 recompute none schedule interleaved x2"},
       {"--pipeline-schedule zb-h1", "schedule zb-h1"},
+      // ZB-V: the auto layout is run with its two chunks per rank in a V.
+      {"--pipeline-schedule zb-v", "schedule zb-v"},
   };
   for (const Case& c : cases) {
     const std::string log = dir / "auto.log";
