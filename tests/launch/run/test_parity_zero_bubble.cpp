@@ -12,53 +12,18 @@
 // Checkpoints written under zb-h1 resume under 1F1B and in one process.
 //
 // Needs 8 ranks (mpirun --oversubscribe -np 8); fewer run what fits.
-#include "tests/launch/parity_fixture.h"
+#include "tests/launch/run/zero_bubble_parity.h"
 
 using namespace test_support;
 
 namespace {
 
-class ParityZeroBubble : public ::testing::Test {
- protected:
-  static constexpr int kSteps = 6, kSavedAt = 3;
-
-  static void SetUpTestSuite() {
-    dir_ = new SharedDir("parity_zero_bubble");
-    ref_ = new Reference(train_reference(config(1, 1, 1, "1f1b"), kSavedAt));
-    launch::TrainConfig llama = config(1, 1, 1, "1f1b");
-    make_llama(llama);
-    llama_ref_ = new Reference(train_reference(llama, kSavedAt));
-  }
-  static void TearDownTestSuite() {
-    delete llama_ref_;
-    delete ref_;
-    delete dir_;
-  }
-
-  // Eight micro-batches of one sequence per step at dp 1 (four at dp 2).
-  static launch::TrainConfig config(int tp, int pp, int dp, const std::string& schedule = "zb-h1") {
-    launch::TrainConfig c = parity_config(*dir_, tp, pp, dp);
-    c.steps = kSteps;
-    c.pipeline_schedule = schedule;
-    return c;
-  }
-  static void make_llama(launch::TrainConfig& c) {
-    c.preset = "llama-micro";  // grouped-query attention, SwiGLU, RoPE, untied head, qkv bias
-    c.n_head = 4;
-    c.n_kv_head = 2;
-  }
-
-  static void expect_parity(launch::TrainConfig c, const std::string& what, const Reference& ref = *ref_) {
-    on_groups(c.tp * c.pp * c.dp, [&](MPI_Comm group) { expect_close_to_reference(train_run(c, group), ref.whole, what); });
-  }
-
-  static SharedDir* dir_;
-  static Reference* ref_;        // gpt-micro, one process: the whole run and its tail after kSavedAt
-  static Reference* llama_ref_;  // llama-micro, one process
+struct Schedule {
+  static constexpr const char* kName = "zb-h1";
+  static constexpr const char* kFolder = "parity_zero_bubble";
+  static constexpr int kLayers = 4;
 };
-SharedDir* ParityZeroBubble::dir_ = nullptr;
-Reference* ParityZeroBubble::ref_ = nullptr;
-Reference* ParityZeroBubble::llama_ref_ = nullptr;
+class ParityZeroBubble : public ZeroBubbleParity<Schedule> {};
 
 }  // namespace
 
@@ -70,7 +35,7 @@ TEST_F(ParityZeroBubble, OneProcessAndPipelinesOfTwoAndFourStages) {
   expect_parity(config(1, 4, 1), "pp4 zb-h1");
   launch::TrainConfig c = config(1, 4, 1);
   make_llama(c);
-  expect_parity(c, "llama-micro pp4 zb-h1", *llama_ref_);
+  expect_parity(c, "llama-micro pp4 zb-h1", llama_ref_);
 }
 
 TEST_F(ParityZeroBubble, WithTensorParallelSequenceParallelAndRecomputation) {
@@ -97,7 +62,7 @@ TEST_F(ParityZeroBubble, WithDataParallelAndEveryZeroStage) {
   c.recompute = "full";
   expect_parity(c, "tp2 pp2 dp2 zb-h1, sequence parallel, ZeRO-3, full recomputation");
   make_llama(c);
-  expect_parity(c, "llama-micro tp2 pp2 dp2 zb-h1, sequence parallel, ZeRO-3, full recomputation", *llama_ref_);
+  expect_parity(c, "llama-micro tp2 pp2 dp2 zb-h1, sequence parallel, ZeRO-3, full recomputation", llama_ref_);
 }
 
 TEST_F(ParityZeroBubble, OneBitAdamBeforeItsFreezeIsAdamW) {

@@ -11,55 +11,18 @@
 // in checkpoints (written under zb-v, resumed under 1F1B and the reverse).
 //
 // Needs 8 ranks (mpirun --oversubscribe -np 8); fewer run what fits.
-#include "tests/launch/parity_fixture.h"
+#include "tests/launch/run/zero_bubble_parity.h"
 
 using namespace test_support;
 
 namespace {
 
-class ParityZeroBubbleV : public ::testing::Test {
- protected:
-  static constexpr int kSteps = 6, kSavedAt = 3;
-
-  static void SetUpTestSuite() {
-    dir_ = new SharedDir("parity_zero_bubble_v");
-    ref_ = new Reference(train_reference(config(1, 1, 1, "1f1b"), kSavedAt));
-    launch::TrainConfig llama = config(1, 1, 1, "1f1b");
-    make_llama(llama);
-    llama_ref_ = new Reference(train_reference(llama, kSavedAt));
-  }
-  static void TearDownTestSuite() {
-    delete llama_ref_;
-    delete ref_;
-    delete dir_;
-  }
-
-  // Eight layers (two per chunk at pp 4); eight micro-batches of one
-  // sequence per step at dp 1 (four at dp 2), so m >= 2 pp at pp 2 and 4.
-  static launch::TrainConfig config(int tp, int pp, int dp, const std::string& schedule = "zb-v") {
-    launch::TrainConfig c = parity_config(*dir_, tp, pp, dp);
-    c.n_layer = 8;
-    c.steps = kSteps;
-    c.pipeline_schedule = schedule;
-    return c;
-  }
-  static void make_llama(launch::TrainConfig& c) {
-    c.preset = "llama-micro";  // grouped-query attention, SwiGLU, RoPE, untied head, qkv bias
-    c.n_head = 4;
-    c.n_kv_head = 2;
-  }
-
-  static void expect_parity(launch::TrainConfig c, const std::string& what, const Reference& ref = *ref_) {
-    on_groups(c.tp * c.pp * c.dp, [&](MPI_Comm group) { expect_close_to_reference(train_run(c, group), ref.whole, what); });
-  }
-
-  static SharedDir* dir_;
-  static Reference* ref_;        // gpt-micro (8 layers), one process: the whole run and its tail after kSavedAt
-  static Reference* llama_ref_;  // llama-micro (8 layers), one process
+struct Schedule {
+  static constexpr const char* kName = "zb-v";
+  static constexpr const char* kFolder = "parity_zero_bubble_v";
+  static constexpr int kLayers = 8;
 };
-SharedDir* ParityZeroBubbleV::dir_ = nullptr;
-Reference* ParityZeroBubbleV::ref_ = nullptr;
-Reference* ParityZeroBubbleV::llama_ref_ = nullptr;
+class ParityZeroBubbleV : public ZeroBubbleParity<Schedule> {};
 
 }  // namespace
 
@@ -69,7 +32,7 @@ TEST_F(ParityZeroBubbleV, OneProcessAndPipelinesOfTwoAndFourStages) {
   expect_parity(config(1, 2, 1), "pp2 zb-v");
   launch::TrainConfig untied = config(1, 2, 1);
   make_llama(untied);
-  expect_parity(untied, "llama-micro pp2 zb-v", *llama_ref_);
+  expect_parity(untied, "llama-micro pp2 zb-v", llama_ref_);
   if (world_size() < 4) GTEST_SKIP() << "needs 4 ranks";
   expect_parity(config(1, 4, 1), "pp4 zb-v");
 }
@@ -97,7 +60,7 @@ TEST_F(ParityZeroBubbleV, WithDataParallelAndEveryZeroStage) {
   c.recompute = "full";
   expect_parity(c, "tp2 pp2 dp2 zb-v, sequence parallel, ZeRO-3, full recomputation");
   make_llama(c);
-  expect_parity(c, "llama-micro tp2 pp2 dp2 zb-v, sequence parallel, ZeRO-3, full recomputation", *llama_ref_);
+  expect_parity(c, "llama-micro tp2 pp2 dp2 zb-v, sequence parallel, ZeRO-3, full recomputation", llama_ref_);
   launch::TrainConfig onebit = config(1, 4, 2);
   onebit.optimizer = "onebit-adam";
   onebit.freeze_step = kSteps + 1;
