@@ -24,7 +24,9 @@
 //                      ran a quarter below a large square's, on this project's CPU
 //                      C 128 ran 7.5% below C 512 (RESULTS.md)
 //   gemm_rates         each of those twelve products (4 layers x forward,
-//                      input gradient, weight gradient) timed alone: its own
+//                      input gradient, weight gradient; products of one shape,
+//                      such as the square projection's forward and input
+//                      gradient, are one entry at their mean time) timed alone: its own
 //                      rate, which the planner takes for products of (about)
 //                      that shape (model/step_cost.h gemm_efficiency_at); on
 //                      this project's CPU GPT-2's products ran 60-160 GFLOP/s

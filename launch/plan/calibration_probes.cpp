@@ -202,7 +202,14 @@ std::vector<GemmShapeProbe> probe_gemm_shapes(DeviceType device, const MatmulSha
       GemmShapeProbe probe{dims[p][0], dims[p][1], dims[p][2], 0};
       probe.flops = 2.0 * static_cast<double>(probe.m) * static_cast<double>(probe.n) * static_cast<double>(probe.k) /
                     median;
-      probes.push_back(probe);
+      // Some products share a shape (a square projection's forward and input
+      // gradient, (N, C, C); the MLP's two matmuls mirror each other): the
+      // planner looks rates up by shape, so one entry at their mean time.
+      const auto same = std::find_if(probes.begin(), probes.end(), [&](const GemmShapeProbe& q) {
+        return q.m == probe.m && q.n == probe.n && q.k == probe.k;
+      });
+      if (same != probes.end()) same->flops = 2.0 / (1.0 / same->flops + 1.0 / probe.flops);
+      else probes.push_back(probe);
     }
   }
   return probes;

@@ -9,12 +9,15 @@
 
 #include <cmath>
 #include <filesystem>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/check.h"
 #include "launch/hardware/cpu_peak.h"
 #include "launch/plan/calibrate.h"
+#include "launch/plan/calibration_probes.h"
 #include "launch/plan/cluster_file.h"
 #include "tests/launch/training_fixture.h"
 
@@ -102,8 +105,18 @@ TEST(Calibrate, MeasuresThisMachineAndWritesAFileThatReadsBack) {
   }
   EXPECT_LE(c.gemm_efficiency, 1.0);
   // The block's twelve products (4 layers x forward, input and weight
-  // gradient), each its own rate, the same on every rank.
-  ASSERT_EQ(c.gemm_rates.size(), 12u);
+  // gradient), each its own rate, the same on every rank; products of one
+  // shape (the square projection's forward and input gradient, the MLP's
+  // two matmuls' mirrored ones) are one entry each: the distinct shapes.
+  const launch::MatmulShapes shapes = launch::default_matmul_shapes(engine::DeviceType::kCpu);
+  const std::int64_t C = shapes.channels, N = shapes.tokens;
+  std::set<std::tuple<std::int64_t, std::int64_t, std::int64_t>> expected, listed;
+  for (const auto& [in, out] : {std::pair{C, 3 * C}, std::pair{C, C}, std::pair{C, 4 * C}, std::pair{4 * C, C}})
+    for (const auto& shape : {std::tuple{N, out, in}, std::tuple{N, in, out}, std::tuple{out, in, N}})
+      expected.insert(shape);
+  for (const parallel::GemmRate& g : c.gemm_rates)
+    EXPECT_TRUE(listed.insert({g.m, g.n, g.k}).second) << "shape " << g.m << "x" << g.n << "x" << g.k << " listed twice";
+  EXPECT_EQ(listed, expected);
   for (const parallel::GemmRate& g : c.gemm_rates) {
     EXPECT_TRUE(g.m > 0 && g.n > 0 && g.k > 0);
     EXPECT_TRUE(g.efficiency > 0 && g.efficiency <= 1.0) << g.efficiency;
