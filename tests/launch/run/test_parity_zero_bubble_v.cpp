@@ -76,6 +76,31 @@ TEST_F(ParityZeroBubbleV, CheckpointsResumeAcrossSchedules) {
   expect_resumes(one, config(2, 2, 1), ref_->tail, kSavedAt, "one process -> tp2 pp2 zb-v");
 }
 
+// Validation runs one forward per micro-batch down the ranks through chunk 0
+// and back up through chunk 1, rank pp - 1 handing its chunk 0's output to
+// its chunk 1 itself, and scores on rank 0 (the head): the same tokens, the
+// same loss as one process.
+TEST_F(ParityZeroBubbleV, ValidatesDownAndBackUpTheV) {
+  const auto with_validation = [](launch::TrainConfig c) {
+    c.val_data = *dir_ / "val_*.bin";
+    c.val_tokens = 13 * 16;  // 13 sequences of 16: micro-batches of 1, padding-free; checked twice
+    c.val_interval = 3;
+    return c;
+  };
+  double reference = 0;
+  if (world_rank() == 0)
+    reference = train_run(with_validation(config(1, 1, 1, "1f1b")), MPI_COMM_SELF).summary.final_val_loss;
+  MPI_Bcast(&reference, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  ASSERT_GT(reference, 0);
+  for (const int pp : {1, 2, 4}) {
+    if (world_size() < pp) continue;
+    on_groups(pp, [&](MPI_Comm group) {
+      const double loss = train_run(with_validation(config(1, pp, 1)), group).summary.final_val_loss;
+      EXPECT_NEAR(loss, reference, 1e-5 * reference) << "pp " << pp << " zb-v";
+    });
+  }
+}
+
 TEST_F(ParityZeroBubbleV, RefusesTooFewLayersAndOtherChunkCounts) {
   const auto refusal = [](launch::TrainConfig c, int world) {
     try {
