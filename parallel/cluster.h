@@ -15,6 +15,14 @@
 
 namespace parallel {
 
+// A collective's bus bandwidth measured at one message size: `bytes` is the
+// whole buffer's (the tensor all-reduced, gathered or scattered).
+struct BandwidthAtSize {
+  double bytes = 0;
+  double bytes_per_second = 0;
+  bool operator==(const BandwidthAtSize&) const = default;
+};
+
 // A link of the alpha-beta (Hockney) model: sending n bytes to a neighbour
 // takes latency + n / bandwidth. `bandwidth` is what one device sends (while
 // receiving as much) along a ring of such links: NCCL's bus bandwidth
@@ -28,6 +36,14 @@ struct Link {
   // either way (examples/benchmarks/RESULTS.md); 0 = bandwidth_bytes_per_second.
   double all_gather_bytes_per_second = 0;
   double reduce_scatter_bytes_per_second = 0;
+  // Optional: each collective's bus bandwidth by message size (`plan
+  // --calibrate` times them from 64 KiB to 16 MiB), sorted by size. A
+  // message between two sizes runs at their interpolation in log-log, one
+  // outside them at the nearest end's; where a curve is given it takes the
+  // place of the single figures above for that collective (on this
+  // project's CPU VM the MPI collectives ran 0.7-4 GB/s by kind and size:
+  // examples/benchmarks/RESULTS.md).
+  std::vector<BandwidthAtSize> all_reduce_by_size, all_gather_by_size, reduce_scatter_by_size;
 };
 
 // The achieved fraction of peak_flops of one matrix product shape, measured:

@@ -1,38 +1,72 @@
 #include "parallel/comm_cost.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "engine/check.h"
 
 namespace parallel {
 
 namespace {
-// `bytes` at `bandwidth`, or at the link's bandwidth where that is 0 (not measured).
-double transfer(double bytes, const Link& link, double bandwidth = 0) {
-  ENGINE_CHECK(link.bandwidth_bytes_per_second > 0, "a link needs a positive bandwidth");
-  return bytes / (bandwidth > 0 ? bandwidth : link.bandwidth_bytes_per_second);
+const std::vector<BandwidthAtSize>& curve_of(const Link& link, Collective collective) {
+  switch (collective) {
+    case Collective::kAllReduce: return link.all_reduce_by_size;
+    case Collective::kAllGather: return link.all_gather_by_size;
+    case Collective::kReduceScatter: return link.reduce_scatter_by_size;
+  }
+  ENGINE_FAIL("unknown collective");
+}
+double single_figure(const Link& link, Collective collective) {
+  if (collective == Collective::kAllGather) return link.all_gather_bytes_per_second;
+  if (collective == Collective::kReduceScatter) return link.reduce_scatter_bytes_per_second;
+  return 0;
 }
 }  // namespace
+
+double bandwidth_at_size(const std::vector<BandwidthAtSize>& curve, double bytes) {
+  ENGINE_CHECK(!curve.empty(), "bandwidth_at_size: an empty curve");
+  if (bytes <= curve.front().bytes) return curve.front().bytes_per_second;
+  if (bytes >= curve.back().bytes) return curve.back().bytes_per_second;
+  const auto above = std::upper_bound(curve.begin(), curve.end(), bytes,
+                                      [](double b, const BandwidthAtSize& p) { return b < p.bytes; });
+  const BandwidthAtSize& hi = *above;
+  const BandwidthAtSize& lo = *(above - 1);
+  // Bandwidth grows with size about as a power of it between measured sizes.
+  const double t = std::log(bytes / lo.bytes) / std::log(hi.bytes / lo.bytes);
+  return std::exp(std::log(lo.bytes_per_second) + t * (std::log(hi.bytes_per_second) - std::log(lo.bytes_per_second)));
+}
+
+double bus_bandwidth(const Link& link, Collective collective, double bytes) {
+  const std::vector<BandwidthAtSize>& curve = curve_of(link, collective);
+  if (!curve.empty()) return bandwidth_at_size(curve, bytes);
+  const double single = single_figure(link, collective);
+  if (single > 0) return single;
+  ENGINE_CHECK(link.bandwidth_bytes_per_second > 0, "a link needs a positive bandwidth");
+  return link.bandwidth_bytes_per_second;
+}
 
 double all_reduce_seconds(double bytes, int ranks, const Link& link) {
   if (ranks <= 1 || bytes <= 0) return 0;
   const double n = ranks;
-  return 2 * (n - 1) * link.latency_seconds + transfer(2 * (n - 1) / n * bytes, link);
+  return 2 * (n - 1) * link.latency_seconds + 2 * (n - 1) / n * bytes / bus_bandwidth(link, Collective::kAllReduce, bytes);
 }
 
 double reduce_scatter_seconds(double bytes, int ranks, const Link& link) {
   if (ranks <= 1 || bytes <= 0) return 0;
   const double n = ranks;
-  return (n - 1) * link.latency_seconds + transfer((n - 1) / n * bytes, link, link.reduce_scatter_bytes_per_second);
+  return (n - 1) * link.latency_seconds + (n - 1) / n * bytes / bus_bandwidth(link, Collective::kReduceScatter, bytes);
 }
 
 double all_gather_seconds(double bytes, int ranks, const Link& link) {
   if (ranks <= 1 || bytes <= 0) return 0;
   const double n = ranks;
-  return (n - 1) * link.latency_seconds + transfer((n - 1) / n * bytes, link, link.all_gather_bytes_per_second);
+  return (n - 1) * link.latency_seconds + (n - 1) / n * bytes / bus_bandwidth(link, Collective::kAllGather, bytes);
 }
 
-double send_seconds(double bytes, const Link& link) { return link.latency_seconds + transfer(bytes, link); }
+double send_seconds(double bytes, const Link& link) {
+  ENGINE_CHECK(link.bandwidth_bytes_per_second > 0, "a link needs a positive bandwidth");
+  return link.latency_seconds + bytes / link.bandwidth_bytes_per_second;
+}
 
 Link axis_link(const Cluster& cluster, Axis axis, int tp, int pp, int dp) {
   ENGINE_CHECK(cluster.devices_per_node >= 1, "axis_link: the cluster needs devices_per_node >= 1");
@@ -75,6 +109,15 @@ Link axis_link(const Cluster& cluster, Axis axis, int tp, int pp, int dp) {
     widened(&Link::bandwidth_bytes_per_second);
     widened(&Link::all_gather_bytes_per_second);
     widened(&Link::reduce_scatter_bytes_per_second);
+    // A curve's every size alike, bounded by the node's own link at that size.
+    for (const Collective k : {Collective::kAllReduce, Collective::kAllGather, Collective::kReduceScatter}) {
+      std::vector<BandwidthAtSize>& curve = k == Collective::kAllReduce   ? link.all_reduce_by_size
+                                            : k == Collective::kAllGather ? link.all_gather_by_size
+                                                                          : link.reduce_scatter_by_size;
+      for (BandwidthAtSize& p : curve)
+        p.bytes_per_second = std::max(p.bytes_per_second,
+                                      std::min(bus_bandwidth(cluster.intra_node, k, p.bytes), fewest * p.bytes_per_second));
+    }
   }
   return link;
 }

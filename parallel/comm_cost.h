@@ -13,7 +13,8 @@
 //   send                     alpha +           B / bw
 // where bw is the link's ring (bus) bandwidth (parallel/cluster.h), or for
 // an all-gather and a reduce-scatter the link's own figure for that
-// collective where it has one. A group
+// collective where it has one, or, where the link has a curve by message
+// size for the collective, the curve's bandwidth at B (bus_bandwidth). A group
 // whose ring leaves a node runs at the inter-node link's speed (its slowest
 // hop); NCCL's trees and NVLS cut the latency term at scale, which this
 // model ignores (it matters only for small messages).
@@ -23,6 +24,16 @@
 #include "parallel/process_grid.h"
 
 namespace parallel {
+
+enum class Collective { kAllReduce, kAllGather, kReduceScatter };
+// The bus bandwidth `link` gives a `collective` of `bytes` (the whole
+// buffer): its curve by size where it has one (log-log interpolation
+// between the two sizes around `bytes`, the nearest end's outside them),
+// else its single figure for the collective, else its bandwidth.
+double bus_bandwidth(const Link& link, Collective collective, double bytes);
+// The curve alone: bandwidth at `bytes` (the curve must be non-empty,
+// sorted by strictly growing size, every figure positive).
+double bandwidth_at_size(const std::vector<BandwidthAtSize>& curve, double bytes);
 
 double all_reduce_seconds(double bytes, int ranks, const Link& link);
 double reduce_scatter_seconds(double bytes, int ranks, const Link& link);

@@ -331,9 +331,11 @@ Calibration calibrate(MPI_Comm world, const CalibrateOptions& o) {
   // A ZeRO unit: one block's parameters in f32 (its gradient's reduce-scatter; its
   // gather moves the working copy, half that on a GPU), at the probe's width.
   const std::size_t unit_bytes = static_cast<std::size_t>(12 * shapes.channels * shapes.channels) * 4;
-  const LinkProbe intra = probe_link(world, intra_pair, node, c.device, kLinkBytes, o.seconds, unit_bytes);
+  const std::vector<std::size_t> curve_sizes = default_curve_sizes();
+  const LinkProbe intra = probe_link(world, intra_pair, node, c.device, kLinkBytes, o.seconds, unit_bytes, curve_sizes);
   LinkProbe inter;
-  if (nodes > 1) inter = probe_link(world, inter_pair, cross, c.device, kLinkBytes, o.seconds, unit_bytes);
+  if (nodes > 1)
+    inter = probe_link(world, inter_pair, cross, c.device, kLinkBytes, o.seconds, unit_bytes, curve_sizes);
   MPI_Comm_free(&inter_pair);
   MPI_Comm_free(&cross);
   MPI_Comm_free(&intra_pair);
@@ -361,6 +363,17 @@ Calibration calibrate(MPI_Comm world, const CalibrateOptions& o) {
                                ", a ZeRO unit) over " + group_words + ", mean over ranks";
       why[key + ".all_gather_gb_per_s"] = "bus bandwidth (n-1)/n x bytes / time of an all-gather " + unit;
       why[key + ".reduce_scatter_gb_per_s"] = "bus bandwidth (n-1)/n x bytes / time of a reduce-scatter " + unit;
+    }
+    link.all_reduce_by_size = p.all_reduce_by_size;
+    link.all_gather_by_size = p.all_gather_by_size;
+    link.reduce_scatter_by_size = p.reduce_scatter_by_size;
+    if (!p.all_reduce_by_size.empty()) {
+      const std::string sizes = "f32 buffers of " + num(static_cast<double>(curve_sizes.front()) / 1024) + " KiB to " +
+                                num(static_cast<double>(curve_sizes.back()) / kMiB) + " MiB (4x apart) over " +
+                                group_words + ", mean over ranks";
+      why[key + ".all_reduce_by_size"] = "bus bandwidth 2(n-1)/n x bytes / time of an all-reduce of " + sizes;
+      why[key + ".all_gather_by_size"] = "bus bandwidth (n-1)/n x bytes / time of an all-gather of " + sizes;
+      why[key + ".reduce_scatter_by_size"] = "bus bandwidth (n-1)/n x bytes / time of a reduce-scatter of " + sizes;
     }
   };
   const bool has_intra = intra.pairs > 0, has_inter = nodes > 1 && inter.pairs > 0;

@@ -356,8 +356,15 @@ double all_reduces(parallel::Communicator* group, const Tensor& t, int repetitio
 
 }  // namespace
 
+std::vector<std::size_t> default_curve_sizes() {
+  std::vector<std::size_t> sizes;
+  for (std::size_t bytes = std::size_t{64} << 10; bytes <= (std::size_t{16} << 20); bytes *= 4) sizes.push_back(bytes);
+  return sizes;
+}
+
 LinkProbe probe_link(MPI_Comm world, MPI_Comm pair_comm, MPI_Comm group_comm, DeviceType device,
-                     std::size_t large_bytes, double seconds, std::size_t unit_bytes) {
+                     std::size_t large_bytes, double seconds, std::size_t unit_bytes,
+                     const std::vector<std::size_t>& curve_sizes) {
   ENGINE_CHECK(large_bytes >= 8, "probe_link: large_bytes must be at least 8, got ", large_bytes);
   const std::unique_ptr<parallel::Communicator> pair = communicator_for(pair_comm, device, "pair");
   const std::unique_ptr<parallel::Communicator> group = communicator_for(group_comm, device, "group");
@@ -407,6 +414,36 @@ LinkProbe probe_link(MPI_Comm world, MPI_Comm pair_comm, MPI_Comm group_comm, De
     scatter_time = run(false, unit_reps);
   }
 
+  // Every collective at each curve size, each for about seconds / (3 sizes).
+  // Per size: the mean bus bandwidth over the groups' ranks, in order
+  // all-reduce, all-gather, reduce-scatter.
+  std::vector<double> curve_sums(3 * curve_sizes.size() + 1, 0.0);
+  for (std::size_t i = 0; i < curve_sizes.size(); ++i) {
+    const std::int64_t elements = static_cast<std::int64_t>(curve_sizes[i] / 4) / group_ranks * group_ranks;
+    if (elements <= 0) continue;
+    const std::int64_t mine = group ? elements / group->size() : elements;
+    Owned whole(device, {elements}, DType::kF32, 0), part(device, {mine}, DType::kF32, 0);
+    const double budget = seconds / (3.0 * static_cast<double>(curve_sizes.size()));
+    const std::function<double(int)> runs[3] = {
+        [&](int reps) { return all_reduces(group.get(), whole.tensor, reps, device); },
+        [&](int reps) { return gathers_or_scatters(group.get(), whole.tensor, part.tensor, true, reps, device); },
+        [&](int reps) { return gathers_or_scatters(group.get(), whole.tensor, part.tensor, false, reps, device); },
+    };
+    for (int k = 0; k < 3; ++k) {
+      runs[k](1);  // untimed
+      const int reps = agreed_repetitions(world, runs[k](1), budget, 3, 100000);
+      barrier_sleeping(world);
+      const double time = runs[k](reps);
+      if (group && time > 0) {
+        const double n = group->size(), bytes = static_cast<double>(elements) * 4;
+        const double moved = (k == 0 ? 2 : 1) * (n - 1) / n * bytes;  // a ring's bus volume
+        curve_sums[3 * i + k] = moved / (time / reps);
+      }
+    }
+  }
+  if (group) curve_sums.back() = 1;
+  MPI_Allreduce(MPI_IN_PLACE, curve_sums.data(), static_cast<int>(curve_sums.size()), MPI_DOUBLE, MPI_SUM, world);
+
   // Means over the ranks that measured.
   double sums[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
   if (pair) {
@@ -441,6 +478,15 @@ LinkProbe probe_link(MPI_Comm world, MPI_Comm pair_comm, MPI_Comm group_comm, De
     probe.allgather_busbw = sums[6] / sums[8];
     probe.reduce_scatter_busbw = sums[7] / sums[8];
   }
+  if (curve_sums.back() > 0 && largest_group > 1)
+    for (std::size_t i = 0; i < curve_sizes.size(); ++i) {
+      const double bytes = static_cast<double>(static_cast<std::int64_t>(curve_sizes[i] / 4) / group_ranks * group_ranks * 4);
+      std::vector<parallel::BandwidthAtSize>* curves[3] = {&probe.all_reduce_by_size, &probe.all_gather_by_size,
+                                                           &probe.reduce_scatter_by_size};
+      for (int k = 0; k < 3; ++k)
+        if (bytes > 0 && curve_sums[3 * i + k] > 0)
+          curves[k]->push_back({bytes, curve_sums[3 * i + k] / curve_sums.back()});
+    }
   probe.groups = static_cast<int>(sums[5] + 0.5);
   probe.group_size = largest_group;
   probe.backend = backend_name(device);

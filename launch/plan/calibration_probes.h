@@ -10,6 +10,8 @@
 // under that load. The link probe is collective.
 #pragma once
 
+#include "parallel/cluster.h"
+
 #include <mpi.h>
 
 #include <cstddef>
@@ -109,6 +111,9 @@ struct LinkProbe {
   // (n-1)/n x bytes / time of an all-gather and of a reduce-scatter of
   // unit_bytes over the group (0 without unit_bytes or a group).
   double allgather_busbw = 0, reduce_scatter_busbw = 0;
+  // Each collective's bus bandwidth at each of curve_sizes (bytes of the
+  // whole buffer), as parallel::Link's curves; empty without a group.
+  std::vector<parallel::BandwidthAtSize> all_reduce_by_size, all_gather_by_size, reduce_scatter_by_size;
   int pairs = 0;         // pairs that ping-ponged
   int group_size = 0;    // largest all-reduce group
   int groups = 0;        // all-reduce groups of size >= 2
@@ -116,8 +121,15 @@ struct LinkProbe {
 };
 // unit_bytes > 0: also an all-gather and a reduce-scatter of that many
 // bytes (a ZeRO unit's), each repeated for about seconds / 4.
+// curve_sizes: also every collective at each of these sizes (bytes, each
+// rounded down to a multiple of 4 x the group's size), together for about
+// `seconds`: the link's bandwidth by message size.
 LinkProbe probe_link(MPI_Comm world, MPI_Comm pair, MPI_Comm group, engine::DeviceType device,
-                     std::size_t large_bytes, double seconds, std::size_t unit_bytes = 0);
+                     std::size_t large_bytes, double seconds, std::size_t unit_bytes = 0,
+                     const std::vector<std::size_t>& curve_sizes = {});
+// The sizes `plan --calibrate` times the collectives at: 64 KiB to 16 MiB,
+// by 4x (a ZeRO unit of a small model to a large model's bucket).
+std::vector<std::size_t> default_curve_sizes();
 
 // ---- storage --------------------------------------------------------------------
 

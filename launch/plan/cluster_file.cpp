@@ -74,6 +74,25 @@ const std::vector<LinkFigure>& link_figures() {
   return list;
 }
 
+// A link's optional curves: a collective's bus bandwidth by message size,
+// [{"bytes": 65536, "gb_per_s": 1.2}, ...] with the sizes growing.
+struct LinkCurve {
+  const char* key;
+  std::vector<parallel::BandwidthAtSize> parallel::Link::*field;
+};
+const std::vector<LinkCurve>& link_curves() {
+  static const std::vector<LinkCurve> list = {
+      {"all_reduce_by_size", &parallel::Link::all_reduce_by_size},
+      {"all_gather_by_size", &parallel::Link::all_gather_by_size},
+      {"reduce_scatter_by_size", &parallel::Link::reduce_scatter_by_size},
+  };
+  return list;
+}
+// A calibration measures a handful of sizes; more points than this is a file gone wrong.
+constexpr std::size_t kMostCurvePoints = 64;
+// A message size: a petabyte is far beyond any collective's buffer.
+constexpr long long kLargestMessageBytes = 1'000'000'000'000'000;
+
 constexpr const char* kLinks[] = {"intra_node", "inter_node"};
 parallel::Link parallel::Cluster::*link_field(const std::string& key) {
   return key == "intra_node" ? &parallel::Cluster::intra_node : &parallel::Cluster::inter_node;
@@ -102,8 +121,10 @@ std::set<std::string> source_keys() {
   std::set<std::string> keys;
   for (const std::string& key : top_keys())
     if (key != "sources") keys.insert(key);
-  for (const char* link : kLinks)
+  for (const char* link : kLinks) {
     for (const LinkFigure& f : link_figures()) keys.insert(std::string(link) + "." + f.key);
+    for (const LinkCurve& f : link_curves()) keys.insert(std::string(link) + "." + f.key);
+  }
   return keys;
 }
 
@@ -239,8 +260,12 @@ parallel::Cluster rounded_for_file(const parallel::Cluster& cluster, int digits)
   ENGINE_CHECK(digits >= 1 && digits <= 17, "rounded_for_file: digits must be in [1, 17], got ", digits);
   parallel::Cluster c = cluster;
   for (const Figure& f : figures()) c.*f.field = rounded(c.*f.field, f.unit, digits);
-  for (const char* link : kLinks)
+  for (const char* link : kLinks) {
     for (const LinkFigure& f : link_figures()) c.*link_field(link).*f.field = rounded(c.*link_field(link).*f.field, f.unit, digits);
+    for (const LinkCurve& f : link_curves())
+      for (parallel::BandwidthAtSize& p : c.*link_field(link).*f.field)
+        p.bytes_per_second = rounded(p.bytes_per_second, kGbPerS, digits);
+  }
   for (parallel::GemmRate& r : c.gemm_rates) r.efficiency = std::min(1.0, rounded(r.efficiency, kFraction, digits));
   return c;
 }
@@ -266,9 +291,27 @@ void check_cluster(const parallel::Cluster& cluster, const std::string& where) {
     ENGINE_CHECK(std::isfinite(r.efficiency) && r.efficiency > 0 && r.efficiency <= 1, where, ": key '", key,
                  ".efficiency' must be in (0, 1], got ", shown(r.efficiency));
   }
-  for (const char* link : kLinks)
+  for (const char* link : kLinks) {
     for (const LinkFigure& f : link_figures())
       check_positive(cluster.*link_field(link).*f.field, std::string(link) + "." + f.key, f.unit, f.optional, where);
+    for (const LinkCurve& f : link_curves()) {
+      const std::vector<parallel::BandwidthAtSize>& curve = cluster.*link_field(link).*f.field;
+      const std::string key = std::string(link) + "." + f.key;
+      ENGINE_CHECK(curve.size() <= kMostCurvePoints, where, ": key '", key, "' holds ", curve.size(),
+                   " sizes, more than ", kMostCurvePoints);
+      for (std::size_t i = 0; i < curve.size(); ++i) {
+        const std::string entry = key + "[" + std::to_string(i) + "]";
+        const double bytes = curve[i].bytes;
+        ENGINE_CHECK(std::isfinite(bytes) && bytes >= 1 && bytes <= static_cast<double>(kLargestMessageBytes) &&
+                         bytes == std::floor(bytes),
+                     where, ": key '", entry, ".bytes' must be an integer in [1, ", kLargestMessageBytes, "], got ",
+                     shown(bytes));
+        ENGINE_CHECK(i == 0 || bytes > curve[i - 1].bytes, where, ": key '", entry, ".bytes' (", shown(bytes),
+                     ") must be larger than the size before it (", shown(curve[i - 1].bytes), "): sizes grow");
+        check_positive(curve[i].bytes_per_second, entry + ".gb_per_s", kGbPerS, false, where);
+      }
+    }
+  }
 }
 
 ClusterFile read_cluster_file_and_sources(const std::string& path) {
@@ -310,11 +353,37 @@ ClusterFile read_cluster_file_and_sources(const std::string& path) {
                  "' must be an object {\"bandwidth_gb_per_s\": ..., \"latency_us\": ...}, got ", shown(object));
     std::vector<std::string> known;
     for (const LinkFigure& f : link_figures()) known.push_back(f.key);
+    for (const LinkCurve& f : link_curves()) known.push_back(f.key);
     refuse_unknown(object, known, prefix, where);
     for (const LinkFigure& f : link_figures()) {
       if (f.optional && !object.contains(f.key)) continue;
       c.*link_field(link).*f.field =
           f.unit.to_si(number(required(object, f.key, prefix, where), prefix + f.key, f.unit, where));
+    }
+    for (const LinkCurve& f : link_curves()) {
+      if (!object.contains(f.key)) continue;
+      const Json& curve = object.at(f.key);
+      const std::string key = prefix + f.key;
+      ENGINE_CHECK(curve.is_array(), where, ": key '", key, "' must be an array of {\"bytes\", \"gb_per_s\"} "
+                   "objects, got ", shown(curve));
+      ENGINE_CHECK(curve.size() <= kMostCurvePoints, where, ": key '", key, "' holds ", curve.size(),
+                   " sizes, more than ", kMostCurvePoints);
+      for (std::size_t i = 0; i < curve.size(); ++i) {
+        const Json& point = curve[i];
+        const std::string entry = key + "[" + std::to_string(i) + "].";
+        ENGINE_CHECK(point.is_object(), where, ": key '", key, "[", i, "]' must be an object {\"bytes\", "
+                     "\"gb_per_s\"}, got ", shown(point));
+        refuse_unknown(point, {"bytes", "gb_per_s"}, entry, where);
+        const Json& bytes = required(point, "bytes", entry, where);
+        ENGINE_CHECK(bytes.is_number_integer() && bytes.get<long long>() >= 1 &&
+                         bytes.get<long long>() <= kLargestMessageBytes,
+                     where, ": key '", entry, "bytes' must be an integer in [1, ", kLargestMessageBytes, "], got ",
+                     shown(bytes));
+        (c.*link_field(link).*f.field)
+            .push_back({static_cast<double>(bytes.get<long long>()),
+                        kGbPerS.to_si(number(required(point, "gb_per_s", entry, where), entry + "gb_per_s", kGbPerS,
+                                             where))});
+      }
     }
   }
 
@@ -380,6 +449,13 @@ void write_cluster_file(const std::string& path, const parallel::Cluster& cluste
     for (const LinkFigure& f : link_figures())
       if (!f.optional || cluster.*link_field(link).*f.field > 0)
         object[f.key] = file_value(cluster.*link_field(link).*f.field, f.unit);
+    for (const LinkCurve& f : link_curves()) {
+      if ((cluster.*link_field(link).*f.field).empty()) continue;
+      Json curve = Json::array();
+      for (const parallel::BandwidthAtSize& p : cluster.*link_field(link).*f.field)
+        curve.push_back({{"bytes", static_cast<long long>(p.bytes)}, {"gb_per_s", file_value(p.bytes_per_second, kGbPerS)}});
+      object[f.key] = curve;
+    }
     root[link] = object;
   }
   for (const Figure& f : figures())
@@ -397,8 +473,10 @@ void write_cluster_file(const std::string& path, const parallel::Cluster& cluste
     for (const std::string& key : top_keys()) {
       order.push_back(key);
       for (const char* link : kLinks)
-        if (key == link)
+        if (key == link) {
           for (const LinkFigure& f : link_figures()) order.push_back(key + "." + f.key);
+          for (const LinkCurve& f : link_curves()) order.push_back(key + "." + f.key);
+        }
     }
     for (const std::string& key : order)
       if (sources.count(key)) object[key] = sources.at(key);

@@ -128,6 +128,19 @@ TEST(Calibrate, MeasuresThisMachineAndWritesAFileThatReadsBack) {
     EXPECT_TRUE(positive_finite(c.intra_node.all_gather_bytes_per_second));
     EXPECT_TRUE(positive_finite(c.intra_node.reduce_scatter_bytes_per_second));
     EXPECT_TRUE(result.sources.count("intra_node.all_gather_gb_per_s"));
+    // Each collective by message size: the sizes 64 KiB to 16 MiB (rounded
+    // to the group), growing, every figure positive and the same everywhere.
+    for (const auto* curve : {&c.intra_node.all_reduce_by_size, &c.intra_node.all_gather_by_size,
+                              &c.intra_node.reduce_scatter_by_size}) {
+      ASSERT_EQ(curve->size(), launch::default_curve_sizes().size());
+      for (std::size_t i = 0; i < curve->size(); ++i) {
+        EXPECT_TRUE(positive_finite((*curve)[i].bytes_per_second));
+        EXPECT_LE((*curve)[i].bytes, static_cast<double>(launch::default_curve_sizes()[i]));
+        if (i > 0) EXPECT_GT((*curve)[i].bytes, (*curve)[i - 1].bytes);
+        expect_same_everywhere((*curve)[i].bytes_per_second, "a curve's bandwidth");
+      }
+    }
+    EXPECT_TRUE(result.sources.count("intra_node.all_reduce_by_size"));
   }
   // Bounds any machine meets, even one whose cores other jobs (ctest -j) keep
   // busy, where an OpenMP fork/join can take milliseconds: under a second.

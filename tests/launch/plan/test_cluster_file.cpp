@@ -426,3 +426,51 @@ TEST(ClusterFile, LinkCollectiveBandwidthsAreOptional) {
   j["intra_node"]["all_gather_gb_per_s"] = -1;
   EXPECT_MENTIONS(error_reading(dir, j), "'intra_node.all_gather_gb_per_s' must be a non-negative number");
 }
+
+// A link's curves by message size round-trip exactly, are absent when not
+// measured, and a bad one is named in one line.
+TEST(ClusterFile, LinkCurvesBySizeRoundTripAndBadOnesAreNamed) {
+  TempDir dir("cluster_file_link_curves");
+  using J = nlohmann::ordered_json;
+  J j = selene();
+  j["intra_node"]["all_reduce_by_size"] = J::array({{{"bytes", 65536}, {"gb_per_s", 1.25}},
+                                                    {{"bytes", 1048576}, {"gb_per_s", 3.5}}});
+  j["intra_node"]["reduce_scatter_by_size"] = J::array({{{"bytes", 65536}, {"gb_per_s", 0.7}}});
+  write_text(dir / "a.json", j.dump());
+  const parallel::Cluster a = read_cluster_file(dir / "a.json");
+  ASSERT_EQ(a.intra_node.all_reduce_by_size.size(), 2u);
+  EXPECT_EQ(a.intra_node.all_reduce_by_size[1], (parallel::BandwidthAtSize{1048576, 3.5e9}));
+  EXPECT_EQ(a.intra_node.reduce_scatter_by_size.at(0), (parallel::BandwidthAtSize{65536, 0.7e9}));
+  EXPECT_TRUE(a.intra_node.all_gather_by_size.empty());
+  EXPECT_TRUE(a.inter_node.all_reduce_by_size.empty());
+  write_cluster_file(dir / "b.json", a, {{"intra_node.all_reduce_by_size", "measured"}});
+  const parallel::Cluster b = read_cluster_file(dir / "b.json");
+  EXPECT_EQ(b.intra_node.all_reduce_by_size, a.intra_node.all_reduce_by_size);
+  EXPECT_EQ(b.intra_node.reduce_scatter_by_size, a.intra_node.reduce_scatter_by_size);
+  std::ifstream in(dir / "b.json");
+  EXPECT_FALSE(nlohmann::json::parse(in).at("inter_node").contains("all_reduce_by_size"));
+
+  const auto with = [&](const J& curve) {
+    J k = selene();
+    k["intra_node"]["all_gather_by_size"] = curve;
+    return error_reading(dir, k);
+  };
+  EXPECT_MENTIONS(with(4), "'intra_node.all_gather_by_size' must be an array");
+  EXPECT_MENTIONS(with(J::array({7})), "'intra_node.all_gather_by_size[0]' must be an object");
+  EXPECT_MENTIONS(with(J::array({{{"bytes", 1024}}})), "'intra_node.all_gather_by_size[0].gb_per_s' is missing");
+  EXPECT_MENTIONS(with(J::array({{{"bytes", 10.5}, {"gb_per_s", 1}}})),
+                  "'intra_node.all_gather_by_size[0].bytes' must be an integer in [1, ");
+  EXPECT_MENTIONS(with(J::array({{{"bytes", 0}, {"gb_per_s", 1}}})),
+                  "'intra_node.all_gather_by_size[0].bytes' must be an integer in [1, ");
+  EXPECT_MENTIONS(with(J::array({{{"bytes", 1024}, {"gb_per_s", -2}}})),
+                  "'intra_node.all_gather_by_size[0].gb_per_s' must be a positive number");
+  EXPECT_MENTIONS(with(J::array({{{"bytes", 1024}, {"gb_per_s", 1e8}}})),
+                  "'intra_node.all_gather_by_size[0].gb_per_s' must be at most");
+  EXPECT_MENTIONS(with(J::array({{{"bytes", 4096}, {"gb_per_s", 1}}, {{"bytes", 1024}, {"gb_per_s", 1}}})),
+                  "'intra_node.all_gather_by_size[1].bytes' (1024) must be larger than the size before it");
+  EXPECT_MENTIONS(with(J::array({{{"bytes", 1024}, {"gb_per_s", 1}, {"latency_us", 3}}})),
+                  "unknown key 'intra_node.all_gather_by_size[0].latency_us'");
+  J many = J::array();
+  for (int i = 1; i <= 65; ++i) many.push_back({{"bytes", i}, {"gb_per_s", 1}});
+  EXPECT_MENTIONS(with(many), "'intra_node.all_gather_by_size' holds 65 sizes, more than 64");
+}

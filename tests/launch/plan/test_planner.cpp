@@ -56,6 +56,35 @@ TEST(CommCost, RingFormulas) {
   EXPECT_EQ(parallel::all_reduce_seconds(4e9, 1, link), 0.0);  // a group of one communicates with nobody
 }
 
+// A link's curves by message size: exact at the measured sizes, log-log
+// between them, the nearest end's outside, and they take the place of the
+// single figures for their collective only.
+TEST(CommCost, BandwidthByMessageSize) {
+  parallel::Link link{1e-5, 1e9, 4e9, 2e9};
+  link.all_gather_by_size = {{1 << 16, 1e9}, {1 << 20, 4e9}, {1 << 24, 2e9}};
+  using parallel::Collective;
+  EXPECT_DOUBLE_EQ(parallel::bus_bandwidth(link, Collective::kAllGather, 1 << 20), 4e9);
+  EXPECT_DOUBLE_EQ(parallel::bus_bandwidth(link, Collective::kAllGather, 1 << 10), 1e9);  // below: the smallest's
+  EXPECT_DOUBLE_EQ(parallel::bus_bandwidth(link, Collective::kAllGather, 1e12), 2e9);     // above: the largest's
+  // 256 KiB is halfway between 64 KiB and 1 MiB in log size: the geometric mean, 2 GB/s.
+  EXPECT_NEAR(parallel::bus_bandwidth(link, Collective::kAllGather, 1 << 18), 2e9, 1e-3);
+  EXPECT_DOUBLE_EQ(parallel::all_gather_seconds(1 << 20, 4, link), 3 * 1e-5 + 0.75 * (1 << 20) / 4e9);
+  // The other collectives keep their single figures.
+  EXPECT_DOUBLE_EQ(parallel::bus_bandwidth(link, Collective::kReduceScatter, 1 << 20), 2e9);
+  EXPECT_DOUBLE_EQ(parallel::bus_bandwidth(link, Collective::kAllReduce, 1 << 20), 1e9);
+  link.all_reduce_by_size = {{1 << 20, 3e9}};
+  EXPECT_DOUBLE_EQ(parallel::all_reduce_seconds(1 << 22, 2, link), 2 * 1e-5 + (1 << 22) / 3e9);
+  EXPECT_THROW(parallel::bandwidth_at_size({}, 1.0), engine::Error);
+  // Across nodes a curve is widened point by point as the single figures
+  // are, bounded by the node's own link at that size.
+  parallel::Cluster c = test_gpu_cluster();
+  c.devices_per_node = 4;
+  c.inter_node.all_gather_by_size = {{1 << 20, 1e9}};
+  c.intra_node.all_gather_by_size = {{1 << 20, 3e9}};
+  const parallel::Link across = parallel::axis_link(c, parallel::Axis::kDp, 1, 1, 8);  // 4 members on each node
+  EXPECT_DOUBLE_EQ(across.all_gather_by_size.at(0).bytes_per_second, 3e9);             // min(3e9, 4 x 1e9)
+}
+
 TEST(CommCost, AxisLinkFollowsTheRankOrder) {
   const parallel::Cluster c = test_gpu_cluster();  // 8 devices per node
   using parallel::Axis;
