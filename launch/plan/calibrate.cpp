@@ -371,7 +371,8 @@ Calibration calibrate(MPI_Comm world, const CalibrateOptions& o) {
       const std::string sizes = "f32 buffers of " + num(static_cast<double>(curve_sizes.front()) / 1024) + " KiB to " +
                                 num(static_cast<double>(curve_sizes.back()) / kMiB) + " MiB (4x apart) over " +
                                 group_words + ", mean over ranks";
-      why[key + ".all_reduce_by_size"] = "bus bandwidth 2(n-1)/n x bytes / time of an all-reduce of " + sizes;
+      why[key + ".all_reduce_by_size"] = "bus bandwidth 2(n-1)/n x bytes / time of an all-reduce of " + sizes +
+                                         "; then the " + num(kLinkBytes / kMiB) + " MiB all-reduce of bandwidth_gb_per_s";
       why[key + ".all_gather_by_size"] = "bus bandwidth (n-1)/n x bytes / time of an all-gather of " + sizes;
       why[key + ".reduce_scatter_by_size"] = "bus bandwidth (n-1)/n x bytes / time of a reduce-scatter of " + sizes;
     }

@@ -416,18 +416,38 @@ LinkProbe probe_link(MPI_Comm world, MPI_Comm pair_comm, MPI_Comm group_comm, De
 
   // Every collective at each curve size, each for about seconds / (3 sizes).
   // Per size: the mean bus bandwidth over the groups' ranks, in order
-  // all-reduce, all-gather, reduce-scatter.
+  // all-reduce, all-gather, reduce-scatter. Each repetition takes the next
+  // of enough buffers to fill kColdBytes, as training's buckets and units
+  // arrive from memory, not from a cache a repeated small buffer stays in
+  // (on this project's CPU a hot 4 MiB all-reduce ran 3.1 GB/s; the
+  // training run's gradient all-reduce, a third of that).
+  constexpr std::size_t kColdBytes = std::size_t{64} << 20;
   std::vector<double> curve_sums(3 * curve_sizes.size() + 1, 0.0);
   for (std::size_t i = 0; i < curve_sizes.size(); ++i) {
     const std::int64_t elements = static_cast<std::int64_t>(curve_sizes[i] / 4) / group_ranks * group_ranks;
     if (elements <= 0) continue;
     const std::int64_t mine = group ? elements / group->size() : elements;
-    Owned whole(device, {elements}, DType::kF32, 0), part(device, {mine}, DType::kF32, 0);
+    const std::int64_t copies = std::max<std::int64_t>(1, static_cast<std::int64_t>(kColdBytes / (4 * elements)));
+    Owned wholes(device, {elements * copies}, DType::kF32, 0), parts(device, {mine * copies}, DType::kF32, 0);
+    std::int64_t next = 0;
+    const auto run = [&](int kind, int reps) {
+      if (!group) return 0.0;
+      const double t0 = now();
+      for (int r = 0; r < reps; ++r, next = (next + 1) % copies) {
+        const Tensor whole = wholes.tensor.flat_slice(next * elements, elements);
+        const Tensor part = parts.tensor.flat_slice(next * mine, mine);
+        if (kind == 0) group->all_reduce(whole);
+        else if (kind == 1) group->all_gather(part, whole);
+        else group->reduce_scatter(whole, part);
+      }
+      sync(device);
+      return now() - t0;
+    };
     const double budget = seconds / (3.0 * static_cast<double>(curve_sizes.size()));
     const std::function<double(int)> runs[3] = {
-        [&](int reps) { return all_reduces(group.get(), whole.tensor, reps, device); },
-        [&](int reps) { return gathers_or_scatters(group.get(), whole.tensor, part.tensor, true, reps, device); },
-        [&](int reps) { return gathers_or_scatters(group.get(), whole.tensor, part.tensor, false, reps, device); },
+        [&](int reps) { return run(0, reps); },
+        [&](int reps) { return run(1, reps); },
+        [&](int reps) { return run(2, reps); },
     };
     for (int k = 0; k < 3; ++k) {
       runs[k](1);  // untimed
@@ -487,6 +507,10 @@ LinkProbe probe_link(MPI_Comm world, MPI_Comm pair_comm, MPI_Comm group_comm, De
         if (bytes > 0 && curve_sums[3 * i + k] > 0)
           curves[k]->push_back({bytes, curve_sums[3 * i + k] / curve_sums.back()});
     }
+  // The large all-reduce above is the curve's last point (past the cache
+  // sizes a CPU's all-reduce slows down again).
+  if (!probe.all_reduce_by_size.empty() && probe.allreduce_busbw > 0 && bytes > probe.all_reduce_by_size.back().bytes)
+    probe.all_reduce_by_size.push_back({bytes, probe.allreduce_busbw});
   probe.groups = static_cast<int>(sums[5] + 0.5);
   probe.group_size = largest_group;
   probe.backend = backend_name(device);

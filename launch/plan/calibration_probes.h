@@ -112,7 +112,8 @@ struct LinkProbe {
   // unit_bytes over the group (0 without unit_bytes or a group).
   double allgather_busbw = 0, reduce_scatter_busbw = 0;
   // Each collective's bus bandwidth at each of curve_sizes (bytes of the
-  // whole buffer), as parallel::Link's curves; empty without a group.
+  // whole buffer), as parallel::Link's curves, the all-reduce's ending with
+  // the large all-reduce; empty without a group.
   std::vector<parallel::BandwidthAtSize> all_reduce_by_size, all_gather_by_size, reduce_scatter_by_size;
   int pairs = 0;         // pairs that ping-ponged
   int group_size = 0;    // largest all-reduce group
