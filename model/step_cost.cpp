@@ -190,9 +190,8 @@ StageSeconds stage_micro_batch_seconds(const GptConfig& config, const ParallelLa
   // fused backward found them in cache: 19C/t + 6C values per token. On this
   // project's CPU that is the +9-11% a split backward measures
   // (examples/benchmarks/RESULTS.md, train_step_bench --passes).
-  const bool split = (layout.schedule == parallel::ScheduleKind::kZeroBubbleH1 ||
-                      layout.schedule == parallel::ScheduleKind::kZeroBubbleV) && layout.pp > 1;
-  const double split_values = split ? tokens * (19.0 * C / t + 6.0 * C) : 0.0;
+  const double split_values =
+      parallel::splits_backward(layout.schedule, layout.pp) ? tokens * (19.0 * C / t + 6.0 * C) : 0.0;
   const double bwd_memory = memory_seconds(
       (blocks * (kBackwardTraffic * forward_values + recompute_values + split_values) + embedding_values +
        head_values / 2) * value +

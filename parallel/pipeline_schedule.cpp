@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <array>
 #include <limits>
-#include <tuple>
 #include <map>
-#include <utility>
 #include <sstream>
+#include <tuple>
+#include <utility>
 
 #include "engine/check.h"
 
@@ -488,6 +488,10 @@ std::vector<Action> make_schedule(ScheduleKind kind, int pp_size, int stage, int
   ENGINE_FAIL("unknown schedule kind");
 }
 
+bool splits_backward(ScheduleKind kind, int pp_size) {
+  return pp_size > 1 && (kind == ScheduleKind::kZeroBubbleH1 || kind == ScheduleKind::kZeroBubbleV);
+}
+
 bool splits_backward(const std::vector<Action>& actions) {
   return std::any_of(actions.begin(), actions.end(), [](const Action& a) { return a.kind == ActionKind::kWeight; });
 }
@@ -585,6 +589,21 @@ double zero_bubble_v_bubble_fraction(int pp_size, int micro_batches, double forw
   const double bubble = (pp_size - 1) * forward_seconds / 2;
   const double work = micro_batches * (forward_seconds + backward_input_seconds + weight_seconds);
   return bubble / (work + bubble);
+}
+
+double equal_pass_bubble_fraction(ScheduleKind kind, int pp_size, int micro_batches, int virtual_stages) {
+  switch (kind) {
+    case ScheduleKind::kOneFOneB:
+    case ScheduleKind::kAllForwardAllBackward: return bubble_fraction(pp_size, micro_batches);
+    case ScheduleKind::kInterleaved: return interleaved_bubble_fraction(pp_size, micro_batches, virtual_stages);
+    case ScheduleKind::kZeroBubbleH1: return zero_bubble_h1_bubble_fraction(pp_size, micro_batches, 1.0, 1.0, 1.0);
+    case ScheduleKind::kZeroBubbleV: {
+      if (micro_batches >= 2 * pp_size) return zero_bubble_v_bubble_fraction(pp_size, micro_batches, 1.0, 1.0, 1.0);
+      const double step = simulated_step_seconds(kind, pp_size, micro_batches, 2, 0.5, 0.5, 0.5);
+      return (step - 3.0 * micro_batches) / step;
+    }
+  }
+  ENGINE_FAIL("unknown schedule kind");
 }
 
 // ---- checking ------------------------------------------------------------------

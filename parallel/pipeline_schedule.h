@@ -194,6 +194,8 @@ int pipeline_peer_chunk(const Action& a, int pp_size, int stage,
 int peak_in_flight(const std::vector<Action>& actions);
 // True when the list has W actions: its B's are input-gradient passes.
 bool splits_backward(const std::vector<Action>& actions);
+// True for the schedules whose lists have them (zb-h1, zb-v) on more than one stage.
+bool splits_backward(ScheduleKind kind, int pp_size);
 // Most micro-batches whose B has run and W has not, at any point (0 without
 // W's): what the weight passes must keep for later (model::GptStage's
 // stashes). ZB-H1: min(stage + 1, m).
@@ -232,6 +234,11 @@ double zero_bubble_h1_bubble_fraction(int pp_size, int micro_batches, double for
 // simulated_step_seconds.
 double zero_bubble_v_bubble_fraction(int pp_size, int micro_batches, double forward_seconds,
                                      double backward_input_seconds, double weight_seconds);
+// The bubble fraction of `kind`'s lists with equal forward, input-gradient
+// and weight-gradient times (each pass's matmuls have the same FLOPs): the
+// formulas above, and ZB-V's own list simulated where it is not full (m <
+// 2p). What `train` logs beside the measured bubble.
+double equal_pass_bubble_fraction(ScheduleKind kind, int pp_size, int micro_batches, int virtual_stages = 1);
 
 // Checks a whole pipeline's schedules (index = stage, i.e. rank): every
 // micro-batch runs F then B exactly once per stage and chunk (and then W,

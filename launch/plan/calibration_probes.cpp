@@ -419,12 +419,16 @@ LinkProbe probe_link(MPI_Comm world, MPI_Comm pair_comm, MPI_Comm group_comm, De
   // all-reduce, all-gather, reduce-scatter. Each repetition takes the next
   // of enough buffers to fill kColdBytes, as training's buckets and units
   // arrive from memory, not from a cache a repeated small buffer stays in
-  // (on this project's CPU a hot 4 MiB all-reduce ran 3.1 GB/s; the
-  // training run's gradient all-reduce, a third of that).
+  // (on this project's CPU a hot 4 MiB all-reduce ran 3.1 GB/s, a cold one
+  // 1.9; training's 13 MB gradient all-reduce was timed at about 0.4 of
+  // what the hot figures predict: examples/benchmarks/RESULTS.md).
   constexpr std::size_t kColdBytes = std::size_t{64} << 20;
+  std::vector<std::int64_t> curve_elements;  // each size in f32, a multiple of the group
+  for (const std::size_t bytes : curve_sizes)
+    curve_elements.push_back(static_cast<std::int64_t>(bytes / 4) / group_ranks * group_ranks);
   std::vector<double> curve_sums(3 * curve_sizes.size() + 1, 0.0);
   for (std::size_t i = 0; i < curve_sizes.size(); ++i) {
-    const std::int64_t elements = static_cast<std::int64_t>(curve_sizes[i] / 4) / group_ranks * group_ranks;
+    const std::int64_t elements = curve_elements[i];
     if (elements <= 0) continue;
     const std::int64_t mine = group ? elements / group->size() : elements;
     const std::int64_t copies = std::max<std::int64_t>(1, static_cast<std::int64_t>(kColdBytes / (4 * elements)));
@@ -444,16 +448,11 @@ LinkProbe probe_link(MPI_Comm world, MPI_Comm pair_comm, MPI_Comm group_comm, De
       return now() - t0;
     };
     const double budget = seconds / (3.0 * static_cast<double>(curve_sizes.size()));
-    const std::function<double(int)> runs[3] = {
-        [&](int reps) { return run(0, reps); },
-        [&](int reps) { return run(1, reps); },
-        [&](int reps) { return run(2, reps); },
-    };
-    for (int k = 0; k < 3; ++k) {
-      runs[k](1);  // untimed
-      const int reps = agreed_repetitions(world, runs[k](1), budget, 3, 100000);
+    for (int k = 0; k < 3; ++k) {  // all-reduce, all-gather, reduce-scatter
+      run(k, 1);  // untimed
+      const int reps = agreed_repetitions(world, run(k, 1), budget, 3, 100000);
       barrier_sleeping(world);
-      const double time = runs[k](reps);
+      const double time = run(k, reps);
       if (group && time > 0) {
         const double n = group->size(), bytes = static_cast<double>(elements) * 4;
         const double moved = (k == 0 ? 2 : 1) * (n - 1) / n * bytes;  // a ring's bus volume
@@ -500,7 +499,7 @@ LinkProbe probe_link(MPI_Comm world, MPI_Comm pair_comm, MPI_Comm group_comm, De
   }
   if (curve_sums.back() > 0 && largest_group > 1)
     for (std::size_t i = 0; i < curve_sizes.size(); ++i) {
-      const double bytes = static_cast<double>(static_cast<std::int64_t>(curve_sizes[i] / 4) / group_ranks * group_ranks * 4);
+      const double bytes = static_cast<double>(curve_elements[i] * 4);
       std::vector<parallel::BandwidthAtSize>* curves[3] = {&probe.all_reduce_by_size, &probe.all_gather_by_size,
                                                            &probe.reduce_scatter_by_size};
       for (int k = 0; k < 3; ++k)

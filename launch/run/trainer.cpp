@@ -154,6 +154,8 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
   // how many activation slots each chunk's stage needs.
   schedule_ = parallel::make_schedule(schedule, grid_.pp_size(), grid_.pp_rank(), batch_.micro_batches(),
                                       config.virtual_stages);
+  bubble_theory_ = parallel::equal_pass_bubble_fraction(schedule, grid_.pp_size(), batch_.micro_batches(),
+                                                        config.virtual_stages);
   const model::ActivationShape shape{config.micro_batch, config.seq_len, model::activation_dtype(config.precision_mode)};
   engine::Arena plan = engine::Arena::planning(config.device_type);
   for (std::size_t c = 0; c < chunks_.size(); ++c) {

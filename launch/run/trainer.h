@@ -214,6 +214,8 @@ class Trainer {
   // Step times for the step line's ETA: the first step's, and the sum over
   // this run's later steps (the first warms caches and allocators up).
   double first_step_seconds_ = 0, later_steps_seconds_ = 0;
+  // The schedule's bubble fraction at equal pass times (parallel::equal_pass_bubble_fraction), for the step line.
+  double bubble_theory_ = 0;
   std::int64_t later_steps_ = 0;
 };
 

@@ -30,16 +30,6 @@
 namespace launch {
 
 namespace {
-// ZB-V's bubble at equal pass times: its formula where the list is full
-// (m >= 2 pp), else the list itself, simulated.
-double zero_bubble_v_theory(int pp, int micro_batches) {
-  if (micro_batches >= 2 * pp) return parallel::zero_bubble_v_bubble_fraction(pp, micro_batches, 1.0, 1.0, 1.0);
-  const double step = parallel::simulated_step_seconds(parallel::ScheduleKind::kZeroBubbleV, pp, micro_batches, 2,
-                                                       0.5, 0.5, 0.5);
-  return (step - 3.0 * micro_batches) / step;
-}
-}  // namespace
-namespace {
 std::optional<HfSpecialToken> special_token(const BpeTokenizer& bpe, const std::string& text) {
   const std::optional<std::int32_t> id = bpe.token_to_id(text);
   if (!id) return std::nullopt;
@@ -80,14 +70,7 @@ StepMetrics Trainer::step_metrics(std::int64_t step, double loss, double norm, d
   m.exposed_comm_seconds = exposed_comm_seconds_;
   if (m.parallel) {
     const parallel::Communicator* embedding = tied_->comm();
-    // The schedule's theory; ZB-H1's at equal forward, input-gradient and
-    // weight-gradient times (each pass's matmuls have the same FLOPs).
-    m.bubble_fraction =
-        config_.pipeline_schedule == "zb-h1"
-            ? parallel::zero_bubble_h1_bubble_fraction(grid_.pp_size(), batch_.micro_batches(), 1.0, 1.0, 1.0)
-        : config_.pipeline_schedule == "zb-v"
-            ? zero_bubble_v_theory(grid_.pp_size(), batch_.micro_batches())
-            : parallel::interleaved_bubble_fraction(grid_.pp_size(), batch_.micro_batches(), config_.virtual_stages);
+    m.bubble_fraction = bubble_theory_;
     m.comm_bytes_tp = sum_over_world(static_cast<double>(comms_.tp->bytes_sent()));
     m.comm_bytes_dp = sum_over_world(static_cast<double>(comms_.dp->bytes_sent()));
     m.comm_bytes_pp = sum_over_world(static_cast<double>(comms_.pp->bytes_sent()) +

@@ -420,6 +420,20 @@ TEST(ZeroBubbleV, SimulatedBubble) {
       EXPECT_NEAR(zero_bubble_v_bubble_fraction(pp, m, 2 * t, 2 * t, 2 * t), (zbv - ideal) / zbv, 1e-12);
       if (pp > 1) EXPECT_LT(zbv, simulated_step_seconds(ScheduleKind::kZeroBubbleH1, pp, m, 1, 2 * t, 2 * t, 2 * t));
     }
+  // What train logs: every schedule's formula, or ZB-V's simulated list
+  // where it is not full, equals its own list simulated at equal passes.
+  for (const auto& [kind, v] : {std::pair{ScheduleKind::kOneFOneB, 1}, std::pair{ScheduleKind::kZeroBubbleH1, 1},
+                                std::pair{ScheduleKind::kInterleaved, 2}, std::pair{ScheduleKind::kZeroBubbleV, 2}})
+    for (int pp = 3; pp <= 6; ++pp)
+      for (int m : {pp, 2 * pp, 3 * pp}) {
+        const bool split = splits_backward(kind, pp);
+        ASSERT_EQ(split, splits_backward(make_schedule(kind, pp, 0, m, v))) << schedule_name(kind);
+        const double chunk = 1.0 / v;  // each of v chunks does 1/v of a rank's passes
+        const double step = simulated_step_seconds(kind, pp, m, v, chunk, (split ? 1.0 : 2.0) * chunk,
+                                                   split ? chunk : 0.0);
+        EXPECT_NEAR(equal_pass_bubble_fraction(kind, pp, m, v), (step - 3.0 * m) / step, 1e-12)
+            << schedule_name(kind) << " pp " << pp << " m " << m;
+      }
   // As PyTorch's, the fixed order is zero-bubble only at equal times: a W
   // shorter than B leaves gaps every round (the planner simulates the list).
   const double uneven = simulated_step_seconds(ScheduleKind::kZeroBubbleV, 4, 16, 2, 0.5, 0.5, 0.25);
