@@ -15,6 +15,10 @@ std::string cuda_device_name(int) { return "none"; }
 std::string cuda_pci_bus_id(int) { return "none"; }
 std::size_t cuda_free_bytes() { return 0; }
 std::size_t cuda_device_memory_bytes(int) { return 0; }
+bool cuda_fp8_supported(int, std::string* why) {
+  if (why != nullptr) *why = "the engine was built without CUDA";
+  return false;
+}
 void* device_malloc(std::size_t) { ENGINE_FAIL("device memory needs an engine built with CUDA"); }
 void device_free(void*) {}
 void device_synchronize() {}

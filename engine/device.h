@@ -26,6 +26,10 @@ std::string cuda_pci_bus_id(int index);
 // Total memory of GPU `index` in bytes (0 in a CPU-only build): what a
 // cluster description's memory_bytes holds (launch/plan/calibrate.h).
 std::size_t cuda_device_memory_bytes(int index);
+// Whether GPU `index` has the FP8 tensor cores the FP8 linear layers use
+// (compute capability 8.9 or 9.x; engine/cuda/fp8_gemm.h). When not, *why
+// (if given) names the GPU and what it has; false in a CPU-only build.
+bool cuda_fp8_supported(int index, std::string* why = nullptr);
 
 // Bytes free on the current GPU now (cudaMemGetInfo): what a run's memory
 // plan must fit in.

@@ -180,21 +180,26 @@ void rmsnorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& d
   ENGINE_DISPATCH(dout, rmsnorm_backward, dinp, dweight, dout, inp, weight, rstd);
 }
 
+const char* matmul_format_name(MatmulFormat format) {
+  return format == MatmulFormat::kFp8E4M3 ? "fp8-e4m3" : "native";
+}
+
 void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
-                    const Tensor& pre_gelu) {
-  ScopedOpTimer timer("matmul_forward");
+                    const Tensor& pre_gelu, MatmulFormat format, const Fp8Shards* shards) {
+  ScopedOpTimer timer(format == MatmulFormat::kFp8E4M3 ? "matmul_forward (fp8)" : "matmul_forward");
   ENGINE_CHECK(weight.ndim() == 2, "matmul_forward: weight must be (OC, C), got ", weight.shape().str());
   const std::int64_t OC = weight.dim(0), C = weight.dim(1), N = inp.numel() / C;
   expect_rows(inp, N, C, "matmul_forward: inp");
   expect_rows(out, N, OC, "matmul_forward: out");
   if (!bias.empty()) expect_numel(bias, OC, "matmul_forward: bias");
   if (!pre_gelu.empty()) expect_rows(pre_gelu, N, OC, "matmul_forward: pre_gelu");
-  ENGINE_DISPATCH(out, matmul_forward, out, inp, weight, bias, pre_gelu);
+  if (format == MatmulFormat::kFp8E4M3) ENGINE_DISPATCH(out, fp8_matmul_forward, out, inp, weight, bias, pre_gelu, shards);
+  else ENGINE_DISPATCH(out, matmul_forward, out, inp, weight, bias, pre_gelu);
 }
 
 void matmul_forward_add(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
-                        const Tensor& residual) {
-  ScopedOpTimer timer("matmul_forward_add");
+                        const Tensor& residual, MatmulFormat format, const Fp8Shards* shards) {
+  ScopedOpTimer timer(format == MatmulFormat::kFp8E4M3 ? "matmul_forward_add (fp8)" : "matmul_forward_add");
   ENGINE_CHECK(weight.ndim() == 2, "matmul_forward_add: weight must be (OC, C), got ", weight.shape().str());
   const std::int64_t OC = weight.dim(0), C = weight.dim(1), N = inp.numel() / C;
   expect_rows(inp, N, C, "matmul_forward_add: inp");
@@ -208,12 +213,14 @@ void matmul_forward_add(const Tensor& out, const Tensor& inp, const Tensor& weig
   const char* r = static_cast<const char*>(residual.data());
   ENGINE_CHECK(o + out.bytes() <= r || r + residual.bytes() <= o, "matmul_forward_add: out ", out.describe(),
                " overlaps residual ", residual.describe());
-  ENGINE_DISPATCH(out, matmul_forward_add, out, inp, weight, bias, residual);
+  if (format == MatmulFormat::kFp8E4M3) ENGINE_DISPATCH(out, fp8_matmul_forward_add, out, inp, weight, bias, residual, shards);
+  else ENGINE_DISPATCH(out, matmul_forward_add, out, inp, weight, bias, residual);
 }
 
 void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
-                     const Tensor& inp, const Tensor& weight, const Tensor& gelu_pre) {
-  ScopedOpTimer timer("matmul_backward");
+                     const Tensor& inp, const Tensor& weight, const Tensor& gelu_pre, MatmulFormat format,
+                     const Fp8Shards* shards) {
+  ScopedOpTimer timer(format == MatmulFormat::kFp8E4M3 ? "matmul_backward (fp8)" : "matmul_backward");
   ENGINE_CHECK(weight.ndim() == 2, "matmul_backward: weight must be (OC, C), got ", weight.shape().str());
   const std::int64_t OC = weight.dim(0), C = weight.dim(1), N = dout.numel() / OC;
   expect_rows(dout, N, OC, "matmul_backward: dout");
@@ -222,11 +229,14 @@ void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& db
   if (!dweight.empty()) expect_shape(dweight, weight.shape(), "matmul_backward: dweight");
   if (!dbias.empty()) expect_numel(dbias, OC, "matmul_backward: dbias");
   if (!gelu_pre.empty()) expect_rows(gelu_pre, N, C, "matmul_backward: gelu_pre");
-  ENGINE_DISPATCH(dout, matmul_backward, dinp, dweight, dbias, dout, inp, weight, gelu_pre);
+  if (format == MatmulFormat::kFp8E4M3)
+    ENGINE_DISPATCH(dout, fp8_matmul_backward, dinp, dweight, dbias, dout, inp, weight, gelu_pre, shards);
+  else ENGINE_DISPATCH(dout, matmul_backward, dinp, dweight, dbias, dout, inp, weight, gelu_pre);
 }
 
-void matmul_weight_grad(const Tensor& dweight, const Tensor& dbias, const Tensor& dout, const Tensor& inp) {
-  ScopedOpTimer timer("matmul_weight_grad");
+void matmul_weight_grad(const Tensor& dweight, const Tensor& dbias, const Tensor& dout, const Tensor& inp,
+                        MatmulFormat format, const Fp8Shards* shards) {
+  ScopedOpTimer timer(format == MatmulFormat::kFp8E4M3 ? "matmul_weight_grad (fp8)" : "matmul_weight_grad");
   ENGINE_CHECK(dweight.ndim() == 2, "matmul_weight_grad: dweight must be (OC, C), got ", dweight.shape().str());
   const std::int64_t OC = dweight.dim(0), C = dweight.dim(1), N = dout.numel() / OC;
   expect_rows(dout, N, OC, "matmul_weight_grad: dout");
@@ -234,7 +244,9 @@ void matmul_weight_grad(const Tensor& dweight, const Tensor& dbias, const Tensor
   if (!dbias.empty()) expect_numel(dbias, OC, "matmul_weight_grad: dbias");
   // The backends read `weight` only for the input gradient, which is not
   // asked for here: dweight stands in for its shape.
-  ENGINE_DISPATCH(dout, matmul_backward, Tensor{}, dweight, dbias, dout, inp, dweight, Tensor{});
+  if (format == MatmulFormat::kFp8E4M3)
+    ENGINE_DISPATCH(dout, fp8_matmul_backward, Tensor{}, dweight, dbias, dout, inp, dweight, Tensor{}, shards);
+  else ENGINE_DISPATCH(dout, matmul_backward, Tensor{}, dweight, dbias, dout, inp, dweight, Tensor{});
 }
 
 void gelu_forward(const Tensor& out, const Tensor& inp) {

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "engine/tensor.h"
 
@@ -64,27 +65,62 @@ void rmsnorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& d
                       const Tensor& weight, const Tensor& rstd);
 
 // ---- linear layers ----------------------------------------------------------
+// How a linear layer's matmul takes its operands (issue 35).
+enum class MatmulFormat : std::uint8_t {
+  kNative,  // in their own dtype (bf16 or f32; f64 on the CPU's reference path)
+  // Each GEMM operand quantised to FP8 E4M3 with a per-tensor current scale
+  // (amax of that tensor now, not a history: engine/cpu/fp8_e4m3.h), the
+  // product accumulated in f32 and rescaled; biases, residuals, GELU and the
+  // bias gradient stay in the activations' dtype and f32. On CUDA the FP8
+  // tensor cores (sm_89/sm_90; bf16 activations; every GEMM dimension a
+  // multiple of 16); on the CPU the quantise-dequantise reference, the same
+  // rounding with the product in f32 (f32 activations), which the CUDA op
+  // tests hold the device to.
+  kFp8E4M3,
+};
+const char* matmul_format_name(MatmulFormat format);  // "native" | "fp8-e4m3"
+
+// Under tensor parallelism a rank holds only a shard of some FP8 operands (a
+// column- or row-parallel weight, a row-parallel layer's input, a
+// column-parallel layer's output gradient). Scaled by its own amax, each
+// shard would be rounded on its own E4M3 grid; with Fp8Shards, a sharded
+// operand's amax is first max-reduced over the group, so every rank uses the
+// whole tensor's scale and the ranks together compute exactly what one
+// process computes (Transformer Engine's amax reduction group does the same).
+// reduce_max all-reduces, with max, a one-element f32 tensor on the
+// operands' device; the flags say which operands are shards. Every rank of
+// the group must make the same calls (they do: each runs the same ops).
+struct Fp8Shards {
+  std::function<void(const Tensor& amax)> reduce_max;
+  bool inp = false, weight = false, dout = false;
+};
+
 // out = inp @ weight^T + bias.            out (N,OC), inp (N,C), weight (OC,C), bias (OC) or empty
 // With pre_gelu given: pre_gelu = inp @ weight^T + bias and out = gelu(pre_gelu)
 // (GELU fused into the epilogue; the pre-activation is kept for backward).
+// `shards` (FP8 only; may be null) as above.
 void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
-                    const Tensor& pre_gelu = {});
+                    const Tensor& pre_gelu = {}, MatmulFormat format = MatmulFormat::kNative,
+                    const Fp8Shards* shards = nullptr);
 // out = residual + (inp @ weight^T + bias): a residual connection's add folded
 // into the projection GEMM (cuBLASLt's C matrix with beta = 1), so the branch
 // is never written and read back. out must not overlap residual.
 void matmul_forward_add(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
-                        const Tensor& residual);
+                        const Tensor& residual, MatmulFormat format = MatmulFormat::kNative,
+                        const Fp8Shards* shards = nullptr);
 // dinp = dout @ weight (written); dweight += dout^T @ inp; dbias += sum_n dout.
 // With gelu_pre given (the pre-activation that produced `inp`'s producer's
 // output), dinp is multiplied by gelu'(gelu_pre): the GELU backward of the
 // previous layer fused into this dgrad. Any of dinp/dweight/dbias may be empty.
 void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
-                     const Tensor& inp, const Tensor& weight, const Tensor& gelu_pre = {});
+                     const Tensor& inp, const Tensor& weight, const Tensor& gelu_pre = {},
+                     MatmulFormat format = MatmulFormat::kNative, const Fp8Shards* shards = nullptr);
 // The weight-gradient half of matmul_backward on its own: dweight += dout^T @
 // inp; dbias += sum_n dout (dbias may be empty). It reads no weight, so a
 // zero-bubble pipeline (Qi et al. 2024) can run it long after the input
 // gradient, when a ZeRO-3 rank no longer holds the gathered weights.
-void matmul_weight_grad(const Tensor& dweight, const Tensor& dbias, const Tensor& dout, const Tensor& inp);
+void matmul_weight_grad(const Tensor& dweight, const Tensor& dbias, const Tensor& dout, const Tensor& inp,
+                        MatmulFormat format = MatmulFormat::kNative, const Fp8Shards* shards = nullptr);
 
 // GELU, tanh approximation (Hendrycks & Gimpel 2016), as GPT-2 uses.
 void gelu_forward(const Tensor& out, const Tensor& inp);

@@ -73,6 +73,14 @@ class GptStage {
   // after the embedding's. The trainer starts data-parallel reductions here.
   void set_backward_hook(std::function<void(std::int64_t layer)> hook) { backward_hook_ = std::move(hook); }
 
+  // How the blocks' linear layers multiply (TransformerBlock::set_matmul_format;
+  // --precision fp8). The embedding and the LM head stay native, as
+  // torchtitan's float8 converter leaves out its `output` layer and Megatron's
+  // FP8 recipes keep embedding and output layer in bf16 (issue 35 asks the same).
+  void set_matmul_format(engine::ops::MatmulFormat format) {
+    for (TransformerBlock& block : blocks_) block.set_matmul_format(format);
+  }
+
   // Allocates every activation from `arena`; call it on a planning arena to
   // size a real one, then on the real one (engine/buffer.h).
   void allocate(engine::Arena& arena);

@@ -29,6 +29,7 @@
 #include <cstdint>
 
 #include "engine/buffer.h"
+#include "engine/ops.h"
 #include "model/gpt_config.h"
 #include "model/param_access.h"
 #include "model/partition.h"
@@ -166,6 +167,15 @@ class TransformerBlock {
   TransformerBlock(const GptConfig& config, TensorParallel tp, parallel::Communicator* tp_comm)
       : config_(config), tp_(tp), tp_comm_(tp_comm) {}
 
+  // How the block's four linear layers (qkv, attention projection, MLP fc
+  // and projection) multiply: natively, or with FP8 E4M3 operands
+  // (--precision fp8, issue 35). Norms, attention and RoPE are unaffected.
+  // Under tensor parallelism the FP8 operands a rank holds a shard of have
+  // their amax max-reduced over the group (engine::ops::Fp8Shards), so the
+  // ranks quantise exactly as one process does.
+  void set_matmul_format(engine::ops::MatmulFormat format);
+  engine::ops::MatmulFormat matmul_format() const { return matmul_format_; }
+
   // x (B,T,C) -> y (B,T,C); y must not alias x.
   void forward(const BlockParams& w, const engine::Tensor& y, const engine::Tensor& x, BlockActivations& act,
                const BlockScratch& scratch) const;
@@ -230,6 +240,13 @@ class TransformerBlock {
   const GptConfig& config_;
   TensorParallel tp_;
   parallel::Communicator* tp_comm_;
+  engine::ops::MatmulFormat matmul_format_ = engine::ops::MatmulFormat::kNative;
+  // FP8 under tp > 1: the column-parallel layers (qkv, mlp.fc) hold a shard of
+  // the weight and of the output gradient; the row-parallel ones (attn.proj,
+  // mlp.proj) of the weight and of the input.
+  engine::ops::Fp8Shards column_shards_, row_shards_;
+  const engine::ops::Fp8Shards* column_shards() const { return tp_.size > 1 ? &column_shards_ : nullptr; }
+  const engine::ops::Fp8Shards* row_shards() const { return tp_.size > 1 ? &row_shards_ : nullptr; }
 };
 
 }  // namespace model

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/cuda/context.h"
+#include "engine/cuda/fp8_gemm.h"
 #include "engine/device.h"
 
 namespace engine {
@@ -45,6 +46,8 @@ std::string cuda_device_name(int index) {
   CUDA_CHECK(cudaGetDeviceProperties(&props, index));
   return props.name;
 }
+
+bool cuda_fp8_supported(int index, std::string* why) { return cuda::fp8_device_supported(index, why); }
 
 std::string cuda_pci_bus_id(int index) {
   char id[32] = {};

@@ -40,6 +40,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "engine/buffer.h"
@@ -67,6 +69,7 @@ struct Options {
   int steps = 5;
   engine::DeviceType device = engine::DeviceType::kCpu;
   model::Precision precision = model::Precision::kFp32;
+  engine::ops::MatmulFormat matmul_format = engine::ops::MatmulFormat::kNative;  // fp8: the blocks' matmuls
   bool profile = true;
   bool timeline = true;
   model::AttentionFlops attention = model::AttentionFlops::kFull;
@@ -88,7 +91,10 @@ void run_case(const Case& c, const Options& o) {
   std::printf("%s: %s %s | %s %s | B=%lld T=%lld x%lld (%lld tokens a step)\n", c.model.c_str(),
               model::architecture_name(config.arch), config.describe().c_str(),
               device == engine::DeviceType::kCuda ? "cuda" : "cpu",
-              precision == model::Precision::kBf16 ? "bf16" : "fp32",
+              o.matmul_format == engine::ops::MatmulFormat::kFp8E4M3
+                  ? (precision == model::Precision::kBf16 ? "fp8 (bf16, the blocks' matmuls in E4M3)"
+                                                          : "fp8-emulated (fp32, E4M3 rounding)")
+                  : (precision == model::Precision::kBf16 ? "bf16" : "fp32"),
               static_cast<long long>(c.micro_batch), static_cast<long long>(c.seq_len),
               static_cast<long long>(c.grad_accum), static_cast<long long>(c.micro_batch * c.seq_len * c.grad_accum));
   std::printf("  %s\n", model::flops_convention(o.attention, config).c_str());
@@ -97,6 +103,7 @@ void run_case(const Case& c, const Options& o) {
   store.initialize(1);
   const model::ActivationShape shape{c.micro_batch, c.seq_len, model::activation_dtype(precision)};
   model::GptStage stage(config, store, model::whole_model(config), shape, 1);
+  stage.set_matmul_format(o.matmul_format);
   engine::Arena plan = engine::Arena::planning(device);
   stage.allocate(plan);
   engine::Arena arena(device, plan.used());
@@ -237,7 +244,9 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--steps", steps, "Timed steps (after one warm-up)")->capture_default_str();
   app.add_option("--device", device_name, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
-  app.add_option("--precision", precision_name, "auto, fp32 or bf16")->capture_default_str();
+  app.add_option("--precision", precision_name,
+                 "auto, fp32, bf16, fp8 (cuda: bf16 with the blocks' matmuls in FP8 E4M3) or fp8-emulated (cpu)")
+      ->check(CLI::IsMember({"auto", "fp32", "bf16", "fp8", "fp8-emulated"}))->capture_default_str();
   app.add_flag("--passes", passes,
                "Time one micro-batch's forward, whole backward, and the backward split into input and weight "
                "passes (zero-bubble schedules)");
@@ -256,10 +265,20 @@ int main(int argc, char** argv) {
   try {
     const engine::DeviceType device = device_name == "cuda" ? engine::DeviceType::kCuda : engine::DeviceType::kCpu;
     if (device == engine::DeviceType::kCuda) engine::cuda_set_device(0);
-    const model::Precision precision = precision_name == "auto"
-                                           ? (device == engine::DeviceType::kCuda ? model::Precision::kBf16
-                                                                                  : model::Precision::kFp32)
-                                           : model::parse_precision(precision_name);
+    const bool fp8 = precision_name == "fp8", fp8_emulated = precision_name == "fp8-emulated";
+    if (fp8 && device != engine::DeviceType::kCuda) throw std::runtime_error("--precision fp8 needs --device cuda");
+    if (fp8_emulated && device != engine::DeviceType::kCpu)
+      throw std::runtime_error("--precision fp8-emulated runs on --device cpu");
+    if (fp8) {
+      std::string why;
+      if (!engine::cuda_fp8_supported(0, &why)) throw std::runtime_error("--precision fp8: " + why);
+    }
+    const model::Precision precision =
+        fp8 ? model::Precision::kBf16
+        : fp8_emulated ? model::Precision::kFp32
+        : precision_name == "auto"
+            ? (device == engine::DeviceType::kCuda ? model::Precision::kBf16 : model::Precision::kFp32)
+            : model::parse_precision(precision_name);
     std::vector<Case> cases;
     if (model_name.empty())
       cases = {{"gpt-demo", 16, 128}, {"gpt2-124m", 4, 64}};
@@ -268,8 +287,15 @@ int main(int argc, char** argv) {
     double peak = peak_tflops * 1e12;
     if (peak == 0 && device == engine::DeviceType::kCuda)
       peak = engine::gpu_peak_flops_by_name(engine::cuda_device_name(0));
-    const Options options{steps, device, precision, profile, timeline, model::parse_attention_flops(attention_flops),
-                          peak,  passes};
+    const Options options{steps,
+                          device,
+                          precision,
+                          fp8 || fp8_emulated ? engine::ops::MatmulFormat::kFp8E4M3 : engine::ops::MatmulFormat::kNative,
+                          profile,
+                          timeline,
+                          model::parse_attention_flops(attention_flops),
+                          peak,
+                          passes};
     for (const Case& c : cases) run_case(c, options);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -250,7 +250,29 @@ void TrainConfig::resolve(int cuda_devices, int world) {
                "--device cuda, but no GPU is visible (or the engine was built without CUDA)");
   device_type = device == "cuda" ? engine::DeviceType::kCuda : engine::DeviceType::kCpu;
   if (precision == "auto") precision = device_type == engine::DeviceType::kCuda ? "bf16" : "fp32";
-  precision_mode = model::parse_precision(precision);
+  // --precision fp8 is bf16 storage with the blocks' matmuls in FP8 E4M3
+  // (issue 35); fp8-emulated is its f32 reference on the CPU.
+  const bool fp8 = precision == "fp8", fp8_emulated = precision == "fp8-emulated";
+  ENGINE_CHECK(!fp8 || device_type == engine::DeviceType::kCuda,
+               "--precision fp8 needs --device cuda with FP8 tensor cores (Ada or Hopper); the CPU has none "
+               "(--precision fp8-emulated applies the same E4M3 rounding in fp32, for tests)");
+  ENGINE_CHECK(!fp8_emulated || device_type == engine::DeviceType::kCpu,
+               "--precision fp8-emulated is the CPU's reference of FP8 training; on --device cuda use --precision fp8");
+  matmul_format = fp8 || fp8_emulated ? engine::ops::MatmulFormat::kFp8E4M3 : engine::ops::MatmulFormat::kNative;
+  precision_mode = model::parse_precision(fp8 ? "bf16" : fp8_emulated ? "fp32" : precision);
+  if (fp8) {
+    // cuBLASLt's FP8 GEMMs take every dimension as a multiple of 16
+    // (engine/cuda/fp8_gemm.h): the tokens of a micro-batch and each linear
+    // layer's widths on one tensor-parallel rank.
+    const std::int64_t tokens = micro_batch * seq_len;
+    const std::pair<const char*, std::int64_t> dims[] = {
+        {"micro-batch x seq-len tokens", tokens},     {"n_embd", model.n_embd},
+        {"n_embd / tp", model.n_embd / tp},           {"the qkv width / tp", model.qkv_width() / tp},
+        {"the MLP fc width / tp", model.fc_width() / tp}, {"the MLP width / tp", model.mlp_width() / tp}};
+    for (const auto& [what, value] : dims)
+      ENGINE_CHECK(value % 16 == 0, "--precision fp8: ", what, " is ", value,
+                   ", not a multiple of 16 as the FP8 GEMMs need (cuBLASLt on sm_89/sm_90)");
+  }
   recompute_mode = model::parse_recompute(recompute);
   attention_flops_mode = model::parse_attention_flops(attention_flops);
   if (comm == "auto") comm = device_type == engine::DeviceType::kCuda && cuda_devices > 0 ? "nccl" : "mpi";
@@ -296,6 +318,11 @@ std::string TrainConfig::describe() const {
         << auto_layout.predicted_step_seconds * 1e3 << " ms/step, " << engine::format_bytes(auto_layout.predicted_memory_bytes)
         << " per device)\n";
   out << "device     " << device << ", precision " << model::precision_name(precision_mode);
+  if (matmul_format == engine::ops::MatmulFormat::kFp8E4M3)
+    out << (device_type == engine::DeviceType::kCuda ? "; the blocks' matmuls in FP8 E4M3"
+                                                     : "; the blocks' matmuls rounded to FP8 E4M3 (emulated)")
+        << " with per-tensor current scaling (embedding and head " << model::precision_name(precision_mode)
+        << "; MFU still against the bf16 peak)";
   if (eval_only) {
     out << "\nscoring    "
         << (!init_from.empty() ? "the model file " + init_from

@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 
+#include "engine/ops.h"
 #include "model/flops.h"
 #include "model/gpt_config.h"
 #include "model/param_store.h"
@@ -108,7 +109,7 @@ struct TrainConfig {
   // Run.
   std::uint64_t seed = 1337;
   std::string device = "auto";     // auto | cpu | cuda
-  std::string precision = "auto";  // auto | fp32 | bf16
+  std::string precision = "auto";  // auto | fp32 | bf16 | fp8 | fp8-emulated
   std::string log_file;            // JSONL metrics, one object per step
   // A run folder (launch/run/run_folder.h): config.json, metrics.jsonl,
   // train.log, summary.json and checkpoints/ unless named otherwise.
@@ -147,6 +148,10 @@ struct TrainConfig {
   optim::OneBitAdamConfig onebit_adam;
   engine::DeviceType device_type = engine::DeviceType::kCpu;
   model::Precision precision_mode = model::Precision::kFp32;
+  // The blocks' linear layers: FP8 E4M3 under --precision fp8 (bf16 storage
+  // and activations) and fp8-emulated (the CPU's f32 reference of the same
+  // rounding, for tests), native otherwise.
+  engine::ops::MatmulFormat matmul_format = engine::ops::MatmulFormat::kNative;
   model::Recompute recompute_mode = model::Recompute::kNone;
   model::AttentionFlops attention_flops_mode = model::AttentionFlops::kCausal;
   std::int64_t grad_accum = 1;  // micro-batches per data-parallel rank and step

@@ -190,8 +190,11 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--seed", c.seed, "Seed for initialisation, shuffling and sampling")->group(kRun)->capture_default_str();
   app.add_option("--device", c.device, "auto, cpu or cuda")->group(kRun)->capture_default_str()
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  app.add_option("--precision", c.precision, "auto (bf16 on cuda, fp32 on cpu), fp32 or bf16")
-      ->group(kRun)->capture_default_str()->check(CLI::IsMember({"auto", "fp32", "bf16"}));
+  app.add_option("--precision", c.precision,
+                 "auto (bf16 on cuda, fp32 on cpu), fp32, bf16, fp8 (bf16 with the transformer blocks' matmuls in "
+                 "FP8 E4M3, per-tensor current scaling; cuda on Ada or Hopper) or fp8-emulated (the same rounding "
+                 "in fp32 on the cpu, for tests)")
+      ->group(kRun)->capture_default_str()->check(CLI::IsMember({"auto", "fp32", "bf16", "fp8", "fp8-emulated"}));
   app.add_option("--run-dir", c.run_dir,
                  "Run folder: the resolved configuration (config.json, which --config accepts), metrics.jsonl, a "
                  "copy of the text log (train.log), summary.json and checkpoints/ (unless --log-file or "

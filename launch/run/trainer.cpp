@@ -103,6 +103,9 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
     gpu_ = node_local_rank(world) % engine::cuda_device_count();
     if (config.comm == "nccl") check_one_gpu_per_rank(world, engine::cuda_pci_bus_id(gpu_));
     engine::cuda_set_device(gpu_);
+    std::string why;
+    ENGINE_CHECK(config.matmul_format != engine::ops::MatmulFormat::kFp8E4M3 || engine::cuda_fp8_supported(gpu_, &why),
+                 "--precision fp8: ", why);
   }
   host_world_ = std::make_unique<parallel::MpiCommunicator>(world, "world");
   comms_ = make_comms(config, grid_, world);
@@ -166,6 +169,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
     stages_.push_back(std::make_unique<model::GptStage>(mc, *store_, chunks_[c], shape, slots, tp_, comms_.tp.get(),
                                                         config.recompute_mode, data_parallel_->staged_units(),
                                                         sets.stash, sets.inputs));
+    stages_.back()->set_matmul_format(config.matmul_format);
     stages_.back()->allocate(plan);
   }
   activations_ = engine::Arena(config.device_type, plan.used());

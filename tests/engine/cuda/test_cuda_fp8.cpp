@@ -16,6 +16,8 @@
 //     report sec. 3.3.2, which fast accumulation off bounds to one block of K).
 //   shapes cuBLASLt's FP8 GEMM cannot take (k % 16 != 0) and a GPU without
 //     FP8 tensor cores: refused with a clear error.
+//   the FP8 linear layers (ops::MatmulFormat::kFp8E4M3): against the CPU's
+//     quantise-dequantise ops on the same bf16 values (see CudaFp8Linear).
 // Every test skips without a GPU, like test_cuda_ops.
 #include <gtest/gtest.h>
 
@@ -425,6 +427,132 @@ TEST(CudaFp8, ReportsBlockScaling) {
   std::printf("%s\n", cuda::fp8_block_scaling_report(8192, 4800, 1600).c_str());
   std::printf("fp8 forward (8192, 4800, 1600): %s\n",
               cuda::fp8_gemm_algorithm(DType::kBF16, 8192, 4800, 1600, {}).c_str());
+}
+
+// ---- the FP8 linear layers (ops::MatmulFormat::kFp8E4M3, fp8_linear.cu) ----
+// Each op on bf16 device tensors against the CPU's quantise-dequantise
+// reference (engine/cpu/fp8_matmul.cpp) on the same bf16-rounded values: the
+// scales and E4M3 codes are then identical on both sides (checked bit for bit
+// above), so what differs is the bf16 rounding of the outputs (the GEMM's, and
+// a second one where bias or residual are added after it: 2^-8 relative
+// together) and the order of the f32 sums. Tolerance per element:
+// 2^-7 |reference| + 2^-8 max |reference|; a wrong transpose, operand or
+// scale is off by the size of the values themselves.
+
+// A device tensor in `dtype` holding `host`, and `host` replaced by the values
+// it holds (bf16-rounded), so the CPU reference sees the same numbers.
+struct DevTensor {
+  Buffer buffer;
+  Tensor t;
+  DevTensor(std::vector<float>& host, Shape shape, DType dtype = DType::kBF16)
+      : buffer(kCuda, static_cast<std::size_t>(shape.numel()) * dtype_size(dtype)),
+        t(buffer.data(), shape, dtype, kCuda) {
+    const Tensor h(host.data(), shape, DType::kF32, kCpu);
+    ops::copy(t, h);
+    ops::copy(h, t);
+  }
+  std::vector<float> host() const { return download(t.data(), t.dtype(), t.numel()); }
+};
+
+Tensor cpu_view(std::vector<float>& v, Shape shape) { return Tensor(v.data(), shape, DType::kF32, kCpu); }
+
+void expect_close_to_reference(const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double max_ref = 0;
+  for (float w : want) max_ref = std::max(max_ref, std::fabs(static_cast<double>(w)));
+  int bad = 0;
+  double worst = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
+    const double tol = std::ldexp(std::fabs(static_cast<double>(want[i])), -7) + std::ldexp(max_ref, -8);
+    worst = std::max(worst, err / tol);
+    if (!(err <= tol) && ++bad <= 5)
+      ADD_FAILURE() << what << " element " << i << ": got " << got[i] << ", want " << want[i] << " (tolerance "
+                    << tol << ")";
+  }
+  EXPECT_EQ(bad, 0) << what;
+  std::printf("%s: worst error %.3f of the tolerance over %zu elements\n", what, worst, want.size());
+}
+
+struct LinearShape {
+  std::int64_t N, C, OC;
+};
+
+TEST(CudaFp8Linear, ForwardOpsMatchTheCpuReference) {
+  if (!gpu_visible()) GTEST_SKIP() << "no GPU";
+  if (!fp8_gemm_available()) GTEST_SKIP() << "no FP8 tensor cores (refusal checked)";
+  constexpr auto kFp8 = ops::MatmulFormat::kFp8E4M3;
+  std::mt19937 rng(21);
+  for (const LinearShape& s : {LinearShape{64, 96, 80}, LinearShape{256, 768, 2304}}) {
+    SCOPED_TRACE("N " + std::to_string(s.N) + ", C " + std::to_string(s.C) + ", OC " + std::to_string(s.OC));
+    std::vector<float> inp = random_vector(s.N * s.C, rng, 1.0f), w = random_vector(s.OC * s.C, rng, 0.02f),
+                       b = random_vector(s.OC, rng, 0.1f), res = random_vector(s.N * s.OC, rng, 1.0f);
+    DevTensor d_inp(inp, {s.N, s.C}), d_w(w, {s.OC, s.C}), d_b(b, {s.OC}), d_res(res, {s.N, s.OC});
+    std::vector<float> zeros(s.N * s.OC, 0.0f);
+    DevTensor d_out(zeros, {s.N, s.OC}), d_pre(zeros, {s.N, s.OC});
+
+    // Bias and GELU.
+    ops::matmul_forward(d_out.t, d_inp.t, d_w.t, d_b.t, d_pre.t, kFp8);
+    std::vector<float> out(s.N * s.OC), pre(s.N * s.OC);
+    ops::matmul_forward(cpu_view(out, {s.N, s.OC}), cpu_view(inp, {s.N, s.C}), cpu_view(w, {s.OC, s.C}),
+                        cpu_view(b, {s.OC}), cpu_view(pre, {s.N, s.OC}), kFp8);
+    expect_close_to_reference(d_pre.host(), pre, "fp8 forward: pre_gelu");
+    expect_close_to_reference(d_out.host(), out, "fp8 forward: gelu(pre)");
+
+    // The residual add.
+    ops::matmul_forward_add(d_out.t, d_inp.t, d_w.t, d_b.t, d_res.t, kFp8);
+    ops::matmul_forward_add(cpu_view(out, {s.N, s.OC}), cpu_view(inp, {s.N, s.C}), cpu_view(w, {s.OC, s.C}),
+                            cpu_view(b, {s.OC}), cpu_view(res, {s.N, s.OC}), kFp8);
+    expect_close_to_reference(d_out.host(), out, "fp8 forward_add");
+  }
+}
+
+TEST(CudaFp8Linear, BackwardOpsMatchTheCpuReference) {
+  if (!gpu_visible()) GTEST_SKIP() << "no GPU";
+  if (!fp8_gemm_available()) GTEST_SKIP() << "no FP8 tensor cores (refusal checked)";
+  constexpr auto kFp8 = ops::MatmulFormat::kFp8E4M3;
+  std::mt19937 rng(22);
+  for (const LinearShape& s : {LinearShape{64, 96, 80}, LinearShape{256, 768, 2304}}) {
+    SCOPED_TRACE("N " + std::to_string(s.N) + ", C " + std::to_string(s.C) + ", OC " + std::to_string(s.OC));
+    std::vector<float> inp = random_vector(s.N * s.C, rng, 1.0f), w = random_vector(s.OC * s.C, rng, 0.02f),
+                       dout = random_vector(s.N * s.OC, rng, 1e-3f), pre = random_vector(s.N * s.C, rng, 1.5f);
+    std::vector<float> dw(s.OC * s.C, 0.5f), db(s.OC, -0.25f), dinp(s.N * s.C, 0.0f);
+    DevTensor d_inp(inp, {s.N, s.C}), d_w(w, {s.OC, s.C}), d_dout(dout, {s.N, s.OC}), d_pre(pre, {s.N, s.C}),
+        d_dinp(dinp, {s.N, s.C}), d_dw(dw, {s.OC, s.C}, DType::kF32), d_db(db, {s.OC}, DType::kF32);
+
+    // Fused: dinp with the GELU gradient, dweight and dbias accumulating.
+    ops::matmul_backward(d_dinp.t, d_dw.t, d_db.t, d_dout.t, d_inp.t, d_w.t, d_pre.t, kFp8);
+    ops::matmul_backward(cpu_view(dinp, {s.N, s.C}), cpu_view(dw, {s.OC, s.C}), cpu_view(db, {s.OC}),
+                         cpu_view(dout, {s.N, s.OC}), cpu_view(inp, {s.N, s.C}), cpu_view(w, {s.OC, s.C}),
+                         cpu_view(pre, {s.N, s.C}), kFp8);
+    expect_close_to_reference(d_dinp.host(), dinp, "fp8 backward: dinp * gelu'(pre)");
+    expect_close_to_reference(d_dw.host(), dw, "fp8 backward: dweight (accumulated)");
+    expect_close_to_reference(d_db.host(), db, "fp8 backward: dbias (accumulated)");
+
+    // Split, as a zero-bubble pipeline runs it: the input gradient alone
+    // (dout cast without its transposed copy), then the weight gradient alone.
+    ops::matmul_backward(d_dinp.t, Tensor{}, Tensor{}, d_dout.t, d_inp.t, d_w.t, Tensor{}, kFp8);
+    ops::matmul_backward(cpu_view(dinp, {s.N, s.C}), Tensor{}, Tensor{}, cpu_view(dout, {s.N, s.OC}),
+                         cpu_view(inp, {s.N, s.C}), cpu_view(w, {s.OC, s.C}), Tensor{}, kFp8);
+    expect_close_to_reference(d_dinp.host(), dinp, "fp8 input-gradient pass: dinp");
+    ops::matmul_weight_grad(d_dw.t, d_db.t, d_dout.t, d_inp.t, kFp8);
+    ops::matmul_weight_grad(cpu_view(dw, {s.OC, s.C}), cpu_view(db, {s.OC}), cpu_view(dout, {s.N, s.OC}),
+                            cpu_view(inp, {s.N, s.C}), kFp8);
+    expect_close_to_reference(d_dw.host(), dw, "fp8 weight-gradient pass: dweight");
+    expect_close_to_reference(d_db.host(), db, "fp8 weight-gradient pass: dbias");
+  }
+}
+
+TEST(CudaFp8Linear, RefusesF32ActivationsNamingThem) {
+  if (!gpu_visible()) GTEST_SKIP() << "no GPU";
+  std::vector<float> inp(32 * 16, 1.0f), w(16 * 16, 1.0f), out(32 * 16, 0.0f);
+  DevTensor d_inp(inp, {32, 16}, DType::kF32), d_w(w, {16, 16}), d_out(out, {32, 16});
+  try {
+    ops::matmul_forward(d_out.t, d_inp.t, d_w.t, Tensor{}, Tensor{}, ops::MatmulFormat::kFp8E4M3);
+    ADD_FAILURE() << "f32 activations were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("take bf16 activations"), std::string::npos) << e.what();
+  }
 }
 
 #else   // a build without CUDA

@@ -1,0 +1,87 @@
+// The FP8 linear layers on the CPU (ops::MatmulFormat::kFp8E4M3): the
+// quantise-dequantise reference of engine/cuda/fp8_linear.cu.
+//
+// Each GEMM operand is replaced by its E4M3 image under per-tensor current
+// scaling, dequantised back to f32 (q * scale_inv, fp8_e4m3.h), and the f32
+// ops of matmul.cpp run on those images:
+//
+//   forward   out  = Q(inp) @ Q(weight)^T + bias     (GELU / residual as in f32)
+//   backward  dinp = Q(dout) @ Q(weight)             (* gelu'(gelu_pre))
+//             dweight += Q(dout)^T @ Q(inp)
+//             dbias   += sum_n dout                  (dout itself, unquantised)
+//
+// which is what the tensor cores compute (E4M3 x E4M3 products are exact in
+// f32, the scales applied to the f32 sum) up to the order of the f32 sums.
+// Each tensor's scale is its own amax, whichever GEMM reads it: dout's one
+// scale serves both of its backward GEMMs, as on CUDA, where the cast and its
+// transposed copy share one Fp8Scale.
+#include <cstdint>
+#include <vector>
+
+#include "engine/check.h"
+#include "engine/cpu/cpu_ops.h"
+#include "engine/cpu/fp8_e4m3.h"
+
+namespace engine::cpu {
+namespace {
+
+// The E4M3 image of an f32 tensor, dequantised, in `storage`. A shard's amax
+// is max-reduced over its group first (`sharded`; ops::Fp8Shards), so it is
+// quantised on the whole tensor's grid.
+Tensor quantized_image(const Tensor& t, std::vector<float>& storage, const char* what, const ops::Fp8Shards* shards,
+                       bool sharded) {
+  ENGINE_CHECK(t.dtype() == DType::kF32, what, " is ", t.describe(),
+               ": the CPU's FP8 reference quantises f32 tensors (--precision fp8-emulated runs in fp32)");
+  const std::int64_t n = t.numel();
+  const float* x = t.data_as<const float>();
+  storage.resize(static_cast<std::size_t>(n));
+  float amax = e4m3_amax(x, n);
+  if (sharded && shards != nullptr && shards->reduce_max)
+    shards->reduce_max(Tensor(&amax, Shape{1}, DType::kF32, DeviceType::kCpu));
+  const float scale = e4m3_scale(amax);
+  const float scale_inv = e4m3_scale_inv(scale);
+#pragma omp parallel for schedule(static) if (n > 32768)
+  for (std::int64_t i = 0; i < n; ++i) storage[i] = e4m3_to_float(e4m3_from_float(x[i] * scale)) * scale_inv;
+  return Tensor(storage.data(), t.shape(), DType::kF32, DeviceType::kCpu);
+}
+
+}  // namespace
+
+void fp8_matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                        const Tensor& pre_gelu, const ops::Fp8Shards* shards) {
+  std::vector<float> qi, qw;
+  const Tensor q_inp = quantized_image(inp, qi, "fp8 matmul_forward: inp", shards, shards && shards->inp);
+  const Tensor q_weight = quantized_image(weight, qw, "fp8 matmul_forward: weight", shards, shards && shards->weight);
+  matmul_forward(out, q_inp, q_weight, bias, pre_gelu);
+}
+
+void fp8_matmul_forward_add(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                            const Tensor& residual, const ops::Fp8Shards* shards) {
+  std::vector<float> qi, qw;
+  const Tensor q_inp = quantized_image(inp, qi, "fp8 matmul_forward_add: inp", shards, shards && shards->inp);
+  const Tensor q_weight =
+      quantized_image(weight, qw, "fp8 matmul_forward_add: weight", shards, shards && shards->weight);
+  matmul_forward_add(out, q_inp, q_weight, bias, residual);
+}
+
+void fp8_matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                         const Tensor& inp, const Tensor& weight, const Tensor& gelu_pre,
+                         const ops::Fp8Shards* shards) {
+  // The bias gradient sums the unquantised output gradient.
+  if (!dbias.empty()) matmul_backward(Tensor{}, Tensor{}, dbias, dout, inp, weight, Tensor{});
+  if (dinp.empty() && dweight.empty()) return;
+  std::vector<float> qd, qi, qw;
+  // In CUDA's order (fp8_linear.cu): dout, then the weight for dinp, then the input for dweight.
+  const Tensor q_dout = quantized_image(dout, qd, "fp8 matmul_backward: dout", shards, shards && shards->dout);
+  // Only what each asked-for product reads: the weight-gradient pass passes
+  // dweight as a stand-in for the weight, which must not be quantised.
+  const Tensor q_weight = dinp.empty() ? weight
+                                       : quantized_image(weight, qw, "fp8 matmul_backward: weight", shards,
+                                                         shards && shards->weight);
+  const Tensor q_inp = dweight.empty()
+                           ? inp
+                           : quantized_image(inp, qi, "fp8 matmul_backward: inp", shards, shards && shards->inp);
+  matmul_backward(dinp, dweight, Tensor{}, q_dout, q_inp, q_weight, gelu_pre);
+}
+
+}  // namespace engine::cpu

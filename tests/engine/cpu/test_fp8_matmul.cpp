@@ -1,0 +1,199 @@
+// The CPU's FP8 linear layers (ops::MatmulFormat::kFp8E4M3,
+// engine/cpu/fp8_matmul.cpp): the quantise-dequantise reference that the CUDA
+// FP8 ops are held to. Each op is checked against a double-precision product
+// of E4M3 images built here from fp8_e4m3.h's scalar functions (themselves
+// checked against the format's definition in test_fp8_e4m3.cpp), so the test
+// pins down which operands are quantised, with which scale, and that the bias
+// gradient sums the unquantised output gradient.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/check.h"
+#include "engine/cpu/fp8_e4m3.h"
+#include "engine/ops.h"
+#include "tests/engine/cpu/cpu_test_util.h"
+
+using namespace engine;
+using namespace engine::test;
+
+namespace {
+
+constexpr ops::MatmulFormat kFp8 = ops::MatmulFormat::kFp8E4M3;
+
+// The E4M3 image of x under per-tensor current scaling, dequantised, in double.
+std::vector<double> e4m3_image(const std::vector<float>& x) {
+  const float scale = cpu::e4m3_scale(cpu::e4m3_amax(x.data(), static_cast<std::int64_t>(x.size())));
+  const double scale_inv = cpu::e4m3_scale_inv(scale);
+  std::vector<double> out(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) out[i] = cpu::e4m3_to_float(cpu::e4m3_from_float(x[i] * scale)) * scale_inv;
+  return out;
+}
+
+double ref_gelu(double x) {
+  const double s = std::sqrt(2.0 / M_PI);
+  return 0.5 * x * (1.0 + std::tanh(s * (x + 0.044715 * x * x * x)));
+}
+double ref_gelu_grad(double x) {
+  const double s = std::sqrt(2.0 / M_PI);
+  const double u = s * (x + 0.044715 * x * x * x);
+  const double sech = 1.0 / std::cosh(u);
+  return 0.5 * (1.0 + std::tanh(u)) + x * 0.5 * sech * sech * s * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+// out[n][o] = sum_c a[n][c] * b[o][c]    a (N,K), b (O,K)
+std::vector<double> product_nt(std::int64_t N, std::int64_t K, std::int64_t O, const std::vector<double>& a,
+                               const std::vector<double>& b) {
+  std::vector<double> out(N * O, 0.0);
+  for (std::int64_t n = 0; n < N; ++n)
+    for (std::int64_t o = 0; o < O; ++o) {
+      double s = 0;
+      for (std::int64_t k = 0; k < K; ++k) s += a[n * K + k] * b[o * K + k];
+      out[n * O + o] = s;
+    }
+  return out;
+}
+
+std::vector<double> transpose(const std::vector<double>& x, std::int64_t rows, std::int64_t cols) {
+  std::vector<double> t(x.size());
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) t[c * rows + r] = x[r * cols + c];
+  return t;
+}
+
+double max_abs(const std::vector<double>& x) {
+  double m = 0;
+  for (double v : x) m = std::max(m, std::fabs(v));
+  return m;
+}
+
+// f32 BLAS over at most a few hundred E4M3-valued terms: errors near 1e-6 of
+// the values' scale (cpu_test_util.h's reference_tolerance for f32).
+void expect_matches(const std::vector<float>& actual, const std::vector<double>& expected, const std::string& what) {
+  expect_all_close(actual, expected, 1e-5, 1e-5 * max_abs(expected), what);
+}
+
+// Values spread over several binades (as activations are), so the scale and
+// the subnormal range both matter.
+std::vector<float> spread_values(std::size_t n, std::uint64_t seed, double magnitude) {
+  const std::vector<double> u = random_values(n, seed), e = random_values(n, seed + 1, -6.0, 0.0);
+  std::vector<float> out(n);
+  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<float>(magnitude * u[i] * std::exp2(e[i]));
+  return out;
+}
+
+struct Fp8MatmulCase : ::testing::Test {
+  static constexpr std::int64_t N = 24, C = 48, OC = 40;
+  std::vector<float> inp = spread_values(N * C, 11, 3.0), weight = spread_values(OC * C, 12, 0.05),
+                     bias = spread_values(OC, 13, 0.5), dout = spread_values(N * OC, 14, 1e-3);
+  std::vector<double> q_inp = e4m3_image(inp), q_weight = e4m3_image(weight), q_dout = e4m3_image(dout);
+};
+
+TEST_F(Fp8MatmulCase, ForwardMultipliesTheE4M3ImagesAndAddsTheBiasUnquantised) {
+  std::vector<float> out(N * OC);
+  ops::matmul_forward(view(out, {N, OC}), view(inp, {N, C}), view(weight, {OC, C}), view(bias, {OC}), Tensor{}, kFp8);
+  std::vector<double> expected = product_nt(N, C, OC, q_inp, q_weight);
+  for (std::int64_t n = 0; n < N; ++n)
+    for (std::int64_t o = 0; o < OC; ++o) expected[n * OC + o] += bias[o];
+  expect_matches(out, expected, "fp8 forward");
+
+  // Quantisation is really there: the native product differs by far more
+  // than f32 rounding, and by no more than E4M3's 3 mantissa bits allow.
+  std::vector<float> native(N * OC);
+  ops::matmul_forward(view(native, {N, OC}), view(inp, {N, C}), view(weight, {OC, C}), view(bias, {OC}));
+  double diff2 = 0, ref2 = 0;
+  for (std::int64_t i = 0; i < N * OC; ++i) {
+    diff2 += (out[i] - native[i]) * (out[i] - native[i]);
+    ref2 += native[i] * native[i];
+  }
+  const double relative = std::sqrt(diff2 / ref2);
+  EXPECT_GT(relative, 1e-3) << "the fp8 format changed nothing";
+  EXPECT_LT(relative, 0.0625) << "more error than E4M3's 2^-4 relative rounding explains";
+}
+
+TEST_F(Fp8MatmulCase, ForwardWithGeluKeepsThePreActivation) {
+  std::vector<float> out(N * OC), pre(N * OC);
+  ops::matmul_forward(view(out, {N, OC}), view(inp, {N, C}), view(weight, {OC, C}), view(bias, {OC}),
+                      view(pre, {N, OC}), kFp8);
+  std::vector<double> expected_pre = product_nt(N, C, OC, q_inp, q_weight), expected_out(N * OC);
+  for (std::int64_t i = 0; i < N * OC; ++i) {
+    expected_pre[i] += bias[i % OC];
+    expected_out[i] = ref_gelu(expected_pre[i]);
+  }
+  expect_matches(pre, expected_pre, "fp8 forward pre_gelu");
+  expect_matches(out, expected_out, "fp8 forward gelu(pre)");
+}
+
+TEST_F(Fp8MatmulCase, ForwardAddLeavesTheResidualUnquantised) {
+  const std::vector<float> residual = spread_values(N * OC, 15, 2.0);
+  std::vector<float> out(N * OC), res = residual;
+  ops::matmul_forward_add(view(out, {N, OC}), view(inp, {N, C}), view(weight, {OC, C}), view(bias, {OC}),
+                          view(res, {N, OC}), kFp8);
+  std::vector<double> expected = product_nt(N, C, OC, q_inp, q_weight);
+  for (std::int64_t i = 0; i < N * OC; ++i) expected[i] += bias[i % OC] + residual[i];
+  expect_matches(out, expected, "fp8 forward_add");
+}
+
+TEST_F(Fp8MatmulCase, BackwardQuantisesEachOperandOnceAndSumsTheBiasGradientExactly) {
+  std::vector<float> dinp(N * C), dweight(OC * C, 0.25f), dbias(OC, -0.5f);
+  ops::matmul_backward(view(dinp, {N, C}), view(dweight, {OC, C}), view(dbias, {OC}), view(dout, {N, OC}),
+                       view(inp, {N, C}), view(weight, {OC, C}), Tensor{}, kFp8);
+  // dinp = Q(dout) @ Q(W): (N,OC) x (OC,C), i.e. product_nt with W^T.
+  expect_matches(dinp, product_nt(N, OC, C, q_dout, transpose(q_weight, OC, C)), "fp8 dinp");
+  // dweight += Q(dout)^T @ Q(inp).
+  std::vector<double> expected_dw = product_nt(OC, N, C, transpose(q_dout, N, OC), transpose(q_inp, N, C));
+  for (double& v : expected_dw) v += 0.25;
+  expect_matches(dweight, expected_dw, "fp8 dweight (accumulated)");
+  // dbias += sum_n dout, the output gradient as it is.
+  std::vector<double> expected_db(OC, -0.5);
+  for (std::int64_t n = 0; n < N; ++n)
+    for (std::int64_t o = 0; o < OC; ++o) expected_db[o] += dout[n * OC + o];
+  expect_matches(dbias, expected_db, "fp8 dbias");
+}
+
+TEST_F(Fp8MatmulCase, BackwardFusesTheGeluGradientAfterTheQuantisedProduct) {
+  const std::vector<float> gelu_pre = spread_values(N * C, 16, 2.0);
+  std::vector<float> dinp(N * C), pre = gelu_pre;
+  ops::matmul_backward(view(dinp, {N, C}), Tensor{}, Tensor{}, view(dout, {N, OC}), view(inp, {N, C}),
+                       view(weight, {OC, C}), view(pre, {N, C}), kFp8);
+  std::vector<double> expected = product_nt(N, OC, C, q_dout, transpose(q_weight, OC, C));
+  for (std::int64_t i = 0; i < N * C; ++i) expected[i] *= ref_gelu_grad(gelu_pre[i]);
+  expect_matches(dinp, expected, "fp8 dinp * gelu'(pre)");
+}
+
+// A zero-bubble pipeline splits the backward: the input-gradient pass now,
+// the weight-gradient pass later. Together they must give the fused
+// backward's numbers bit for bit (the same quantisation of the same tensors).
+TEST_F(Fp8MatmulCase, SplitBackwardEqualsTheFusedOneBitForBit) {
+  std::vector<float> dinp_fused(N * C), dw_fused(OC * C, 0.f), db_fused(OC, 0.f);
+  ops::matmul_backward(view(dinp_fused, {N, C}), view(dw_fused, {OC, C}), view(db_fused, {OC}), view(dout, {N, OC}),
+                       view(inp, {N, C}), view(weight, {OC, C}), Tensor{}, kFp8);
+  std::vector<float> dinp_split(N * C), dw_split(OC * C, 0.f), db_split(OC, 0.f);
+  ops::matmul_backward(view(dinp_split, {N, C}), Tensor{}, Tensor{}, view(dout, {N, OC}), view(inp, {N, C}),
+                       view(weight, {OC, C}), Tensor{}, kFp8);
+  ops::matmul_weight_grad(view(dw_split, {OC, C}), view(db_split, {OC}), view(dout, {N, OC}), view(inp, {N, C}), kFp8);
+  EXPECT_EQ(dinp_split, dinp_fused);
+  EXPECT_EQ(dw_split, dw_fused);
+  EXPECT_EQ(db_split, db_fused);
+}
+
+// A tensor of zeros has amax 0: its scale is 1 and the product is exactly 0.
+TEST(Fp8Matmul, ZeroOperandGivesAnExactZero) {
+  std::vector<float> inp(16 * 32, 0.f), weight(8 * 32, 0.5f), out(16 * 8, 7.f);
+  ops::matmul_forward(view(out, {16, 8}), view(inp, {16, 32}), view(weight, {8, 32}), Tensor{}, Tensor{}, kFp8);
+  for (float v : out) EXPECT_EQ(v, 0.0f);
+}
+
+TEST(Fp8Matmul, RefusesDoublePrecisionNaming) {
+  std::vector<double> inp(4 * 8, 1.0), weight(2 * 8, 1.0), out(4 * 2);
+  try {
+    ops::matmul_forward(view(out, {4, 2}), view(inp, {4, 8}), view(weight, {2, 8}), Tensor{}, Tensor{}, kFp8);
+    FAIL() << "an f64 operand was accepted";
+  } catch (const engine::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("quantises f32 tensors"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
