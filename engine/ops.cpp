@@ -180,10 +180,6 @@ void rmsnorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& d
   ENGINE_DISPATCH(dout, rmsnorm_backward, dinp, dweight, dout, inp, weight, rstd);
 }
 
-const char* matmul_format_name(MatmulFormat format) {
-  return format == MatmulFormat::kFp8E4M3 ? "fp8-e4m3" : "native";
-}
-
 void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
                     const Tensor& pre_gelu, MatmulFormat format, const Fp8Shards* shards) {
   ScopedOpTimer timer(format == MatmulFormat::kFp8E4M3 ? "matmul_forward (fp8)" : "matmul_forward");

@@ -78,15 +78,14 @@ enum class MatmulFormat : std::uint8_t {
   // tests hold the device to.
   kFp8E4M3,
 };
-const char* matmul_format_name(MatmulFormat format);  // "native" | "fp8-e4m3"
 
 // Under tensor parallelism a rank holds only a shard of some FP8 operands (a
 // column- or row-parallel weight, a row-parallel layer's input, a
 // column-parallel layer's output gradient). Scaled by its own amax, each
 // shard would be rounded on its own E4M3 grid; with Fp8Shards, a sharded
 // operand's amax is first max-reduced over the group, so every rank uses the
-// whole tensor's scale and the ranks together compute exactly what one
-// process computes (Transformer Engine's amax reduction group does the same).
+// whole tensor's scale, and the ranks round every element as one process
+// does (Transformer Engine's amax reduction group does the same).
 // reduce_max all-reduces, with max, a one-element f32 tensor on the
 // operands' device; the flags say which operands are shards. Every rank of
 // the group must make the same calls (they do: each runs the same ops).

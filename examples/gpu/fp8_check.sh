@@ -5,13 +5,13 @@
 # FP8 against bf16 GEMM benchmark at gpt2-1558m; then --precision fp8 as a
 # training path: train_step_bench's tokens/s, bf16 then fp8, at gpt2-1558m
 # (T 1024) and gpt2-124m, the fp8 op profile, gpt-demo trained on the fortunes
-# corpus in bf16 and fp8 side by side (losses), and the FP8 parity suite on
-# the GPU. Each step is bounded in time; logs go to $OUT, verdicts and the key
+# corpus in bf16 and fp8 side by side (losses), fp8_gradient_check's
+# per-tensor gradient cosines at gpt2-124m, and the FP8 parity suite on the GPU. Each step is bounded in time; logs go to $OUT, verdicts and the key
 # lines to stdout.
 #
 # One call on a fresh machine (builds only these targets, ~3-5 min on 16 cores):
 #   export ENGINE_COMMIT=<hash>
-#   ENGINE_BUILD_TARGETS="test_fp8_e4m3 test_cuda_fp8 fp8_gemm_bench train_step_bench train prepare test_parity_fp8" \
+#   ENGINE_BUILD_TARGETS="test_fp8_e4m3 test_cuda_fp8 fp8_gemm_bench train_step_bench fp8_gradient_check train prepare test_parity_fp8" \
 #     SESSION_BUDGET_S=330 bash examples/gpu/session.sh --stage build
 #   FP8_BUDGET_S=240 bash examples/gpu/fp8_check.sh
 #
@@ -121,6 +121,10 @@ for name, rows in zip(["bf16", "fp8"], runs):
     print(f"demo {name}: loss step 1 {steps[0]['loss'] if steps else 'nan'}, last {steps[-1]['loss'] if steps else 'nan'}, "
           f"val {vals[-1]['val_loss'] if vals else 'nan'}, median step {1000 * t[len(t) // 2]:.1f} ms")
 PY
+  # Per-tensor gradient cosine, fp8 against bf16, on gpt2-124m after 100 native steps on the same corpus.
+  step grad_check_gpt2-124m 90 "$BUILD/examples/fp8_gradient_check" --device cuda --model gpt2-124m \
+    --data "$w/data/fortunes_train_*.bin" --micro-batch 8 --seq-len 1024 --warmup-steps 100 --lr 6e-4 --batches 2
+  grep -E '^(loss|  h\.|  wte|  lm_head|  ln_f)|error' "$OUT/grad_check_gpt2-124m.log" | head -20
   rm -rf "$w"
 fi
 
