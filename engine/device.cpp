@@ -22,6 +22,7 @@ bool cuda_fp8_supported(int, std::string* why) {
 void* device_malloc(std::size_t) { ENGINE_FAIL("device memory needs an engine built with CUDA"); }
 void device_free(void*) {}
 void device_synchronize() {}
+void set_device_waiter(DeviceWaiter) {}  // nothing to wait for without a GPU
 
 namespace {
 std::vector<std::chrono::steady_clock::time_point>& host_marks() {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,18 @@ std::size_t cuda_free_bytes();
 void* device_malloc(std::size_t bytes);
 void device_free(void* ptr);
 void device_synchronize();
+
+// How the host waits for queued device work (device_synchronize, and
+// copy_bytes into host memory). By default a blocking CUDA synchronisation.
+// An installed waiter polls instead: it must return once `ready()` is true
+// (ready() may throw), and `what` names the wait for messages. The NCCL
+// communicators install one (parallel/nccl_communicator.h) so that a device
+// stuck in a collective whose peer died ends the job through the collective
+// watchdog instead of hanging in the driver. Only the thread that installed
+// the waiter uses it (the watchdog answers MPI from that thread); an empty
+// waiter restores blocking synchronisation. Nothing changes in a CPU run.
+using DeviceWaiter = std::function<void(const std::function<bool()>& ready, const char* what)>;
+void set_device_waiter(DeviceWaiter waiter);
 
 // Timing marks for the asynchronous op timeline (engine/profiler.h).
 // timing_mark() queues a mark behind the work already queued on the current

@@ -1,8 +1,16 @@
 #include "parallel/nccl_communicator.h"
 
+#include <algorithm>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
 #include "engine/check.h"
 #include "engine/cuda/context.h"
+#include "engine/device.h"
 #include "parallel/mpi_communicator.h"
+#include "parallel/watchdog.h"
 
 namespace parallel {
 
@@ -71,6 +79,55 @@ class NcclPending final : public PendingOp {
   std::string comm_name_;
 };
 
+// The live NCCL communicators of this process: the device waiter checks
+// them for asynchronous errors, the watchdog aborts them before the job ends.
+struct LiveComm {
+  ncclComm_t comm;
+  std::string name;
+};
+std::mutex g_live_mutex;
+std::vector<LiveComm> g_live;
+
+// A peer that died or a network that failed shows up here, not as a return
+// code: NCCL's kernels keep waiting for it (ncclCommGetAsyncError, NCCL docs,
+// "Fault tolerance").
+void check_async_errors() {
+  std::lock_guard<std::mutex> lock(g_live_mutex);
+  for (const LiveComm& c : g_live) {
+    ncclResult_t state = ncclSuccess;
+    if (ncclCommGetAsyncError(c.comm, &state) != ncclSuccess) continue;
+    if (state != ncclSuccess && state != ncclInProgress)
+      ENGINE_FAIL("NCCL reported an asynchronous error on the ", c.name, " communicator: ", ncclGetErrorString(state),
+                  " (a peer or the network failed)");
+  }
+}
+
+// ncclCommAbort stops the communicators' kernels so nothing keeps spinning on a peer that is gone.
+void abort_live_comms() {
+  std::lock_guard<std::mutex> lock(g_live_mutex);
+  for (const LiveComm& c : g_live) ncclCommAbort(c.comm);
+  g_live.clear();
+}
+
+// Once per process, with the first NCCL communicator: the host's waits for
+// the device poll under the collective watchdog (parallel/watchdog.h), which
+// then ends a job whose device is stuck in a collective, and whose timeout
+// aborts NCCL before MPI_Abort.
+void watch_device_waits() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    engine::set_device_waiter([](const std::function<bool()>& ready, const char* what) {
+      wait_until(
+          [&] {
+            check_async_errors();
+            return ready();
+          },
+          [what] { return std::string(what) + " behind NCCL collectives"; });
+    });
+    watchdog_on_abort(abort_live_comms);
+  });
+}
+
 }  // namespace
 
 NcclCommunicator::NcclCommunicator(MPI_Comm group, std::string name) : Communicator(std::move(name)) {
@@ -95,11 +152,23 @@ NcclCommunicator::NcclCommunicator(MPI_Comm group, std::string name) : Communica
   if (rank_ == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId", this->name());
   check_mpi(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi_comm_), "MPI_Bcast(ncclUniqueId)", this->name());
   check_nccl(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank", this->name());
+  {
+    std::lock_guard<std::mutex> lock(g_live_mutex);
+    g_live.push_back({comm_, this->name()});
+  }
+  watch_device_waits();
 }
 
 NcclCommunicator::~NcclCommunicator() {
   if (stream_) cudaStreamSynchronize(stream_);
-  if (comm_) ncclCommDestroy(comm_);
+  bool live = false;  // false once the watchdog has aborted it
+  if (comm_) {
+    std::lock_guard<std::mutex> lock(g_live_mutex);
+    const auto it = std::find_if(g_live.begin(), g_live.end(), [&](const LiveComm& c) { return c.comm == comm_; });
+    live = it != g_live.end();
+    if (live) g_live.erase(it);
+  }
+  if (live) ncclCommDestroy(comm_);
   if (ready_) cudaEventDestroy(ready_);
   if (stream_) cudaStreamDestroy(stream_);
   int finalized = 0;

@@ -31,6 +31,15 @@
 //   batch progress together (no send/send deadlock); all_to_all is a group
 //   of sends and receives (NCCL has no all-to-all primitive).
 // - barrier() drains the comm stream and calls MPI_Barrier on the group.
+// - Failures. A dead peer does not make an NCCL call fail: its kernels wait
+//   for it, and the host would wait for them forever in a device
+//   synchronisation. With the first communicator, the host's waits for the
+//   device (engine::device_synchronize, copies into host memory) become polls
+//   under the collective watchdog (parallel/watchdog.h: wait_until), which
+//   also check every live communicator's ncclCommGetAsyncError and fail on an
+//   error; on a timeout the watchdog's roll call names the ranks that did not
+//   arrive, the communicators are aborted (ncclCommAbort) and the job ends
+//   with the watchdog's one line, as for the MPI transport.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -77,13 +78,13 @@ class Watchdog {
     return flag != 0;
   }
 
-  int wait(int count, MPI_Request* requests, const std::function<std::string()>& describe) {
+  // Polls `test` (true: finished; it may throw) until it finishes, yielding,
+  // then sleeping, answering roll calls and timing out as described in the header.
+  void wait(const std::function<bool()>& test, const std::function<std::string()>& describe) {
     const Clock::time_point start = Clock::now();
     std::chrono::microseconds sleep = kFirstSleep;
     for (long poll = 0;; ++poll) {
-      int done = 0;
-      const int rc = MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE);
-      if (rc != MPI_SUCCESS || done) return rc;
+      if (test()) return;
       const double waited = seconds_between(start, Clock::now());
       const bool spinning = waited < kSpinSeconds;
       if (installed() && (!spinning || poll % kProbeEvery == 0) && roll_call_pending())
@@ -164,6 +165,7 @@ class Watchdog {
       const std::string line = "error: " + message(me) + "\n";
       std::fwrite(line.data(), 1, line.size(), stderr);
       std::fflush(stderr);
+      run_abort_cleanups();
       MPI_Abort(MPI_COMM_WORLD, options_.exit_code);
     }
     // The reporter aborts the job; should it die before it can, do it here.
@@ -172,8 +174,31 @@ class Watchdog {
       receive_roll_calls();
       std::this_thread::sleep_for(kSleep);
     }
+    run_abort_cleanups();
     MPI_Abort(MPI_COMM_WORLD, options_.exit_code);
     std::abort();  // MPI_Abort does not return
+  }
+
+ public:
+  void on_abort(std::function<void()> cleanup) {
+    std::lock_guard<std::mutex> lock(cleanups_mutex_);
+    cleanups_.push_back(std::move(cleanup));
+  }
+
+ private:
+  // Each once; one that throws does not keep the job from ending.
+  void run_abort_cleanups() {
+    std::vector<std::function<void()>> cleanups;
+    {
+      std::lock_guard<std::mutex> lock(cleanups_mutex_);
+      cleanups.swap(cleanups_);
+    }
+    for (const auto& cleanup : cleanups) {
+      try {
+        cleanup();
+      } catch (...) {
+      }
+    }
   }
 
   static std::string where(const Report& r) {
@@ -222,6 +247,8 @@ class Watchdog {
   int rank_ = 0;
   int size_ = 1;
   std::map<int, Report> heard_;  // who took part in the roll call, by rank
+  std::mutex cleanups_mutex_;
+  std::vector<std::function<void()>> cleanups_;  // watchdog_on_abort
 };
 
 Watchdog& watchdog() {
@@ -247,7 +274,21 @@ WatchdogPhase::~WatchdogPhase() {
 }
 
 int wait_for_requests(int count, MPI_Request* requests, const std::function<std::string()>& describe) {
-  return watchdog().wait(count, requests, describe);
+  int rc = MPI_SUCCESS;
+  watchdog().wait(
+      [&] {
+        int done = 0;
+        rc = MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE);
+        return rc != MPI_SUCCESS || done != 0;
+      },
+      describe);
+  return rc;
 }
+
+void wait_until(const std::function<bool()>& done, const std::function<std::string()>& describe) {
+  watchdog().wait(done, describe);
+}
+
+void watchdog_on_abort(std::function<void()> cleanup) { watchdog().on_abort(std::move(cleanup)); }
 
 }  // namespace parallel

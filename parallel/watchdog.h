@@ -37,8 +37,12 @@
 //   deadlock, and the line lists where each waits.
 //
 // Scope: the MPI communicators (the CPU backend, the host collectives of
-// every run, checkpoint coordination). NCCL's waits are stream orderings that
-// end in a device synchronisation; they are not covered yet.
+// every run, checkpoint coordination), and, through wait_until, the host's
+// waits for a device whose streams hold NCCL collectives: NCCL's waits are
+// stream orderings that end in a device synchronisation, which a dead peer
+// would leave blocked forever in the driver (parallel/nccl_communicator.h
+// turns those synchronisations into polls here, and aborts its
+// communicators before the job ends, as PyTorch's NCCL watchdog does).
 //
 // Threading: call from the thread that calls MPI (MPI_THREAD_FUNNELED).
 #pragma once
@@ -98,5 +102,16 @@ inline constexpr double kWatchdogFileIoScale = 10.0;
 // returns its error code. `describe` names the operation for the timeout
 // message ("pp recv from world rank 2"); it is called only if needed.
 int wait_for_requests(int count, MPI_Request* requests, const std::function<std::string()>& describe);
+
+// The same wait for anything else that can be polled: returns once `done()`
+// is true, which it calls from this thread between yields and sleeps, and
+// which may throw to end the wait with an error. A device synchronisation
+// behind NCCL collectives waits here.
+void wait_until(const std::function<bool()>& done, const std::function<std::string()>& describe);
+
+// Runs `cleanup` on this rank just before the watchdog aborts the job on a
+// timeout (NCCL's communicators are aborted there, so no kernel is left
+// spinning on a peer that is gone). Each runs once; exceptions are ignored.
+void watchdog_on_abort(std::function<void()> cleanup);
 
 }  // namespace parallel

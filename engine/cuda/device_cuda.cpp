@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "engine/cuda/context.h"
@@ -113,10 +115,55 @@ void host_staging_free(void* ptr, DeviceType device) {
   if (cudaFreeHost(ptr) != cudaSuccess) (void)cudaGetLastError();  // never throws (destructors)
 }
 
+namespace {
+// The installed waiter and the thread that installed it (set_device_waiter).
+std::mutex g_waiter_mutex;
+DeviceWaiter g_waiter;
+std::thread::id g_waiter_thread;
+
+DeviceWaiter waiter_for_this_thread() {
+  std::lock_guard<std::mutex> lock(g_waiter_mutex);
+  return g_waiter && std::this_thread::get_id() == g_waiter_thread ? g_waiter : DeviceWaiter{};
+}
+
+// Returns once the work queued on `stream` so far has run: through the
+// waiter, polling an event behind it, when one is installed for this thread.
+// The caller then synchronises as before, which no longer blocks on that work.
+void wait_for_stream(cudaStream_t stream, const char* what) {
+  const DeviceWaiter waiter = waiter_for_this_thread();
+  if (!waiter) return;
+  cudaEvent_t done = nullptr;
+  CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  struct Destroy {
+    cudaEvent_t e;
+    ~Destroy() { cudaEventDestroy(e); }
+  } destroy{done};
+  CUDA_CHECK(cudaEventRecord(done, stream));
+  waiter(
+      [done] {
+        const cudaError_t rc = cudaEventQuery(done);
+        if (rc == cudaErrorNotReady) return false;
+        CUDA_CHECK(rc);
+        return true;
+      },
+      what);
+}
+}  // namespace
+
+void set_device_waiter(DeviceWaiter waiter) {
+  std::lock_guard<std::mutex> lock(g_waiter_mutex);
+  g_waiter = std::move(waiter);
+  g_waiter_thread = std::this_thread::get_id();
+}
+
 void device_synchronize() {
   // A CPU run of a CUDA build never touches the driver (there may be none):
-  // only a process that has used a GPU synchronises one.
-  if (cuda_in_use()) CUDA_CHECK(cudaDeviceSynchronize());
+  // only a process that has used a GPU synchronises one. The compute stream
+  // is waited for through the waiter, if any; other streams' work (the
+  // communicators') is behind it wherever a result was waited for.
+  if (!cuda_in_use()) return;
+  wait_for_stream(cuda::current_stream(), "device synchronisation");
+  CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 namespace {
@@ -195,8 +242,10 @@ void copy_bytes(void* dst, DeviceType dst_device, const void* src, DeviceType sr
   // host side is safe to use.
   cudaStream_t stream = cuda::current_stream();
   CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
-  if (dst_device == DeviceType::kCpu || src_device == DeviceType::kCpu)
+  if (dst_device == DeviceType::kCpu || src_device == DeviceType::kCpu) {
+    wait_for_stream(stream, "device-to-host copy");
     CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
 }
 
 }  // namespace engine
