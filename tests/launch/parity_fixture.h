@@ -140,14 +140,11 @@ inline Reference train_reference(const launch::TrainConfig& config, int saved_at
   return {std::move(whole), std::move(tail)};
 }
 
-// This rank's losses and parameter slices against a single-process run,
-// within `rtol` (the 1e-5 above unless a suite says why it needs more).
-inline void expect_close_to_reference(const TrainedRun& run, const TrainedRun& ref, const std::string& what,
-                                      double rtol = 1e-5) {
-  ASSERT_EQ(run.summary.losses.size(), ref.summary.losses.size()) << what;
-  for (std::size_t i = 0; i < run.summary.losses.size(); ++i)
-    EXPECT_NEAR(run.summary.losses[i], ref.summary.losses[i], rtol * std::fabs(ref.summary.losses[i]))
-        << what << " step " << i + 1;
+// For each tensor this rank holds of `run`, fn(name, diff2, ref2): the squared
+// L2 distance of its slice from the same elements of the single-process
+// `ref`, and their squared norm there.
+template <typename Fn>
+void for_each_tensor_distance(const TrainedRun& run, const TrainedRun& ref, Fn fn) {
   for (const model::ParamInfo& p : run.registry.entries()) {
     const model::ParamInfo& whole = ref.registry.find(p.name);
     double diff2 = 0, ref2 = 0;
@@ -158,8 +155,21 @@ inline void expect_close_to_reference(const TrainedRun& run, const TrainedRun& r
         ref2 += b * b;
       }
     });
-    EXPECT_LE(std::sqrt(diff2), rtol * std::sqrt(ref2)) << what << " rank " << world_rank() << " tensor " << p.name;
+    fn(p.name, diff2, ref2);
   }
+}
+
+// This rank's losses and parameter slices against a single-process run,
+// within `rtol` (the 1e-5 above unless a suite says why it needs more).
+inline void expect_close_to_reference(const TrainedRun& run, const TrainedRun& ref, const std::string& what,
+                                      double rtol = 1e-5) {
+  ASSERT_EQ(run.summary.losses.size(), ref.summary.losses.size()) << what;
+  for (std::size_t i = 0; i < run.summary.losses.size(); ++i)
+    EXPECT_NEAR(run.summary.losses[i], ref.summary.losses[i], rtol * std::fabs(ref.summary.losses[i]))
+        << what << " step " << i + 1;
+  for_each_tensor_distance(run, ref, [&](const std::string& name, double diff2, double ref2) {
+    EXPECT_LE(std::sqrt(diff2), rtol * std::sqrt(ref2)) << what << " rank " << world_rank() << " tensor " << name;
+  });
 }
 
 // Trains `config` for its steps with a checkpoint half way, then resumes a

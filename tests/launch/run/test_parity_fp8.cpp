@@ -94,20 +94,11 @@ Drift drift(const TrainedRun& run, const TrainedRun& ref) {
   double all_diff2 = 0, all_ref2 = 0;
   for (std::size_t i = 0; i < run.summary.losses.size() && i < ref.summary.losses.size(); ++i)
     d.loss = std::max(d.loss, std::fabs(run.summary.losses[i] - ref.summary.losses[i]) / std::fabs(ref.summary.losses[i]));
-  for (const model::ParamInfo& p : run.registry.entries()) {
-    const model::ParamInfo& whole = ref.registry.find(p.name);
-    double diff2 = 0, ref2 = 0;
-    model::for_each_run(p, [&](std::int64_t local, std::int64_t global, std::int64_t count) {
-      for (std::int64_t i = 0; i < count; ++i) {
-        const double a = run.params[p.offset + local + i], b = ref.params[whole.offset + global + i];
-        diff2 += (a - b) * (a - b);
-        ref2 += b * b;
-      }
-    });
+  for_each_tensor_distance(run, ref, [&](const std::string&, double diff2, double ref2) {
     if (ref2 > 0) d.params = std::max(d.params, std::sqrt(diff2 / ref2));
     all_diff2 += diff2;
     all_ref2 += ref2;
-  }
+  });
   d.whole = std::sqrt(all_diff2 / all_ref2);
   return d;
 }
