@@ -24,8 +24,14 @@ set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD=${ENGINE_BUILD_DIR:-$ROOT/build-gpu}
-OUT=${OUT:-$(mktemp -d -t fp8-check.XXXXXX)}
+# Every log goes to $OUT/fp8_logs, packed into $OUT/fp8_logs.tgz at the end
+# (the device tool returns at most 8 files from $OUT); the key lines to stdout.
+FINAL=${OUT:-$(mktemp -d -t fp8-check.XXXXXX)}
+OUT=$FINAL/fp8_logs
 mkdir -p "$OUT"
+pack() { tar -czf "$FINAL/fp8_logs.tgz" -C "$FINAL" fp8_logs && rm -rf "$OUT"; }
+trap pack EXIT
+trap 'exit 124' TERM INT
 BUDGET=${FP8_BUDGET_S:-200}
 MB=${FP8_MICRO_BATCH:-16}
 START=$(date +%s)

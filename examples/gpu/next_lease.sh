@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The next lent GPU's one call, run THERE: what examples/gpu/README.md lists
+# as left, in its order, with one build for all of it (a fresh machine pays a
+# start and a build per call, and a lease is 15 minutes of device time):
+#
+#   1. build   session.sh --stage build with the targets of both rounds
+#   2. FP8     fp8_check.sh (issue 35): test_cuda_fp8 (casts, GEMM, the FP8
+#              linear ops), fp8_gemm_bench, then --precision fp8 as a training
+#              path (tokens/s against bf16, losses, gradient cosines, parity)
+#   3. Llama   llama_check.sh with LLAMA_BUILD=0 (issue 32): the family's CUDA
+#              ops, the model on CUDA against the CPU, qwen2.5-1.5b against
+#              PyTorch, in the time left
+#
+#   run  carry: [".gpu-deps"]  timeout_s: 595
+#        command: ENGINE_COMMIT=<hash> bash examples/gpu/next_lease.sh
+#
+# (.gpu-deps from examples/gpu/fetch_deps.sh, here, first.) $OUT gets
+# summary.txt (every verdict line), fp8_logs.tgz, llama's logs.tgz with its
+# summary, and build.tgz (inventory and build log): under the tool's 8 files.
+#
+#   NEXT_BUDGET_S   seconds in all (default 580)
+#   NEXT_FP8_S      seconds for step 2 (default 230)
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+BUDGET=${NEXT_BUDGET_S:-580}
+START=$(date +%s)
+left() { echo $(( BUDGET - ($(date +%s) - START) )); }
+FINAL=${OUT:-$(mktemp -d -t next-lease.XXXXXX)}
+mkdir -p "$FINAL"
+SUMMARY=$FINAL/summary.txt
+note() { echo "$*" | tee -a "$SUMMARY"; }
+
+note "==== next_lease.sh $(date -u '+%Y-%m-%d %H:%M:%S UTC'), commit ${ENGINE_COMMIT:-unknown}, budget $BUDGET s"
+
+# 1. One build for both rounds, its logs packed apart.
+t0=$(date +%s)
+mkdir -p "$FINAL/build"
+OUT=$FINAL/build ENGINE_BUILD_TARGETS="test_fp8_e4m3 test_cuda_fp8 fp8_gemm_bench train_step_bench fp8_gradient_check \
+train prepare test_parity_fp8 test_cuda_ops" SESSION_BUDGET_S=$(( $(left) < 300 ? $(left) : 300 )) \
+  bash "$ROOT/examples/gpu/session.sh" --stage build
+note "build: rc $?, $(( $(date +%s) - t0 )) s"
+tar -czf "$FINAL/build.tgz" -C "$FINAL" build && rm -rf "$FINAL/build"
+
+# 2. FP8, bounded, its verdict lines kept.
+t0=$(date +%s)
+fp8_budget=${NEXT_FP8_S:-230}
+[ "$(left)" -lt "$fp8_budget" ] && fp8_budget=$(( $(left) - 10 ))
+if [ "$fp8_budget" -gt 30 ]; then
+  OUT=$FINAL FP8_BUDGET_S=$fp8_budget timeout $(( fp8_budget + 20 )) bash "$ROOT/examples/gpu/fp8_check.sh" \
+    2>&1 | tee "$FINAL/fp8_check.txt"
+  note "fp8_check: rc ${PIPESTATUS[0]}, $(( $(date +%s) - t0 )) s"
+  grep -E '^(----|====|demo |loss:)|tokens/s|MFU|worst error|FAILED' "$FINAL/fp8_check.txt" | head -60 >>"$SUMMARY"
+else
+  note "fp8_check: skipped, out of time"
+fi
+
+# 3. Llama in the time left, on the same build.
+t0=$(date +%s)
+llama_budget=$(( $(left) - 10 ))
+if [ "$llama_budget" -gt 60 ]; then
+  mkdir -p "$FINAL/llama"
+  OUT=$FINAL/llama LLAMA_BUILD=0 LLAMA_BUDGET_S=$llama_budget timeout $(( llama_budget + 20 )) \
+    bash "$ROOT/examples/gpu/llama_check.sh" >"$FINAL/llama_check.txt" 2>&1
+  note "llama_check: rc $?, $(( $(date +%s) - t0 )) s"
+  tail -40 "$FINAL/llama_check.txt" >>"$SUMMARY"
+  tar -czf "$FINAL/llama.tgz" -C "$FINAL" llama llama_check.txt && rm -rf "$FINAL/llama" "$FINAL/llama_check.txt"
+else
+  note "llama_check: skipped, out of time ($(left) s left)"
+fi
+note "==== next_lease.sh: $(( $(date +%s) - START )) s"
