@@ -13,6 +13,7 @@ namespace {
 struct Counters {
   std::atomic<std::size_t> current{0};
   std::atomic<std::size_t> peak{0};
+  std::atomic<std::size_t> allocations{0};
 };
 Counters& counters(DeviceType device) {
   static Counters cpu, cuda;
@@ -21,6 +22,7 @@ Counters& counters(DeviceType device) {
 
 void count_alloc(DeviceType device, std::size_t bytes) {
   Counters& c = counters(device);
+  c.allocations.fetch_add(1);
   const std::size_t now = c.current.fetch_add(bytes) + bytes;
   std::size_t peak = c.peak.load();
   while (now > peak && !c.peak.compare_exchange_weak(peak, now)) {
@@ -33,8 +35,11 @@ std::size_t align_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a;
 
 MemoryStats memory_stats(DeviceType device) {
   const Counters& c = counters(device);
-  return MemoryStats{c.current.load(), c.peak.load()};
+  return MemoryStats{c.current.load(), c.peak.load(), c.allocations.load()};
 }
+
+void count_allocation(DeviceType device, std::size_t bytes) { count_alloc(device, bytes); }
+void count_release(DeviceType device, std::size_t bytes) { counters(device).current.fetch_sub(bytes); }
 
 void reset_peak_memory(DeviceType device) {
   Counters& c = counters(device);

@@ -16,9 +16,14 @@ namespace engine {
 struct MemoryStats {
   std::size_t current = 0;
   std::size_t peak = 0;
+  std::size_t allocations = 0;  // allocations made so far (the step loop must make none after its first step)
 };
 MemoryStats memory_stats(DeviceType device);
 void reset_peak_memory(DeviceType device);  // peak := current
+// For memory allocated outside Buffer (the CUDA context's stream-ordered
+// scratch): counted in memory_stats as a Buffer's would be.
+void count_allocation(DeviceType device, std::size_t bytes);
+void count_release(DeviceType device, std::size_t bytes);
 
 // One allocation, freed on destruction. Host memory is 256-byte aligned;
 // device memory comes from cudaMalloc (only when built with CUDA).

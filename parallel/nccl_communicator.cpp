@@ -80,46 +80,92 @@ class NcclPending final : public PendingOp {
 };
 
 // The live NCCL communicators of this process: the device waiter checks
-// them for asynchronous errors, the watchdog aborts them before the job ends.
+// them for asynchronous errors and waits for their streams too, the watchdog
+// aborts them before the job ends.
 struct LiveComm {
   ncclComm_t comm;
+  cudaStream_t stream;
   std::string name;
 };
 std::mutex g_live_mutex;
 std::vector<LiveComm> g_live;
 
-// A peer that died or a network that failed shows up here, not as a return
-// code: NCCL's kernels keep waiting for it (ncclCommGetAsyncError, NCCL docs,
-// "Fault tolerance").
-void check_async_errors() {
+std::vector<LiveComm> live_comms() {
   std::lock_guard<std::mutex> lock(g_live_mutex);
-  for (const LiveComm& c : g_live) {
+  return g_live;
+}
+
+// ncclCommAbort stops the communicators' kernels, so nothing keeps spinning
+// on a peer that is gone and nothing later waits for them (NCCL docs, "Fault
+// tolerance"). Outside the lock: an abort may take a while.
+void abort_live_comms() {
+  std::vector<LiveComm> comms;
+  {
+    std::lock_guard<std::mutex> lock(g_live_mutex);
+    comms.swap(g_live);
+  }
+  for (const LiveComm& c : comms) ncclCommAbort(c.comm);
+}
+
+// A peer that died or a network that failed shows up here, not as a return
+// code: NCCL's kernels keep waiting for it. On an error every communicator is
+// aborted first (its kernels would otherwise hang whatever synchronises
+// next: the error path's own clean-up, a destructor), then the error thrown.
+void check_async_errors() {
+  for (const LiveComm& c : live_comms()) {
     ncclResult_t state = ncclSuccess;
     if (ncclCommGetAsyncError(c.comm, &state) != ncclSuccess) continue;
-    if (state != ncclSuccess && state != ncclInProgress)
-      ENGINE_FAIL("NCCL reported an asynchronous error on the ", c.name, " communicator: ", ncclGetErrorString(state),
-                  " (a peer or the network failed)");
+    if (state == ncclSuccess || state == ncclInProgress) continue;
+    abort_live_comms();
+    ENGINE_FAIL("NCCL reported an asynchronous error on the ", c.name, " communicator: ", ncclGetErrorString(state),
+                " (a peer or the network failed)");
   }
 }
 
-// ncclCommAbort stops the communicators' kernels so nothing keeps spinning on a peer that is gone.
-void abort_live_comms() {
-  std::lock_guard<std::mutex> lock(g_live_mutex);
-  for (const LiveComm& c : g_live) ncclCommAbort(c.comm);
-  g_live.clear();
+// True once `event` has completed; "not ready" is not left as the last CUDA error.
+bool event_done(cudaEvent_t event, const std::string& comm_name) {
+  const cudaError_t rc = cudaEventQuery(event);
+  if (rc == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  check_cuda(rc, "cudaEventQuery", comm_name);
+  return true;
 }
 
 // Once per process, with the first NCCL communicator: the host's waits for
 // the device poll under the collective watchdog (parallel/watchdog.h), which
 // then ends a job whose device is stuck in a collective, and whose timeout
-// aborts NCCL before MPI_Abort.
+// aborts NCCL before MPI_Abort. A wait covers the compute stream (the
+// engine's ready()) and every communicator's stream as it stands now, so an
+// overlapped collective not yet waited for cannot hang the synchronisation
+// that follows either.
 void watch_device_waits() {
   static std::once_flag once;
   std::call_once(once, [] {
     engine::set_device_waiter([](const std::function<bool()>& ready, const char* what) {
+      struct Pending {
+        cudaEvent_t event = nullptr;
+        std::string name;
+      };
+      std::vector<Pending> comm_work;
+      for (const LiveComm& c : live_comms()) {
+        Pending p{nullptr, c.name};
+        check_cuda(cudaEventCreateWithFlags(&p.event, cudaEventDisableTiming), "cudaEventCreateWithFlags", c.name);
+        comm_work.push_back(p);
+        check_cuda(cudaEventRecord(p.event, c.stream), "cudaEventRecord", c.name);
+      }
+      struct Destroy {
+        std::vector<Pending>& work;
+        ~Destroy() {
+          for (const Pending& p : work) cudaEventDestroy(p.event);
+        }
+      } destroy{comm_work};
       wait_until(
           [&] {
             check_async_errors();
+            for (const Pending& p : comm_work)
+              if (!event_done(p.event, p.name)) return false;
             return ready();
           },
           [what] { return std::string(what) + " behind NCCL collectives"; });
@@ -154,20 +200,26 @@ NcclCommunicator::NcclCommunicator(MPI_Comm group, std::string name) : Communica
   check_nccl(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank", this->name());
   {
     std::lock_guard<std::mutex> lock(g_live_mutex);
-    g_live.push_back({comm_, this->name()});
+    g_live.push_back({comm_, stream_, this->name()});
   }
   watch_device_waits();
 }
 
 NcclCommunicator::~NcclCommunicator() {
-  if (stream_) cudaStreamSynchronize(stream_);
-  bool live = false;  // false once the watchdog has aborted it
+  bool live = false;  // false once aborted (an asynchronous error, or the watchdog)
   if (comm_) {
     std::lock_guard<std::mutex> lock(g_live_mutex);
     const auto it = std::find_if(g_live.begin(), g_live.end(), [&](const LiveComm& c) { return c.comm == comm_; });
     live = it != g_live.end();
     if (live) g_live.erase(it);
   }
+  ncclResult_t state = ncclSuccess;
+  if (live && ncclCommGetAsyncError(comm_, &state) == ncclSuccess && state != ncclSuccess && state != ncclInProgress) {
+    ncclCommAbort(comm_);  // its kernels wait for a failed peer: neither synchronise nor destroy
+    live = false;
+  }
+  // An aborted communicator's stream may hold kernels that never finish: skip it.
+  if (stream_ && (live || !comm_)) cudaStreamSynchronize(stream_);
   if (live) ncclCommDestroy(comm_);
   if (ready_) cudaEventDestroy(ready_);
   if (stream_) cudaStreamDestroy(stream_);

@@ -46,15 +46,28 @@ void Context::set_stream(cudaStream_t stream) {
 }
 
 void* Context::scratch(std::size_t bytes) {
-  if (bytes > scratch_.bytes()) {
-    // Queued kernels may still read the old region: wait for them before
-    // freeing it. Round up to 1 MiB so small increases do not regrow.
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-    scratch_ = Buffer();
+  if (bytes > scratch_bytes_) {
+    // Stream-ordered on the compute stream, the only one that uses scratch:
+    // the old region is released once the kernels queued before this call
+    // have run, and neither the host nor the device waits. A cudaFree here
+    // would synchronise the whole device in the middle of a step, NCCL's
+    // collectives on the communication streams included, which then wait
+    // for peers that may be waiting for this rank (issue 34). Rounded up to
+    // 1 MiB so small increases do not regrow.
+    if (scratch_ != nullptr) {
+      CUDA_CHECK(cudaFreeAsync(scratch_, stream_));
+      count_release(DeviceType::kCuda, scratch_bytes_);
+      scratch_ = nullptr;
+      scratch_bytes_ = 0;
+    }
     const std::size_t rounded = (bytes + (1u << 20) - 1) / (1u << 20) * (1u << 20);
-    scratch_ = Buffer(DeviceType::kCuda, rounded);
+    const cudaError_t rc = cudaMallocAsync(&scratch_, rounded, stream_);
+    ENGINE_CHECK(rc == cudaSuccess, "out of GPU memory: ", format_bytes(rounded), " of op scratch (",
+                 cudaGetErrorString(rc), ")");
+    scratch_bytes_ = rounded;
+    count_allocation(DeviceType::kCuda, rounded);
   }
-  return scratch_.data();
+  return scratch_;
 }
 
 Context& context() {

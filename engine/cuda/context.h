@@ -8,8 +8,9 @@
 // workspace is allocated once, when the context is created. Scratch is grown
 // only when an op asks for more than it has ever asked for before. A training
 // step asks for the same sizes every step, so scratch only grows during the
-// first step; from then on no op allocates. Both live in engine::Buffer, so
-// they show up in memory_stats(kCuda) like any other allocation.
+// first step; from then on no op allocates. A growth is stream-ordered
+// (cudaFreeAsync/cudaMallocAsync): it never synchronises the device. Both
+// count in memory_stats(kCuda) like any other allocation.
 //
 // Lifetime: one Context per device, created on first use and intentionally
 // never destroyed (destroying CUDA objects during static destruction races
@@ -83,7 +84,7 @@ class Context {
   // may still be in use by queued kernels), so it must not happen while a
   // CUDA graph is being captured: run one step before capturing.
   void* scratch(std::size_t bytes);
-  std::size_t scratch_bytes() const { return scratch_.bytes(); }
+  std::size_t scratch_bytes() const { return scratch_bytes_; }
 
   int sm_count() const { return sm_count_; }
   std::size_t max_shared_memory_per_block() const { return max_smem_optin_; }
@@ -94,7 +95,8 @@ class Context {
   cublasLtHandle_t lt_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   Buffer lt_workspace_;
-  Buffer scratch_;
+  void* scratch_ = nullptr;  // cudaMallocAsync on stream_, counted in memory_stats(kCuda)
+  std::size_t scratch_bytes_ = 0;
   int sm_count_ = 0;
   std::size_t max_smem_optin_ = 0;
 };

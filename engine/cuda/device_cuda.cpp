@@ -142,7 +142,10 @@ void wait_for_stream(cudaStream_t stream, const char* what) {
   waiter(
       [done] {
         const cudaError_t rc = cudaEventQuery(done);
-        if (rc == cudaErrorNotReady) return false;
+        if (rc == cudaErrorNotReady) {
+          (void)cudaGetLastError();  // the runtime records "not ready" as the last error; a later launch check must not see it
+          return false;
+        }
         CUDA_CHECK(rc);
         return true;
       },
@@ -241,11 +244,12 @@ void copy_bytes(void* dst, DeviceType dst_device, const void* src, DeviceType sr
   // the direction. A copy that touches host memory returns only once the
   // host side is safe to use.
   cudaStream_t stream = cuda::current_stream();
+  const bool touches_host = dst_device == DeviceType::kCpu || src_device == DeviceType::kCpu;
+  // Before the copy: one with pageable host memory returns only once it is
+  // done, so it would block behind the queued work inside the driver.
+  if (touches_host) wait_for_stream(stream, "copy between device and host");
   CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
-  if (dst_device == DeviceType::kCpu || src_device == DeviceType::kCpu) {
-    wait_for_stream(stream, "device-to-host copy");
-    CUDA_CHECK(cudaStreamSynchronize(stream));
-  }
+  if (touches_host) CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 }  // namespace engine

@@ -303,6 +303,7 @@ RunSummary Trainer::run_steps() {
                                       static_cast<parallel::Communicator*>(host_world_.get())})
       if (c) { c->reset_bytes_sent(); c->reset_wait_seconds(); }
     const auto t0 = Clock::now();
+    const std::size_t allocations_before = engine::memory_stats(config_.device_type).allocations;
     const double loss = train_step(step);
     const double norm = global_grad_norm();
     const double lr = config_.lr_schedule.at(step);
@@ -322,6 +323,8 @@ RunSummary Trainer::run_steps() {
       data_parallel_->after_update();
     }
     engine::device_synchronize();
+    if (step > start_step_)
+      summary.allocations_in_steps += engine::memory_stats(config_.device_type).allocations - allocations_before;
     parallel::watchdog_set_phase("metrics");
     StepMetrics m = step_metrics(step, loss, norm, lr, seconds_since(t0), flops, peak);
     m.skipped = !apply;

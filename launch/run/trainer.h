@@ -74,6 +74,12 @@ struct RunSummary {
   // allocators up), or over the first when it is the only one.
   double mean_mfu = 0, mean_hfu = 0;
   std::string sample;          // generated text, when asked for (rank 0)
+  // Buffers this rank allocated on the run's device inside its steps after
+  // the first (training step, optimizer, synchronisation): 0 by design, since
+  // every buffer is sized before step 1 or in it (ARCHITECTURE.md), and an
+  // allocation in the middle of a step could synchronise a device whose
+  // NCCL collectives wait for other ranks. The parity suites check it.
+  std::size_t allocations_in_steps = 0;
   int exit_code = kExitDone;   // kExitStopped when a stop was requested (launch/resilience/exit_codes.h)
 };
 

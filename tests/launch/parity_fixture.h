@@ -120,6 +120,9 @@ inline TrainedRun train_run(launch::TrainConfig config, MPI_Comm comm) {
   std::ostringstream quiet;
   launch::Trainer trainer(config, quiet, comm);
   TrainedRun run{trainer.run(), trainer.registry(), {}};
+  // Every buffer is sized before or in the first step (issue 34: a device
+  // allocation mid-step may synchronise a device that NCCL collectives hold).
+  EXPECT_EQ(run.summary.allocations_in_steps, 0u) << "buffers allocated inside steps after the first";
   run.params.resize(static_cast<std::size_t>(run.registry.total_numel()));
   trainer.download_master(run.params.data());
   return run;
