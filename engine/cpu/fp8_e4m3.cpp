@@ -1,28 +1,21 @@
-// The E4M3 reference (fp8_e4m3.h). Written from the format's definition in
-// double precision, independent of any CUDA header, so that it can judge the
-// CUDA kernels: every quantised value is computed exactly (x / 2^k is exact in
-// double for an f32 x) and rounded by hand, ties to even.
+// The E4M3 reference (fp8_e4m3.h), independent of any CUDA header, so that
+// it can judge the CUDA kernels: the decoder from the format's definition,
+// the quantiser on the float's bits (exact: it only keeps or rounds mantissa
+// bits), both held to an exhaustive nearest-code search by the tests.
 #include "engine/cpu/fp8_e4m3.h"
 
 #include <cfloat>
+#include <array>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 
 namespace engine::cpu {
 namespace {
 
-// Nearest integer to q >= 0, ties to even.
-double round_half_even(double q) {
-  const double f = std::floor(q);
-  const double d = q - f;  // exact: q has at most 53 significant bits and f <= q
-  if (d > 0.5) return f + 1.0;
-  if (d < 0.5) return f;
-  return std::fmod(f, 2.0) == 0.0 ? f : f + 1.0;
-}
-
-}  // namespace
-
-float e4m3_to_float(std::uint8_t code) {
+// The value of a code by the format's definition.
+float decode(std::uint8_t code) {
   const bool negative = (code & 0x80) != 0;
   const int e = (code >> 3) & 0xF;
   const int m = code & 0x7;
@@ -32,30 +25,49 @@ float e4m3_to_float(std::uint8_t code) {
   return static_cast<float>(negative ? -v : v);
 }
 
+}  // namespace
+
+float e4m3_to_float(std::uint8_t code) {
+  // Every code decoded once (the emulation decodes every operand element).
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (int c = 0; c < 256; ++c) t[c] = decode(static_cast<std::uint8_t>(c));
+    return t;
+  }();
+  return table[code];
+}
+
 std::uint8_t e4m3_from_float(float x) {
+  // On the float's bits (this runs for every operand element of the CPU's FP8
+  // emulation): the exponent kept, the 23-bit mantissa rounded to 3 bits,
+  // ties to even. tests/engine/cpu/test_fp8_e4m3.cpp holds it to an
+  // exhaustive nearest-code search over the format's definition.
   if (std::isnan(x)) return kE4M3NaN;
-  const std::uint8_t sign = std::signbit(x) ? 0x80 : 0x00;
-  const double a = std::fabs(static_cast<double>(x));
-  std::uint8_t magnitude;
-  if (a >= 448.0) {
-    magnitude = 0x7E;  // saturate (infinities included)
-  } else if (a < std::ldexp(1.0, -6)) {
-    // Subnormal range: multiples of 2^-9. A result of 8 is 2^-6, whose code
-    // 0x08 is exactly exponent 1, mantissa 0: the encoding carries over.
-    magnitude = static_cast<std::uint8_t>(round_half_even(a * 512.0));
-  } else {
-    int e2 = 0;
-    (void)std::frexp(a, &e2);            // a in [2^(e2-1), 2^e2)
-    int exponent = e2 - 1;               // -6 .. 8
-    double q = round_half_even(std::ldexp(a, 3 - exponent));  // 8 .. 16: steps of 2^(exponent-3)
-    if (q == 16.0) {
-      q = 8.0;
-      ++exponent;
-    }
-    // a < 448 = 14 * 2^5 keeps (exponent 8, q 15), the NaN code, out of reach.
-    magnitude = static_cast<std::uint8_t>(((exponent + 7) << 3) | (static_cast<int>(q) - 8));
+  std::uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  const std::uint8_t sign = (bits >> 24) & 0x80;
+  const std::uint32_t magnitude_bits = bits & 0x7FFFFFFF;
+  float a;
+  std::memcpy(&a, &magnitude_bits, sizeof a);
+  if (a >= kE4M3Max) return static_cast<std::uint8_t>(sign | 0x7E);  // saturate (infinities included)
+  if (a < 0.015625f) {
+    // Subnormal range, below 2^-6: multiples of 2^-9. a * 512 is exact (a
+    // power of two), and nearbyint rounds ties to even in the default mode.
+    // A result of 8 is 2^-6, whose code 0x08 is exactly exponent 1,
+    // mantissa 0: the encoding carries over.
+    return static_cast<std::uint8_t>(sign | static_cast<std::uint8_t>(std::nearbyint(a * 512.0f)));
   }
-  return static_cast<std::uint8_t>(sign | magnitude);
+  int exponent = static_cast<int>(magnitude_bits >> 23) - 127;  // -6 .. 8
+  const std::uint32_t mantissa = magnitude_bits & 0x7FFFFF;
+  std::uint32_t kept = mantissa >> 20;                             // the top 3 bits
+  const std::uint32_t dropped = mantissa & 0xFFFFF, half = 0x80000;
+  if (dropped > half || (dropped == half && (kept & 1) != 0)) ++kept;
+  if (kept == 8) {
+    kept = 0;
+    ++exponent;
+  }
+  // a < 448 = 1.75 * 2^8 keeps (exponent 8, mantissa 7), the NaN code, out of reach.
+  return static_cast<std::uint8_t>(sign | ((exponent + 7) << 3) | kept);
 }
 
 float e4m3_amax(const float* x, std::int64_t n) {

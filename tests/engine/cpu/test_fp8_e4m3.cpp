@@ -10,6 +10,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -35,8 +36,13 @@ std::uint8_t nearest_code(float x) {
   const double a = std::fabs(static_cast<double>(x));
   int best = -1;
   double best_err = 0;
-  for (int code = 0; code < 0x7F; ++code) {  // non-negative, non-NaN codes
-    const double err = std::fabs(definition_value(code) - a);
+  static const std::vector<double> values = [] {  // non-negative, non-NaN codes
+    std::vector<double> v;
+    for (int code = 0; code < 0x7F; ++code) v.push_back(definition_value(code));
+    return v;
+  }();
+  for (int code = 0; code < 0x7F; ++code) {
+    const double err = std::fabs(values[code] - a);
     if (best < 0 || err < best_err || (err == best_err && (code & 1) == 0)) {
       best = code;
       best_err = err;
@@ -118,6 +124,25 @@ TEST(Fp8E4M3, RoundsToTheNearestCodeByExhaustiveSearch) {
   for (const float x : inputs) {
     const std::uint8_t want = nearest_code(x), got = e4m3_from_float(x);
     if (got != want && ++failures <= 10) ADD_FAILURE() << "x " << x << ": got " << int(got) << ", want " << int(want);
+  }
+  EXPECT_EQ(failures, 0);
+}
+
+// Densely: every 64th f32 from 2^-12 to 480 (about 2 million values, each
+// binade of E4M3's range, its subnormals and the saturation edge), both signs.
+TEST(Fp8E4M3, RoundsLikeTheSearchAcrossTheWholeRange) {
+  int failures = 0;
+  const float lo = std::ldexp(1.0f, -12), hi = 480.0f;
+  std::uint32_t from, to;
+  std::memcpy(&from, &lo, 4);
+  std::memcpy(&to, &hi, 4);
+  for (std::uint32_t bits = from; bits <= to; bits += 64) {
+    float x;
+    std::memcpy(&x, &bits, 4);
+    for (const float v : {x, -x}) {
+      const std::uint8_t want = nearest_code(v), got = e4m3_from_float(v);
+      if (got != want && ++failures <= 10) ADD_FAILURE() << "x " << v << ": got " << int(got) << ", want " << int(want);
+    }
   }
   EXPECT_EQ(failures, 0);
 }
