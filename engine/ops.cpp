@@ -180,8 +180,16 @@ void rmsnorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& d
   ENGINE_DISPATCH(dout, rmsnorm_backward, dinp, dweight, dout, inp, weight, rstd);
 }
 
+std::size_t fp8_weight_cache_bytes(DeviceType device, std::int64_t out_features, std::int64_t in_features) {
+  const auto aligned = [](std::size_t bytes) { return (bytes + 255) / 256 * 256; };
+  const std::size_t elements = static_cast<std::size_t>(out_features * in_features);
+  // CUDA (fp8_linear.cu): the scaling state, the E4M3 copy and the transposed
+  // copy, each 256-byte aligned; the CPU: the dequantised f32 image.
+  return device == DeviceType::kCpu ? aligned(elements * sizeof(float)) : 256 + 2 * aligned(elements);
+}
+
 void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
-                    const Tensor& pre_gelu, MatmulFormat format, const Fp8Shards* shards) {
+                    const Tensor& pre_gelu, MatmulFormat format, const Fp8Options* fp8) {
   ScopedOpTimer timer(format == MatmulFormat::kFp8E4M3 ? "matmul_forward (fp8)" : "matmul_forward");
   ENGINE_CHECK(weight.ndim() == 2, "matmul_forward: weight must be (OC, C), got ", weight.shape().str());
   const std::int64_t OC = weight.dim(0), C = weight.dim(1), N = inp.numel() / C;
@@ -189,12 +197,12 @@ void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, 
   expect_rows(out, N, OC, "matmul_forward: out");
   if (!bias.empty()) expect_numel(bias, OC, "matmul_forward: bias");
   if (!pre_gelu.empty()) expect_rows(pre_gelu, N, OC, "matmul_forward: pre_gelu");
-  if (format == MatmulFormat::kFp8E4M3) ENGINE_DISPATCH(out, fp8_matmul_forward, out, inp, weight, bias, pre_gelu, shards);
+  if (format == MatmulFormat::kFp8E4M3) ENGINE_DISPATCH(out, fp8_matmul_forward, out, inp, weight, bias, pre_gelu, fp8);
   else ENGINE_DISPATCH(out, matmul_forward, out, inp, weight, bias, pre_gelu);
 }
 
 void matmul_forward_add(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
-                        const Tensor& residual, MatmulFormat format, const Fp8Shards* shards) {
+                        const Tensor& residual, MatmulFormat format, const Fp8Options* fp8) {
   ScopedOpTimer timer(format == MatmulFormat::kFp8E4M3 ? "matmul_forward_add (fp8)" : "matmul_forward_add");
   ENGINE_CHECK(weight.ndim() == 2, "matmul_forward_add: weight must be (OC, C), got ", weight.shape().str());
   const std::int64_t OC = weight.dim(0), C = weight.dim(1), N = inp.numel() / C;
@@ -209,13 +217,13 @@ void matmul_forward_add(const Tensor& out, const Tensor& inp, const Tensor& weig
   const char* r = static_cast<const char*>(residual.data());
   ENGINE_CHECK(o + out.bytes() <= r || r + residual.bytes() <= o, "matmul_forward_add: out ", out.describe(),
                " overlaps residual ", residual.describe());
-  if (format == MatmulFormat::kFp8E4M3) ENGINE_DISPATCH(out, fp8_matmul_forward_add, out, inp, weight, bias, residual, shards);
+  if (format == MatmulFormat::kFp8E4M3) ENGINE_DISPATCH(out, fp8_matmul_forward_add, out, inp, weight, bias, residual, fp8);
   else ENGINE_DISPATCH(out, matmul_forward_add, out, inp, weight, bias, residual);
 }
 
 void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                      const Tensor& inp, const Tensor& weight, const Tensor& gelu_pre, MatmulFormat format,
-                     const Fp8Shards* shards) {
+                     const Fp8Options* fp8) {
   ScopedOpTimer timer(format == MatmulFormat::kFp8E4M3 ? "matmul_backward (fp8)" : "matmul_backward");
   ENGINE_CHECK(weight.ndim() == 2, "matmul_backward: weight must be (OC, C), got ", weight.shape().str());
   const std::int64_t OC = weight.dim(0), C = weight.dim(1), N = dout.numel() / OC;
@@ -226,12 +234,12 @@ void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& db
   if (!dbias.empty()) expect_numel(dbias, OC, "matmul_backward: dbias");
   if (!gelu_pre.empty()) expect_rows(gelu_pre, N, C, "matmul_backward: gelu_pre");
   if (format == MatmulFormat::kFp8E4M3)
-    ENGINE_DISPATCH(dout, fp8_matmul_backward, dinp, dweight, dbias, dout, inp, weight, gelu_pre, shards);
+    ENGINE_DISPATCH(dout, fp8_matmul_backward, dinp, dweight, dbias, dout, inp, weight, gelu_pre, fp8);
   else ENGINE_DISPATCH(dout, matmul_backward, dinp, dweight, dbias, dout, inp, weight, gelu_pre);
 }
 
 void matmul_weight_grad(const Tensor& dweight, const Tensor& dbias, const Tensor& dout, const Tensor& inp,
-                        MatmulFormat format, const Fp8Shards* shards) {
+                        MatmulFormat format, const Fp8Options* fp8) {
   ScopedOpTimer timer(format == MatmulFormat::kFp8E4M3 ? "matmul_weight_grad (fp8)" : "matmul_weight_grad");
   ENGINE_CHECK(dweight.ndim() == 2, "matmul_weight_grad: dweight must be (OC, C), got ", dweight.shape().str());
   const std::int64_t OC = dweight.dim(0), C = dweight.dim(1), N = dout.numel() / OC;
@@ -241,7 +249,7 @@ void matmul_weight_grad(const Tensor& dweight, const Tensor& dbias, const Tensor
   // The backends read `weight` only for the input gradient, which is not
   // asked for here: dweight stands in for its shape.
   if (format == MatmulFormat::kFp8E4M3)
-    ENGINE_DISPATCH(dout, fp8_matmul_backward, Tensor{}, dweight, dbias, dout, inp, dweight, Tensor{}, shards);
+    ENGINE_DISPATCH(dout, fp8_matmul_backward, Tensor{}, dweight, dbias, dout, inp, dweight, Tensor{}, fp8);
   else ENGINE_DISPATCH(dout, matmul_backward, Tensor{}, dweight, dbias, dout, inp, dweight, Tensor{});
 }
 

@@ -16,6 +16,7 @@
 // - Optional tensors are passed as an empty Tensor{}.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 
@@ -79,47 +80,65 @@ enum class MatmulFormat : std::uint8_t {
   kFp8E4M3,
 };
 
-// Under tensor parallelism a rank holds only a shard of some FP8 operands (a
+// A layer's weight in FP8, made once per optimizer step instead of at every
+// use (Transformer Engine's practice): its scale (with the amax, reduced over
+// the tp group for a shard), its E4M3 copy for the forward GEMM and its
+// transposed copy for dinp on CUDA, its dequantised image on the CPU. The
+// first op that needs a part makes it and sets its flag; the owner
+// (model::GptStage) provides the storage and clears the flags whenever the
+// weights change (every optimizer step). A stale cache is a wrong model, so
+// test_parity_fp8 trains with and without it and expects the same numbers.
+struct Fp8WeightCache {
+  Tensor storage;  // fp8_weight_cache_bytes(device, out_features, in_features) bytes, 256-byte aligned
+  bool scaled = false, cast = false, transposed = false;
+  void invalidate() { scaled = cast = transposed = false; }
+};
+std::size_t fp8_weight_cache_bytes(DeviceType device, std::int64_t out_features, std::int64_t in_features);
+
+// How the FP8 ops treat one layer's operands.
+// Under tensor parallelism a rank holds only a shard of some of them (a
 // column- or row-parallel weight, a row-parallel layer's input, a
 // column-parallel layer's output gradient). Scaled by its own amax, each
-// shard would be rounded on its own E4M3 grid; with Fp8Shards, a sharded
-// operand's amax is first max-reduced over the group, so every rank uses the
-// whole tensor's scale, and the ranks round every element as one process
-// does (Transformer Engine's amax reduction group does the same).
-// reduce_max all-reduces, with max, a one-element f32 tensor on the
-// operands' device; the flags say which operands are shards. Every rank of
-// the group must make the same calls (they do: each runs the same ops).
-struct Fp8Shards {
+// shard would be rounded on its own E4M3 grid; here a sharded operand's amax
+// is first max-reduced over the group, so every rank uses the whole tensor's
+// scale, and the ranks round every element as one process does (Transformer
+// Engine's amax reduction group does the same). reduce_max all-reduces, with
+// max, a one-element f32 tensor on the operands' device; the flags say which
+// operands are shards. Every rank of the group must make the same calls
+// (they do: each runs the same ops). weight_cache, if set, keeps the weight's
+// FP8 form between uses (above).
+struct Fp8Options {
   std::function<void(const Tensor& amax)> reduce_max;
   bool inp = false, weight = false, dout = false;
+  Fp8WeightCache* weight_cache = nullptr;
 };
 
 // out = inp @ weight^T + bias.            out (N,OC), inp (N,C), weight (OC,C), bias (OC) or empty
 // With pre_gelu given: pre_gelu = inp @ weight^T + bias and out = gelu(pre_gelu)
 // (GELU fused into the epilogue; the pre-activation is kept for backward).
-// `shards` (FP8 only; may be null) as above.
+// `fp8` (FP8 only; may be null): Fp8Options above.
 void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
                     const Tensor& pre_gelu = {}, MatmulFormat format = MatmulFormat::kNative,
-                    const Fp8Shards* shards = nullptr);
+                    const Fp8Options* fp8 = nullptr);
 // out = residual + (inp @ weight^T + bias): a residual connection's add folded
 // into the projection GEMM (cuBLASLt's C matrix with beta = 1), so the branch
 // is never written and read back. out must not overlap residual.
 void matmul_forward_add(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
                         const Tensor& residual, MatmulFormat format = MatmulFormat::kNative,
-                        const Fp8Shards* shards = nullptr);
+                        const Fp8Options* fp8 = nullptr);
 // dinp = dout @ weight (written); dweight += dout^T @ inp; dbias += sum_n dout.
 // With gelu_pre given (the pre-activation that produced `inp`'s producer's
 // output), dinp is multiplied by gelu'(gelu_pre): the GELU backward of the
 // previous layer fused into this dgrad. Any of dinp/dweight/dbias may be empty.
 void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                      const Tensor& inp, const Tensor& weight, const Tensor& gelu_pre = {},
-                     MatmulFormat format = MatmulFormat::kNative, const Fp8Shards* shards = nullptr);
+                     MatmulFormat format = MatmulFormat::kNative, const Fp8Options* fp8 = nullptr);
 // The weight-gradient half of matmul_backward on its own: dweight += dout^T @
 // inp; dbias += sum_n dout (dbias may be empty). It reads no weight, so a
 // zero-bubble pipeline (Qi et al. 2024) can run it long after the input
 // gradient, when a ZeRO-3 rank no longer holds the gathered weights.
 void matmul_weight_grad(const Tensor& dweight, const Tensor& dbias, const Tensor& dout, const Tensor& inp,
-                        MatmulFormat format = MatmulFormat::kNative, const Fp8Shards* shards = nullptr);
+                        MatmulFormat format = MatmulFormat::kNative, const Fp8Options* fp8 = nullptr);
 
 // GELU, tanh approximation (Hendrycks & Gimpel 2016), as GPT-2 uses.
 void gelu_forward(const Tensor& out, const Tensor& inp);

@@ -85,6 +85,44 @@ void GptStage::allocate(engine::Arena& arena) {
   logits_ = a.logits;
   ce_max_ = a.ce_max;
   ce_sums_ = a.ce_sums;
+  if (!arena.is_planning()) allocate_fp8_weight_caches(arena.device());
+}
+
+namespace {
+// A block's four weights as a tensor-parallel rank holds them, (out, in), in
+// TransformerBlock's Linear order: qkv, attn.proj, mlp.fc, mlp.proj.
+std::array<std::pair<std::int64_t, std::int64_t>, 4> block_weight_shapes(const GptConfig& config, TensorParallel tp) {
+  const std::int64_t C = config.n_embd, n = tp.size;
+  return {std::pair{config.qkv_width() / n, C}, std::pair{C, C / n}, std::pair{config.fc_width() / n, C},
+          std::pair{C, config.mlp_width() / n}};
+}
+}  // namespace
+
+std::size_t fp8_weight_copy_bytes_per_block(const GptConfig& config, TensorParallel tp, engine::DeviceType device) {
+  std::size_t bytes = 0;
+  for (const auto& [out, in] : block_weight_shapes(config, tp)) bytes += engine::ops::fp8_weight_cache_bytes(device, out, in);
+  return bytes;
+}
+
+void GptStage::allocate_fp8_weight_caches(engine::DeviceType device) {
+  fp8_weights_.clear();
+  fp8_weight_buffer_ = engine::Buffer();
+  if (matmul_format_ != engine::ops::MatmulFormat::kFp8E4M3 || !keeps_fp8_weights_ || blocks_.empty()) return;
+  const auto shapes = block_weight_shapes(config_, tp_);
+  fp8_weight_buffer_ = engine::Buffer(device, fp8_weight_copy_bytes_per_block(config_, tp_, device) * blocks_.size());
+  fp8_weights_.resize(blocks_.size());
+  char* at = static_cast<char*>(fp8_weight_buffer_.data());
+  for (std::size_t b = 0; b < blocks_.size(); ++b) {
+    std::array<engine::ops::Fp8WeightCache*, 4> caches{};
+    for (int k = 0; k < 4; ++k) {
+      const std::size_t bytes = engine::ops::fp8_weight_cache_bytes(device, shapes[k].first, shapes[k].second);
+      fp8_weights_[b][k].storage =
+          engine::Tensor(at, engine::Shape{static_cast<std::int64_t>(bytes / sizeof(float))}, engine::DType::kF32, device);
+      caches[k] = &fp8_weights_[b][k];
+      at += bytes;
+    }
+    blocks_[b].set_fp8_weight_caches(caches);
+  }
 }
 
 BlockActivations GptStage::block_activations(int slot, std::size_t i, int weight_inputs) const {

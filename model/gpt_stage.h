@@ -39,6 +39,7 @@
 // head's units are released, and so reduced, during forward.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -54,6 +55,10 @@
 #include "parallel/communicator.h"
 
 namespace model {
+
+// Bytes of one block's FP8 weight copies on `device` (GptStage::set_fp8_weight_cache):
+// its four weights as a tensor-parallel rank holds them.
+std::size_t fp8_weight_copy_bytes_per_block(const GptConfig& config, TensorParallel tp, engine::DeviceType device);
 
 class GptStage {
  public:
@@ -78,7 +83,20 @@ class GptStage {
   // torchtitan's float8 converter leaves out its `output` layer and Megatron's
   // FP8 recipes keep embedding and output layer in bf16 (issue 35 asks the same).
   void set_matmul_format(engine::ops::MatmulFormat format) {
+    matmul_format_ = format;
     for (TransformerBlock& block : blocks_) block.set_matmul_format(format);
+  }
+  // In FP8, keep each block weight's FP8 form from one use to the next
+  // (engine::ops::Fp8WeightCache; default on): made on first use after each
+  // weights_changed(), in a buffer allocated with the activations (outside
+  // the memory plan, like the ops' scratch). Off: cast at every use (the
+  // tests compare the two).
+  void set_fp8_weight_cache(bool keep) { keeps_fp8_weights_ = keep; }
+  std::size_t fp8_weight_copy_bytes() const { return fp8_weight_buffer_.bytes(); }
+  // The weights changed (an optimizer step): every cached FP8 weight is stale.
+  void weights_changed() {
+    for (auto& layer : fp8_weights_)
+      for (engine::ops::Fp8WeightCache& cache : layer) cache.invalidate();
   }
 
   // Allocates every activation from `arena`; call it on a planning arena to
@@ -187,7 +205,15 @@ class GptStage {
   TensorParallel tp_;
   parallel::Communicator* tp_comm_;
   Recompute recompute_;
+  // The FP8 weight caches (set_fp8_weight_cache), on a real arena's device.
+  void allocate_fp8_weight_caches(engine::DeviceType device);
+
   std::vector<TransformerBlock> blocks_;
+  engine::ops::MatmulFormat matmul_format_ = engine::ops::MatmulFormat::kNative;
+  bool keeps_fp8_weights_ = true;
+  // Per block: the FP8 forms of qkv, attn.proj, mlp.fc and mlp.proj (TransformerBlock::Linear order).
+  std::vector<std::array<engine::ops::Fp8WeightCache, 4>> fp8_weights_;
+  engine::Buffer fp8_weight_buffer_;
   std::function<void(std::int64_t)> backward_hook_;
 
   // Per slot

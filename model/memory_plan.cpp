@@ -5,6 +5,7 @@
 #include "engine/check.h"
 #include "model/flat_layout.h"
 #include "model/gpt_params.h"
+#include "model/gpt_stage.h"
 #include "model/partition.h"
 #include "model/stage_activations.h"
 #include "parallel/dp_zero_units.h"
@@ -90,6 +91,11 @@ StageFootprint stage_footprint(const GptConfig& config, const ParallelLayout& la
   const std::int64_t working_elements = zero >= 3 ? shard : whole;
   const bool separate_working = separate_working_copy(layout.precision, zero >= 1, zero >= 3);
   f.fixed.weights = bytes(master_elements, master) + (separate_working ? bytes(working_elements, working) : 0);
+  if (layout.fp8_weight_copies) {  // one set per block of every chunk (model/gpt_stage.h)
+    std::int64_t blocks = 0;
+    for (const StageRange& chunk : chunks) blocks += chunk.last_layer - chunk.first_layer;
+    f.fixed.weights += static_cast<std::size_t>(blocks) * fp8_weight_copy_bytes_per_block(config, tp, layout.device);
+  }
   f.fixed.grads = bytes(zero >= 2 ? shard : whole, master);
   f.fixed.optimizer = kAdamMoments * bytes(zero >= 1 ? shard : whole, master);
   if (zero >= 2) f.fixed.staging = parallel::ZeroUnitShards::staging_bound(zero, flat.units, working, master);

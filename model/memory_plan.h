@@ -11,6 +11,8 @@
 // What a rank holds (Rajbhandari et al. 2020, "ZeRO", section 3 and 5, for
 // Psi parameters on N data-parallel ranks and the engine's precisions):
 //   weights     fp32 master (+ bf16 working copy on CUDA);  /N under ZeRO-3
+//               (+ the blocks' FP8 copies under --precision fp8: 2 bytes a
+//               block parameter on CUDA, a 4-byte image on the CPU; whole)
 //   grads       fp32, accumulated over micro-batches;        /N under ZeRO-2/3
 //   optimizer   AdamW's two fp32 moments (optim/adamw.h);    /N under ZeRO-1/2/3
 //   activations the stage's activation arena (model/stage_activations.h):
@@ -52,6 +54,9 @@ struct ParallelLayout {
   std::int64_t seq_len = 1;
   Precision precision = Precision::kFp32;
   engine::DeviceType device = engine::DeviceType::kCpu;
+  // --precision fp8 with each block weight's FP8 form kept between optimizer
+  // steps (model::GptStage::set_fp8_weight_cache): counted under weights.
+  bool fp8_weight_copies = false;
 
   int zero_stage() const { return dp > 1 ? zero : 0; }
   int devices() const { return tp * pp * dp; }

@@ -111,8 +111,18 @@ void TransformerBlock::set_matmul_format(engine::ops::MatmulFormat format) {
   if (tp_.size == 1) return;
   parallel::Communicator* group = tp_comm_;
   const auto reduce_max = [group](const Tensor& amax) { group->all_reduce(amax, parallel::ReduceOp::kMax); };
-  column_shards_ = engine::ops::Fp8Shards{reduce_max, /*inp=*/false, /*weight=*/true, /*dout=*/true};
-  row_shards_ = engine::ops::Fp8Shards{reduce_max, /*inp=*/true, /*weight=*/true, /*dout=*/false};
+  for (const Linear column : {kQkv, kFc}) {
+    fp8_[column].reduce_max = reduce_max;
+    fp8_[column].weight = fp8_[column].dout = true;
+  }
+  for (const Linear row : {kProj, kFcProj}) {
+    fp8_[row].reduce_max = reduce_max;
+    fp8_[row].inp = fp8_[row].weight = true;
+  }
+}
+
+void TransformerBlock::set_fp8_weight_caches(const std::array<engine::ops::Fp8WeightCache*, 4>& caches) {
+  for (int k = 0; k < 4; ++k) fp8_[k].weight_cache = caches[k];
 }
 
 void TransformerBlock::norm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& in,
@@ -150,15 +160,15 @@ Tensor TransformerBlock::reduce_branch(const BlockScratch& s) const {
 }
 
 void TransformerBlock::project_and_add(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
-                                       const Tensor& residual, const BlockScratch& s) const {
+                                       const Tensor& residual, const BlockScratch& s, Linear layer) const {
   if (tp_.size == 1) {
     // One GEMM writes residual + inp W^T + b: the branch is never stored.
-    ops::matmul_forward_add(out, inp, weight, bias, residual, matmul_format_, row_shards());  // (B,T,C)
+    ops::matmul_forward_add(out, inp, weight, bias, residual, matmul_format_, fp8(layer));  // (B,T,C)
     return;
   }
   // Row-parallel: each rank's partial product is summed across the group
   // (g) before the residual can be added.
-  ops::matmul_forward(s.branch, inp, weight, bias, Tensor{}, matmul_format_, row_shards());  // (B,T,C) partial
+  ops::matmul_forward(s.branch, inp, weight, bias, Tensor{}, matmul_format_, fp8(layer));  // (B,T,C) partial
   ops::add(out, residual, reduce_branch(s));         // g; (B,T,C) or (n,C)
 }
 
@@ -188,18 +198,18 @@ void TransformerBlock::forward_saved(const BlockParams& w, const Tensor& x, cons
   const bool adds_bias = tp_.rank == 0;  // row-parallel biases enter the all-reduced sum once
   // Attention half: r = x + proj(attention(qkv(ln_1(x))))
   layernorm_gathered(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b, scratch);  // (B,T,C)
-  ops::matmul_forward(a.qkv, a.ln1, w.qkv_w, w.qkv_b, Tensor{}, matmul_format_, column_shards());  // (B,T,(H+2KV)D/tp)
+  ops::matmul_forward(a.qkv, a.ln1, w.qkv_w, w.qkv_b, Tensor{}, matmul_format_, fp8(kQkv));  // (B,T,(H+2KV)D/tp)
   if (config_.is_llama())  // q and k rotated in place; attention and its backward see the rotated ones
     ops::rope_forward(a.qkv, scratch.rope_inv_freq, local_heads(), local_kv_heads());
   ops::attention_forward(a.atty, a.att_saved, a.qkv, local_heads(), local_kv_heads());  // (B,T,C/tp)
-  project_and_add(a.residual2, a.atty, w.proj_w, adds_bias ? w.proj_b : Tensor{}, x, scratch);  // (B,T,C) or (n,C)
+  project_and_add(a.residual2, a.atty, w.proj_w, adds_bias ? w.proj_b : Tensor{}, x, scratch, kProj);  // (B,T,C) or (n,C)
   // MLP half up to its output projection: gelu(mlp.fc(ln_2(r))) or silu(gate) * up
   layernorm_gathered(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2_w, w.ln2_b, scratch);
   if (config_.is_llama()) {
-    ops::matmul_forward(a.fc_pre, a.ln2, w.fc_w, Tensor{}, Tensor{}, matmul_format_, column_shards());  // (B,T,2F/tp) [gate | up]
+    ops::matmul_forward(a.fc_pre, a.ln2, w.fc_w, Tensor{}, Tensor{}, matmul_format_, fp8(kFc));  // (B,T,2F/tp) [gate | up]
     ops::swiglu_forward(a.fc_gelu, a.fc_pre);               // (B,T,F/tp)
   } else {
-    ops::matmul_forward(a.fc_gelu, a.ln2, w.fc_w, w.fc_b, a.fc_pre, matmul_format_, column_shards());  // (B,T,4C/tp), GELU fused
+    ops::matmul_forward(a.fc_gelu, a.ln2, w.fc_w, w.fc_b, a.fc_pre, matmul_format_, fp8(kFc));  // (B,T,4C/tp), GELU fused
   }
 }
 
@@ -208,7 +218,7 @@ void TransformerBlock::forward(const BlockParams& w, const Tensor& y, const Tens
   forward_saved(w, x, a, scratch);
   // y = r + mlp.proj(gelu(...))
   const bool adds_bias = tp_.rank == 0;
-  project_and_add(y, a.fc_gelu, w.fcproj_w, adds_bias ? w.fcproj_b : Tensor{}, a.residual2, scratch);
+  project_and_add(y, a.fc_gelu, w.fcproj_w, adds_bias ? w.fcproj_b : Tensor{}, a.residual2, scratch, kFcProj);
 }
 
 void TransformerBlock::recompute(const BlockParams& w, const Tensor& x, const BlockActivations& a,
@@ -270,35 +280,35 @@ void TransformerBlock::backward(const BlockParams& w, const BlockParams& g, cons
   const Tensor d_fcproj_out = gather_grad(dres, s, defer ? defer->d_fcproj_out : Tensor{});
   if (config_.is_llama()) {
     ops::matmul_backward(s.d_act, now(g.fcproj_w), Tensor{}, d_fcproj_out, a.fc_gelu, w.fcproj_w, Tensor{},
-                         matmul_format_, row_shards());  // (B,T,F/tp)
+                         matmul_format_, fp8(kFcProj));  // (B,T,F/tp)
     ops::swiglu_backward(d_fc, s.d_act, a.fc_pre);                                                 // (B,T,2F/tp)
   } else {
     // d fc_pre = (dy @ W_fcproj) * gelu'(fc_pre): the GELU backward is fused into the dgrad.
     ops::matmul_backward(d_fc, now(g.fcproj_w), now(g.fcproj_b), d_fcproj_out, a.fc_gelu, w.fcproj_w, a.fc_pre,
-                         matmul_format_, row_shards());
+                         matmul_format_, fp8(kFcProj));
   }
   ops::matmul_backward(s.d_c, now(g.fc_w), now(g.fc_b), d_fc, a.ln2, w.fc_w, Tensor{}, matmul_format_,
-                       column_shards());  // d ln2, partial
+                       fp8(kFc));  // d ln2, partial
   norm_backward(dres, d_ln2_w, d_ln2_b, reduce_ln_grad(s), a.residual2, w.ln2_w, a.ln2_mean, a.ln2_rstd);  // f
   // dres is now dr. Attention half.
   const Tensor d_proj_out = gather_grad(dres, s, defer ? defer->d_proj_out : Tensor{});
   ops::matmul_backward(s.d_atty, now(g.proj_w), now(g.proj_b), d_proj_out, a.atty, w.proj_w, Tensor{},
-                       matmul_format_, row_shards());  // (B,T,C/tp)
+                       matmul_format_, fp8(kProj));  // (B,T,C/tp)
   ops::attention_backward(d_qkv, s.d_atty, a.qkv, a.atty, a.att_saved, local_heads(), local_kv_heads());
   if (config_.is_llama())  // the gradient of the unrotated q and k
     ops::rope_backward(d_qkv, s.rope_inv_freq, local_heads(), local_kv_heads());
   ops::matmul_backward(s.d_c, now(g.qkv_w), now(g.qkv_b), d_qkv, a.ln1, w.qkv_w, Tensor{}, matmul_format_,
-                       column_shards());  // d ln1
+                       fp8(kQkv));  // d ln1
   norm_backward(dres, d_ln1_w, d_ln1_b, reduce_ln_grad(s), x, w.ln1_w, a.ln1_mean, a.ln1_rstd);  // f
   // dres is now dx.
 }
 
 void TransformerBlock::backward_weight(const BlockParams& g, const WeightGradStash& k) const {
   // The order of the fused backward, so the sums come out the same.
-  ops::matmul_weight_grad(g.fcproj_w, g.fcproj_b, k.d_fcproj_out, k.fc_gelu, matmul_format_, row_shards());
-  ops::matmul_weight_grad(g.fc_w, g.fc_b, k.d_fc, k.ln2, matmul_format_, column_shards());
-  ops::matmul_weight_grad(g.proj_w, g.proj_b, k.d_proj_out, k.atty, matmul_format_, row_shards());
-  ops::matmul_weight_grad(g.qkv_w, g.qkv_b, k.d_qkv, k.ln1, matmul_format_, column_shards());
+  ops::matmul_weight_grad(g.fcproj_w, g.fcproj_b, k.d_fcproj_out, k.fc_gelu, matmul_format_, fp8(kFcProj));
+  ops::matmul_weight_grad(g.fc_w, g.fc_b, k.d_fc, k.ln2, matmul_format_, fp8(kFc));
+  ops::matmul_weight_grad(g.proj_w, g.proj_b, k.d_proj_out, k.atty, matmul_format_, fp8(kProj));
+  ops::matmul_weight_grad(g.qkv_w, g.qkv_b, k.d_qkv, k.ln1, matmul_format_, fp8(kQkv));
   for (const auto& [grad, kept] : {std::pair{g.ln2_w, k.d_ln2_w}, std::pair{g.ln2_b, k.d_ln2_b},
                                    std::pair{g.ln1_w, k.d_ln1_w}, std::pair{g.ln1_b, k.d_ln1_b}})
     if (!grad.empty()) ops::accumulate(grad, kept);

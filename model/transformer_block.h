@@ -26,6 +26,7 @@
 // column-parallel layer's input gradient is a partial sum).
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 #include "engine/buffer.h"
@@ -171,10 +172,13 @@ class TransformerBlock {
   // and projection) multiply: natively, or with FP8 E4M3 operands
   // (--precision fp8, issue 35). Norms, attention and RoPE are unaffected.
   // Under tensor parallelism the FP8 operands a rank holds a shard of have
-  // their amax max-reduced over the group (engine::ops::Fp8Shards), so the
+  // their amax max-reduced over the group (engine::ops::Fp8Options), so the
   // ranks quantise exactly as one process does.
   void set_matmul_format(engine::ops::MatmulFormat format);
   engine::ops::MatmulFormat matmul_format() const { return matmul_format_; }
+  // Where the four weights' FP8 forms are kept (qkv, attn.proj, mlp.fc,
+  // mlp.proj; owned by model::GptStage), or null entries to cast at every use.
+  void set_fp8_weight_caches(const std::array<engine::ops::Fp8WeightCache*, 4>& caches);
 
   // x (B,T,C) -> y (B,T,C); y must not alias x.
   void forward(const BlockParams& w, const engine::Tensor& y, const engine::Tensor& x, BlockActivations& act,
@@ -205,6 +209,8 @@ class TransformerBlock {
   void backward_weight(const BlockParams& g, const WeightGradStash& stash) const;
 
  private:
+  // The block's four linear layers, in the order of set_fp8_weight_caches.
+  enum Linear { kQkv, kProj, kFc, kFcProj };
   // Everything forward computes that backward reads: act from ln1 to fc_gelu.
   void forward_saved(const BlockParams& w, const engine::Tensor& x, const BlockActivations& act,
                      const BlockScratch& scratch) const;
@@ -221,7 +227,8 @@ class TransformerBlock {
   // out = residual + g(inp W^T + b): a block half's output projection and its
   // residual connection, in one GEMM when nothing needs reducing in between.
   void project_and_add(const engine::Tensor& out, const engine::Tensor& inp, const engine::Tensor& weight,
-                       const engine::Tensor& bias, const engine::Tensor& residual, const BlockScratch& s) const;
+                       const engine::Tensor& bias, const engine::Tensor& residual, const BlockScratch& s,
+                       Linear layer) const;
   // The gradient of a block half's output, whole (the matmul backward needs
   // every token); copied into `keep` when that is given (a deferred weight pass reads it).
   engine::Tensor gather_grad(const engine::Tensor& dres, const BlockScratch& s,
@@ -241,12 +248,12 @@ class TransformerBlock {
   TensorParallel tp_;
   parallel::Communicator* tp_comm_;
   engine::ops::MatmulFormat matmul_format_ = engine::ops::MatmulFormat::kNative;
-  // FP8 under tp > 1: the column-parallel layers (qkv, mlp.fc) hold a shard of
-  // the weight and of the output gradient; the row-parallel ones (attn.proj,
-  // mlp.proj) of the weight and of the input.
-  engine::ops::Fp8Shards column_shards_, row_shards_;
-  const engine::ops::Fp8Shards* column_shards() const { return tp_.size > 1 ? &column_shards_ : nullptr; }
-  const engine::ops::Fp8Shards* row_shards() const { return tp_.size > 1 ? &row_shards_ : nullptr; }
+  // FP8, per linear layer: under tp > 1 the column-parallel layers (qkv,
+  // mlp.fc) hold a shard of the weight and of the output gradient, the
+  // row-parallel ones (attn.proj, mlp.proj) of the weight and of the input;
+  // and each layer's weight cache, if kept.
+  std::array<engine::ops::Fp8Options, 4> fp8_;
+  const engine::ops::Fp8Options* fp8(Linear layer) const { return &fp8_[layer]; }
 };
 
 }  // namespace model

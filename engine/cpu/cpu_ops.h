@@ -32,12 +32,12 @@ void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& db
                      const Tensor& inp, const Tensor& weight, const Tensor& gelu_pre);
 // The same three with MatmulFormat::kFp8E4M3: the quantise-dequantise reference (fp8_matmul.cpp).
 void fp8_matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
-                        const Tensor& pre_gelu, const ops::Fp8Shards* shards);
+                        const Tensor& pre_gelu, const ops::Fp8Options* fp8);
 void fp8_matmul_forward_add(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
-                            const Tensor& residual, const ops::Fp8Shards* shards);
+                            const Tensor& residual, const ops::Fp8Options* fp8);
 void fp8_matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                          const Tensor& inp, const Tensor& weight, const Tensor& gelu_pre,
-                         const ops::Fp8Shards* shards);
+                         const ops::Fp8Options* fp8);
 void gelu_forward(const Tensor& out, const Tensor& inp);
 void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout);  // dinp = dout * gelu'(inp)
 void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& weight, double eps);

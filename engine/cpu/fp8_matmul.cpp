@@ -14,7 +14,8 @@
 // f32, the scales applied to the f32 sum) up to the order of the f32 sums.
 // Each tensor's scale is its own amax, whichever GEMM reads it: dout's one
 // scale serves both of its backward GEMMs, as on CUDA, where the cast and its
-// transposed copy share one Fp8Scale.
+// transposed copy share one Fp8Scale. A weight with an Fp8WeightCache is
+// quantised once per optimizer step, into the cache.
 #include <cstdint>
 #include <vector>
 
@@ -25,62 +26,79 @@
 namespace engine::cpu {
 namespace {
 
-// The E4M3 image of an f32 tensor, dequantised, in `storage`. A shard's amax
-// is max-reduced over its group first (`sharded`; ops::Fp8Shards), so it is
-// quantised on the whole tensor's grid.
-Tensor quantized_image(const Tensor& t, std::vector<float>& storage, const char* what, const ops::Fp8Shards* shards,
-                       bool sharded) {
+// The dequantised E4M3 image of the f32 tensor t in `out` (n floats). A
+// shard's amax is max-reduced over its group first (`sharded`;
+// ops::Fp8Options), so it is quantised on the whole tensor's grid.
+void write_image(const Tensor& t, float* out, const char* what, const ops::Fp8Options* fp8, bool sharded) {
   ENGINE_CHECK(t.dtype() == DType::kF32, what, " is ", t.describe(),
                ": the CPU's FP8 reference quantises f32 tensors (--precision fp8-emulated runs in fp32)");
   const std::int64_t n = t.numel();
   const float* x = t.data_as<const float>();
-  storage.resize(static_cast<std::size_t>(n));
   float amax = e4m3_amax(x, n);
-  if (sharded && shards != nullptr && shards->reduce_max)
-    shards->reduce_max(Tensor(&amax, Shape{1}, DType::kF32, DeviceType::kCpu));
+  if (sharded && fp8 != nullptr && fp8->reduce_max)
+    fp8->reduce_max(Tensor(&amax, Shape{1}, DType::kF32, DeviceType::kCpu));
   const float scale = e4m3_scale(amax);
   const float scale_inv = e4m3_scale_inv(scale);
 #pragma omp parallel for schedule(static) if (n > 32768)
-  for (std::int64_t i = 0; i < n; ++i) storage[i] = e4m3_to_float(e4m3_from_float(x[i] * scale)) * scale_inv;
+  for (std::int64_t i = 0; i < n; ++i) out[i] = e4m3_to_float(e4m3_from_float(x[i] * scale)) * scale_inv;
+}
+
+// The image of an activation or gradient, in `storage`.
+Tensor quantized_image(const Tensor& t, std::vector<float>& storage, const char* what, const ops::Fp8Options* fp8,
+                       bool sharded) {
+  storage.resize(static_cast<std::size_t>(t.numel()));
+  write_image(t, storage.data(), what, fp8, sharded);
   return Tensor(storage.data(), t.shape(), DType::kF32, DeviceType::kCpu);
+}
+
+// The image of a weight: from its cache when one is kept (made there on
+// first use, ops::Fp8WeightCache), else in `storage` like any operand.
+Tensor weight_image(const Tensor& w, std::vector<float>& storage, const char* what, const ops::Fp8Options* fp8) {
+  ops::Fp8WeightCache* cache = fp8 != nullptr ? fp8->weight_cache : nullptr;
+  if (cache == nullptr) return quantized_image(w, storage, what, fp8, fp8 != nullptr && fp8->weight);
+  ENGINE_CHECK(cache->storage.bytes() >= ops::fp8_weight_cache_bytes(DeviceType::kCpu, w.dim(0), w.dim(1)), what,
+               ": its FP8 cache holds ", cache->storage.bytes(), " bytes, too few for ", w.describe());
+  float* image = cache->storage.data_as<float>();
+  if (!cache->cast) {
+    write_image(w, image, what, fp8, fp8->weight);
+    cache->scaled = cache->cast = cache->transposed = true;  // the CPU's matmuls read the one image either way
+  }
+  return Tensor(image, w.shape(), DType::kF32, DeviceType::kCpu);
 }
 
 }  // namespace
 
 void fp8_matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
-                        const Tensor& pre_gelu, const ops::Fp8Shards* shards) {
+                        const Tensor& pre_gelu, const ops::Fp8Options* fp8) {
   std::vector<float> qi, qw;
-  const Tensor q_inp = quantized_image(inp, qi, "fp8 matmul_forward: inp", shards, shards && shards->inp);
-  const Tensor q_weight = quantized_image(weight, qw, "fp8 matmul_forward: weight", shards, shards && shards->weight);
+  const Tensor q_inp = quantized_image(inp, qi, "fp8 matmul_forward: inp", fp8, fp8 && fp8->inp);
+  const Tensor q_weight = weight_image(weight, qw, "fp8 matmul_forward: weight", fp8);
   matmul_forward(out, q_inp, q_weight, bias, pre_gelu);
 }
 
 void fp8_matmul_forward_add(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
-                            const Tensor& residual, const ops::Fp8Shards* shards) {
+                            const Tensor& residual, const ops::Fp8Options* fp8) {
   std::vector<float> qi, qw;
-  const Tensor q_inp = quantized_image(inp, qi, "fp8 matmul_forward_add: inp", shards, shards && shards->inp);
-  const Tensor q_weight =
-      quantized_image(weight, qw, "fp8 matmul_forward_add: weight", shards, shards && shards->weight);
+  const Tensor q_inp = quantized_image(inp, qi, "fp8 matmul_forward_add: inp", fp8, fp8 && fp8->inp);
+  const Tensor q_weight = weight_image(weight, qw, "fp8 matmul_forward_add: weight", fp8);
   matmul_forward_add(out, q_inp, q_weight, bias, residual);
 }
 
 void fp8_matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                          const Tensor& inp, const Tensor& weight, const Tensor& gelu_pre,
-                         const ops::Fp8Shards* shards) {
+                         const ops::Fp8Options* fp8) {
   // The bias gradient sums the unquantised output gradient.
   if (!dbias.empty()) matmul_backward(Tensor{}, Tensor{}, dbias, dout, inp, weight, Tensor{});
   if (dinp.empty() && dweight.empty()) return;
   std::vector<float> qd, qi, qw;
   // In CUDA's order (fp8_linear.cu): dout, then the weight for dinp, then the input for dweight.
-  const Tensor q_dout = quantized_image(dout, qd, "fp8 matmul_backward: dout", shards, shards && shards->dout);
+  const Tensor q_dout = quantized_image(dout, qd, "fp8 matmul_backward: dout", fp8, fp8 && fp8->dout);
   // Only what each asked-for product reads: the weight-gradient pass passes
   // dweight as a stand-in for the weight, which must not be quantised.
-  const Tensor q_weight = dinp.empty() ? weight
-                                       : quantized_image(weight, qw, "fp8 matmul_backward: weight", shards,
-                                                         shards && shards->weight);
+  const Tensor q_weight = dinp.empty() ? weight : weight_image(weight, qw, "fp8 matmul_backward: weight", fp8);
   const Tensor q_inp = dweight.empty()
                            ? inp
-                           : quantized_image(inp, qi, "fp8 matmul_backward: inp", shards, shards && shards->inp);
+                           : quantized_image(inp, qi, "fp8 matmul_backward: inp", fp8, fp8 && fp8->inp);
   matmul_backward(dinp, dweight, Tensor{}, q_dout, q_inp, q_weight, gelu_pre);
 }
 

@@ -128,6 +128,7 @@ void run_case(const Case& c, const Options& o) {
     }
     const double norm = std::sqrt(optim::grad_sum_of_squares(store.grads()));
     adamw.step(1e-4, optim::clip_factor(norm, 1.0));
+    stage.weights_changed();  // FP8: the weights are cast again in the next step, as in training
     engine::device_synchronize();
   };
   step();  // warm-up: first touches of memory, thread pools, cuBLASLt heuristics

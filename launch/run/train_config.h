@@ -152,6 +152,9 @@ struct TrainConfig {
   // and activations) and fp8-emulated (the CPU's f32 reference of the same
   // rounding, for tests), native otherwise.
   engine::ops::MatmulFormat matmul_format = engine::ops::MatmulFormat::kNative;
+  // FP8 weights cast once per optimizer step and kept (model::GptStage::set_fp8_weight_cache).
+  // Not a flag: test_parity_fp8 turns it off to check that keeping them changes no number.
+  bool fp8_weight_cache = true;
   model::Recompute recompute_mode = model::Recompute::kNone;
   model::AttentionFlops attention_flops_mode = model::AttentionFlops::kCausal;
   std::int64_t grad_accum = 1;  // micro-batches per data-parallel rank and step

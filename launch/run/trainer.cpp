@@ -170,6 +170,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
                                                         config.recompute_mode, data_parallel_->staged_units(),
                                                         sets.stash, sets.inputs));
     stages_.back()->set_matmul_format(config.matmul_format);
+    stages_.back()->set_fp8_weight_cache(config.fp8_weight_cache);
     stages_.back()->allocate(plan);
   }
   activations_ = engine::Arena(config.device_type, plan.used());
@@ -321,6 +322,7 @@ RunSummary Trainer::run_steps() {
       data_parallel_->before_update();
       optimizer_->step(lr, optim::clip_factor(norm, config_.grad_clip) * data_parallel_->update_scale());
       data_parallel_->after_update();
+      for (auto& stage : stages_) stage->weights_changed();  // FP8 weight copies are now stale
     }
     engine::device_synchronize();
     if (step > start_step_)

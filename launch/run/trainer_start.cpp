@@ -73,6 +73,7 @@ model::ParallelLayout Trainer::parallel_layout() const {
   l.seq_len = config_.seq_len;
   l.precision = config_.precision_mode;
   l.device = config_.device_type;
+  l.fp8_weight_copies = config_.matmul_format == engine::ops::MatmulFormat::kFp8E4M3 && config_.fp8_weight_cache;
   return l;
 }
 
@@ -130,6 +131,7 @@ model::RankMemory Trainer::allocated_memory() const {
   model::RankMemory a;
   const bool separate_working = store_->working().data() != store_->master().data();
   a.weights = store_->master().bytes() + (separate_working ? store_->working().bytes() : 0);
+  for (const auto& stage : stages_) a.weights += stage->fp8_weight_copy_bytes();
   a.grads = store_->grads().bytes();
   a.optimizer = optimizer_->state_bytes();
   a.activations = activations_.capacity();

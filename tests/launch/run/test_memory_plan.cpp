@@ -26,13 +26,14 @@ struct Case {
   int micro_batch;
   const char* preset = "gpt-micro";
   int virtual_stages = 1;  // > 1: the interleaved schedule, on 8 layers
+  const char* precision = "auto";  // fp8-emulated: the blocks' FP8 weight images too
 };
 
 std::string name(const Case& c) {
   std::ostringstream o;
   o << "tp" << c.tp << (c.sp ? "+sp" : "") << " pp" << c.pp << " dp" << c.dp << " zero" << c.zero << " " << c.recompute
     << " " << c.schedule << " mb" << c.micro_batch << " " << c.preset
-    << (c.virtual_stages > 1 ? " v" + std::to_string(c.virtual_stages) : std::string());
+    << (c.virtual_stages > 1 ? " v" + std::to_string(c.virtual_stages) : std::string()) << " " << c.precision;
   return o.str();
 }
 
@@ -63,6 +64,10 @@ TEST(MemoryPlan, EqualsWhatEveryLayoutAllocates) {
       {1, 4, 1, 0, false, "none", "zb-v", 1, "gpt-micro", 2},
       {2, 2, 1, 3, true, "full", "zb-v", 1, "llama-micro", 2},
       {1, 2, 2, 2, false, "selective", "zb-v", 2, "gpt-micro", 2},
+      // FP8 (the CPU's emulation): each block weight's FP8 image kept between optimizer steps.
+      {2, 2, 1, 0, true, "none", "1f1b", 1, "gpt-micro", 1, "fp8-emulated"},
+      {1, 4, 1, 0, false, "full", "interleaved", 1, "llama-micro", 2, "fp8-emulated"},
+      {1, 2, 2, 3, false, "selective", "zb-h1", 1, "llama-micro", 1, "fp8-emulated"},
   };
   for (const Case& k : cases) {
     launch::TrainConfig c = parity_config(dir, k.tp, k.pp, k.dp);
@@ -72,6 +77,7 @@ TEST(MemoryPlan, EqualsWhatEveryLayoutAllocates) {
     c.recompute = k.recompute;
     c.pipeline_schedule = k.schedule;
     c.micro_batch = k.micro_batch;
+    if (std::string(k.precision) != "auto") c.precision = k.precision;
     if (k.virtual_stages > 1) {
       c.n_layer = 8;
       c.virtual_stages = k.virtual_stages;

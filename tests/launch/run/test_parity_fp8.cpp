@@ -10,7 +10,7 @@
 // very tensors one process quantises (a micro-batch's activations, a layer's
 // whole weight), and keep parity_fixture.h's 1e-5. Tensor parallelism holds
 // shards of some operands; their amaxes are max-reduced over the group
-// (engine::ops::Fp8Shards), so every shard is scaled as its whole tensor and
+// (engine::ops::Fp8Options), so every shard is scaled as its whole tensor and
 // the first steps agree to 1e-9. But the group sums partial products in
 // another order, and E4M3 turns a last-bit difference at a rounding midpoint
 // into a jump of a whole code (2^-4 relative), which Adam carries on: the
@@ -176,6 +176,32 @@ TEST_F(ParityFp8, TensorParallelShardsShareTheWholeTensorsScale) {
       // Any tensor: a wrong scale or operand on one layer moves it by its own size.
       EXPECT_LE(d.params, 0.1) << what << " rank " << world_rank();
     });
+  }
+}
+
+// The trainer keeps each weight's FP8 form from its first use after an
+// optimizer step to the next step (engine::ops::Fp8WeightCache). Kept or
+// made at every use, every number must be the same: a cache not cleared
+// after an update, or filled from another layer's weight, would change them.
+TEST_F(ParityFp8, KeepingTheFp8WeightsChangesNothing) {
+  launch::TrainConfig uncached = config(1, 1, 1);
+  uncached.fp8_weight_cache = false;
+  const TrainedRun fresh = train_run(uncached, MPI_COMM_SELF);
+  EXPECT_EQ(fresh.summary.losses, ref_->summary.losses) << "one process";
+  EXPECT_TRUE(fresh.params == ref_->params) << "one process";
+  if (world_size() < 4) GTEST_SKIP() << "the layouts need 4 ranks";
+  launch::TrainConfig tp = config(2, 2, 1);  // tp shards reduce their amaxes once per step when kept
+  tp.pipeline_schedule = "zb-h1";
+  tp.recompute = "full";
+  launch::TrainConfig zero3 = config(1, 2, 2);  // ZeRO-3 gathers the same weights every micro-batch
+  zero3.zero = 3;
+  for (launch::TrainConfig c : {tp, zero3}) {
+    const std::string what = "tp " + std::to_string(c.tp) + " pp " + std::to_string(c.pp) + " dp " + std::to_string(c.dp);
+    const TrainedRun kept = train_run(c, MPI_COMM_WORLD);
+    c.fp8_weight_cache = false;
+    const TrainedRun remade = train_run(c, MPI_COMM_WORLD);
+    EXPECT_EQ(kept.summary.losses, remade.summary.losses) << what;
+    EXPECT_TRUE(kept.params == remade.params) << what << ", rank " << world_rank();
   }
 }
 
