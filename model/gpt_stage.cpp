@@ -105,6 +105,7 @@ std::size_t fp8_weight_copy_bytes_per_block(const GptConfig& config, TensorParal
 }
 
 void GptStage::allocate_fp8_weight_caches(engine::DeviceType device) {
+  for (TransformerBlock& block : blocks_) block.set_fp8_weight_caches({});  // none point into what is freed next
   fp8_weights_.clear();
   fp8_weight_buffer_ = engine::Buffer();
   if (matmul_format_ != engine::ops::MatmulFormat::kFp8E4M3 || !keeps_fp8_weights_ || blocks_.empty()) return;

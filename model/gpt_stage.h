@@ -88,9 +88,9 @@ class GptStage {
   }
   // In FP8, keep each block weight's FP8 form from one use to the next
   // (engine::ops::Fp8WeightCache; default on): made on first use after each
-  // weights_changed(), in a buffer allocated with the activations (outside
-  // the memory plan, like the ops' scratch). Off: cast at every use (the
-  // tests compare the two).
+  // weights_changed(), in a buffer allocated by allocate() on a real arena
+  // (the memory plan counts it under weights). Off: cast at every use (the
+  // tests compare the two). Set both this and the format before allocate().
   void set_fp8_weight_cache(bool keep) { keeps_fp8_weights_ = keep; }
   std::size_t fp8_weight_copy_bytes() const { return fp8_weight_buffer_.bytes(); }
   // The weights changed (an optimizer step): every cached FP8 weight is stale.

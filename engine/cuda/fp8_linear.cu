@@ -130,7 +130,9 @@ CachedWeight cached_weight(const Tensor& weight, const ops::Fp8Options* fp8, con
   return c;
 }
 
-// The weight's scale, from its cache or computed now into `scale`.
+// The weight's scale, from its cache or computed now into `scale` (its amax;
+// scale and scale_inv follow from it in the cast that every caller enqueues
+// next, which is why `scaled` never stands without `cast` or `transposed`).
 void weight_scale(const Tensor& weight, const Fp8Scale& scale, ops::Fp8WeightCache* cache,
                   const ops::Fp8Options* fp8, cudaStream_t stream) {
   if (cache != nullptr && cache->scaled) return;
@@ -150,9 +152,12 @@ void forward_gemm(const Tensor& gemm_out, const Tensor& inp, const Tensor& weigh
   amax(inp, qx.scale, fp8, fp8 && fp8->inp, stream);
   fp8_cast(inp.data_as<const bf16>(), N * C, qx.scale, qx.data, stream);
   weight_scale(weight, qw.scale, cached.cache, fp8, stream);
-  if (cached.cache == nullptr || !cached.cache->cast) {
+  if (cached.cache == nullptr) {
     fp8_cast(weight.data_as<const bf16>(), OC * C, qw.scale, qw.data, stream);
-    if (cached.cache != nullptr) cached.cache->cast = true;
+  } else if (!cached.cache->cast) {
+    // Both copies from one read of the weight: the backward's W^T is kept too.
+    fp8_cast_transpose(weight.data_as<const bf16>(), OC, C, qw.scale, qw.data, cached.w_t.data, stream);
+    cached.cache->cast = cached.cache->transposed = true;
   }
   fp8_gemm(gemm_out.data(), DType::kBF16, qx.operand(), qw.operand(), N, OC, C, Fp8GemmOptions{}, stream);
 }

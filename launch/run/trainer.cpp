@@ -170,7 +170,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
                                                         config.recompute_mode, data_parallel_->staged_units(),
                                                         sets.stash, sets.inputs));
     stages_.back()->set_matmul_format(config.matmul_format);
-    stages_.back()->set_fp8_weight_cache(config.fp8_weight_cache);
+    stages_.back()->set_fp8_weight_cache(keeps_fp8_weight_copies());
     stages_.back()->allocate(plan);
   }
   activations_ = engine::Arena(config.device_type, plan.used());

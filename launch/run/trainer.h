@@ -104,6 +104,10 @@ class Trainer {
   model::RankMemory allocated_memory() const;
   const MemoryFigures& memory() const { return memory_; }
   model::ParallelLayout parallel_layout() const;
+  // Under --precision fp8, whether the stages keep each block weight's FP8
+  // form between optimizer steps: yes, unless ZeRO-3 shards the weights, whose
+  // whole FP8 copies (2 bytes a parameter on every rank) would undo its saving.
+  bool keeps_fp8_weight_copies() const;
 
   // The whole master weights of this rank's (tp, pp) part as f32, laid out
   // by registry(). Under ZeRO it is collective over the data-parallel group

@@ -73,8 +73,13 @@ model::ParallelLayout Trainer::parallel_layout() const {
   l.seq_len = config_.seq_len;
   l.precision = config_.precision_mode;
   l.device = config_.device_type;
-  l.fp8_weight_copies = config_.matmul_format == engine::ops::MatmulFormat::kFp8E4M3 && config_.fp8_weight_cache;
+  l.fp8_weight_copies = keeps_fp8_weight_copies();
   return l;
+}
+
+bool Trainer::keeps_fp8_weight_copies() const {
+  return config_.matmul_format == engine::ops::MatmulFormat::kFp8E4M3 && config_.fp8_weight_cache &&
+         zero_stage(config_, grid_) < 3;
 }
 
 model::RankMemory Trainer::planned_memory_before_allocating() const {

@@ -543,6 +543,42 @@ TEST(CudaFp8Linear, BackwardOpsMatchTheCpuReference) {
   }
 }
 
+// A weight kept in FP8 between uses (ops::Fp8WeightCache, one per block
+// weight in training) gives the numbers of a weight cast at every use, bit
+// for bit: filled by the first forward (copy and transposed copy in one
+// pass), read by the second and by the backward's dinp.
+TEST(CudaFp8Linear, ACachedWeightGivesTheSameNumbers) {
+  if (!gpu_visible()) GTEST_SKIP() << "no GPU";
+  if (!fp8_gemm_available()) GTEST_SKIP() << "no FP8 tensor cores (refusal checked)";
+  constexpr auto kFp8 = ops::MatmulFormat::kFp8E4M3;
+  const std::int64_t N = 128, C = 256, OC = 384;
+  std::mt19937 rng(23);
+  std::vector<float> inp = random_vector(N * C, rng, 1.0f), w = random_vector(OC * C, rng, 0.02f),
+                     dout = random_vector(N * OC, rng, 1e-3f), zeros(N * OC, 0.0f), zeros_in(N * C, 0.0f);
+  DevTensor d_inp(inp, {N, C}), d_w(w, {OC, C}), d_dout(dout, {N, OC}), out_plain(zeros, {N, OC}),
+      out_cached(zeros, {N, OC}), dinp_plain(zeros_in, {N, C}), dinp_cached(zeros_in, {N, C});
+  Buffer storage(kCuda, ops::fp8_weight_cache_bytes(kCuda, OC, C));
+  ops::Fp8WeightCache cache;
+  cache.storage = Tensor(storage.data(), Shape{static_cast<std::int64_t>(storage.bytes() / 4)}, DType::kF32, kCuda);
+  ops::Fp8Options cached;
+  cached.weight_cache = &cache;
+
+  ops::matmul_forward(out_plain.t, d_inp.t, d_w.t, Tensor{}, Tensor{}, kFp8);
+  for (int use = 0; use < 2; ++use) {
+    ops::matmul_forward(out_cached.t, d_inp.t, d_w.t, Tensor{}, Tensor{}, kFp8, &cached);
+    EXPECT_TRUE(cache.scaled && cache.cast && cache.transposed) << "use " << use;
+    EXPECT_EQ(out_cached.host(), out_plain.host()) << "forward, use " << use;
+  }
+  ops::matmul_backward(dinp_plain.t, Tensor{}, Tensor{}, d_dout.t, d_inp.t, d_w.t, Tensor{}, kFp8);
+  ops::matmul_backward(dinp_cached.t, Tensor{}, Tensor{}, d_dout.t, d_inp.t, d_w.t, Tensor{}, kFp8, &cached);
+  EXPECT_EQ(dinp_cached.host(), dinp_plain.host()) << "dinp from the cached transposed copy";
+  // A backward first (a cache cleared mid-step never is, but the op allows it): scale, then W^T only.
+  cache.invalidate();
+  ops::matmul_backward(dinp_cached.t, Tensor{}, Tensor{}, d_dout.t, d_inp.t, d_w.t, Tensor{}, kFp8, &cached);
+  EXPECT_TRUE(cache.scaled && cache.transposed && !cache.cast);
+  EXPECT_EQ(dinp_cached.host(), dinp_plain.host()) << "dinp filling the cache";
+}
+
 TEST(CudaFp8Linear, RefusesF32ActivationsNamingThem) {
   if (!gpu_visible()) GTEST_SKIP() << "no GPU";
   std::vector<float> inp(32 * 16, 1.0f), w(16 * 16, 1.0f), out(32 * 16, 0.0f);
