@@ -16,6 +16,7 @@
 // scale serves both of its backward GEMMs, as on CUDA, where the cast and its
 // transposed copy share one Fp8Scale. A weight with an Fp8WeightCache is
 // quantised once per optimizer step, into the cache.
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -43,19 +44,28 @@ void write_image(const Tensor& t, float* out, const char* what, const ops::Fp8Op
   for (std::int64_t i = 0; i < n; ++i) out[i] = e4m3_to_float(e4m3_from_float(x[i] * scale)) * scale_inv;
 }
 
-// The image of an activation or gradient, in `storage`.
-Tensor quantized_image(const Tensor& t, std::vector<float>& storage, const char* what, const ops::Fp8Options* fp8,
-                       bool sharded) {
-  storage.resize(static_cast<std::size_t>(t.numel()));
-  write_image(t, storage.data(), what, fp8, sharded);
-  return Tensor(storage.data(), t.shape(), DType::kF32, DeviceType::kCpu);
+// Where one call's images live, reused from call to call so that the step
+// loop allocates nothing after its first step: one buffer per operand role.
+enum Role { kInput, kWeight, kOutputGrad };
+float* image_storage(Role role, std::int64_t n) {
+  thread_local std::array<std::vector<float>, 3> storage;
+  std::vector<float>& v = storage[role];
+  if (static_cast<std::int64_t>(v.size()) < n) v.resize(static_cast<std::size_t>(n));
+  return v.data();
+}
+
+// The image of an activation or gradient.
+Tensor quantized_image(const Tensor& t, Role role, const char* what, const ops::Fp8Options* fp8, bool sharded) {
+  float* image = image_storage(role, t.numel());
+  write_image(t, image, what, fp8, sharded);
+  return Tensor(image, t.shape(), DType::kF32, DeviceType::kCpu);
 }
 
 // The image of a weight: from its cache when one is kept (made there on
-// first use, ops::Fp8WeightCache), else in `storage` like any operand.
-Tensor weight_image(const Tensor& w, std::vector<float>& storage, const char* what, const ops::Fp8Options* fp8) {
+// first use, ops::Fp8WeightCache), else like any operand.
+Tensor weight_image(const Tensor& w, const char* what, const ops::Fp8Options* fp8) {
   ops::Fp8WeightCache* cache = fp8 != nullptr ? fp8->weight_cache : nullptr;
-  if (cache == nullptr) return quantized_image(w, storage, what, fp8, fp8 != nullptr && fp8->weight);
+  if (cache == nullptr) return quantized_image(w, kWeight, what, fp8, fp8 != nullptr && fp8->weight);
   ENGINE_CHECK(cache->storage.bytes() >= ops::fp8_weight_cache_bytes(DeviceType::kCpu, w.dim(0), w.dim(1)), what,
                ": its FP8 cache holds ", cache->storage.bytes(), " bytes, too few for ", w.describe());
   float* image = cache->storage.data_as<float>();
@@ -70,17 +80,15 @@ Tensor weight_image(const Tensor& w, std::vector<float>& storage, const char* wh
 
 void fp8_matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
                         const Tensor& pre_gelu, const ops::Fp8Options* fp8) {
-  std::vector<float> qi, qw;
-  const Tensor q_inp = quantized_image(inp, qi, "fp8 matmul_forward: inp", fp8, fp8 && fp8->inp);
-  const Tensor q_weight = weight_image(weight, qw, "fp8 matmul_forward: weight", fp8);
+  const Tensor q_inp = quantized_image(inp, kInput, "fp8 matmul_forward: inp", fp8, fp8 && fp8->inp);
+  const Tensor q_weight = weight_image(weight, "fp8 matmul_forward: weight", fp8);
   matmul_forward(out, q_inp, q_weight, bias, pre_gelu);
 }
 
 void fp8_matmul_forward_add(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
                             const Tensor& residual, const ops::Fp8Options* fp8) {
-  std::vector<float> qi, qw;
-  const Tensor q_inp = quantized_image(inp, qi, "fp8 matmul_forward_add: inp", fp8, fp8 && fp8->inp);
-  const Tensor q_weight = weight_image(weight, qw, "fp8 matmul_forward_add: weight", fp8);
+  const Tensor q_inp = quantized_image(inp, kInput, "fp8 matmul_forward_add: inp", fp8, fp8 && fp8->inp);
+  const Tensor q_weight = weight_image(weight, "fp8 matmul_forward_add: weight", fp8);
   matmul_forward_add(out, q_inp, q_weight, bias, residual);
 }
 
@@ -90,15 +98,13 @@ void fp8_matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor
   // The bias gradient sums the unquantised output gradient.
   if (!dbias.empty()) matmul_backward(Tensor{}, Tensor{}, dbias, dout, inp, weight, Tensor{});
   if (dinp.empty() && dweight.empty()) return;
-  std::vector<float> qd, qi, qw;
   // In CUDA's order (fp8_linear.cu): dout, then the weight for dinp, then the input for dweight.
-  const Tensor q_dout = quantized_image(dout, qd, "fp8 matmul_backward: dout", fp8, fp8 && fp8->dout);
+  const Tensor q_dout = quantized_image(dout, kOutputGrad, "fp8 matmul_backward: dout", fp8, fp8 && fp8->dout);
   // Only what each asked-for product reads: the weight-gradient pass passes
   // dweight as a stand-in for the weight, which must not be quantised.
-  const Tensor q_weight = dinp.empty() ? weight : weight_image(weight, qw, "fp8 matmul_backward: weight", fp8);
-  const Tensor q_inp = dweight.empty()
-                           ? inp
-                           : quantized_image(inp, qi, "fp8 matmul_backward: inp", fp8, fp8 && fp8->inp);
+  const Tensor q_weight = dinp.empty() ? weight : weight_image(weight, "fp8 matmul_backward: weight", fp8);
+  const Tensor q_inp =
+      dweight.empty() ? inp : quantized_image(inp, kInput, "fp8 matmul_backward: inp", fp8, fp8 && fp8->inp);
   matmul_backward(dinp, dweight, Tensor{}, q_dout, q_inp, q_weight, gelu_pre);
 }
 
