@@ -1,6 +1,7 @@
 #include "parallel/nccl_communicator.h"
 
 #include <algorithm>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -10,6 +11,7 @@
 #include "engine/cuda/context.h"
 #include "engine/device.h"
 #include "parallel/mpi_communicator.h"
+#include "parallel/nccl_host_double.h"
 #include "parallel/watchdog.h"
 
 namespace parallel {
@@ -83,7 +85,8 @@ class NcclPending final : public PendingOp {
 // them for asynchronous errors and waits for their streams too, the watchdog
 // aborts them before the job ends.
 struct LiveComm {
-  ncclComm_t comm;
+  ncclComm_t comm;               // NCCL's, or null for the test double
+  NcclHostDouble* host_double;   // the test double's, or null
   cudaStream_t stream;
   std::string name;
 };
@@ -104,7 +107,10 @@ void abort_live_comms() {
     std::lock_guard<std::mutex> lock(g_live_mutex);
     comms.swap(g_live);
   }
-  for (const LiveComm& c : comms) ncclCommAbort(c.comm);
+  for (const LiveComm& c : comms) {
+    if (c.comm) ncclCommAbort(c.comm);
+    if (c.host_double) c.host_double->abort();
+  }
 }
 
 // A peer that died or a network that failed shows up here, not as a return
@@ -113,6 +119,13 @@ void abort_live_comms() {
 // next: the error path's own clean-up, a destructor), then the error thrown.
 void check_async_errors() {
   for (const LiveComm& c : live_comms()) {
+    if (c.host_double) {
+      if (const auto error = c.host_double->async_error()) {
+        abort_live_comms();
+        ENGINE_FAIL("the NCCL test double reported an asynchronous error on the ", c.name, " communicator: ", *error);
+      }
+      continue;
+    }
     ncclResult_t state = ncclSuccess;
     if (ncclCommGetAsyncError(c.comm, &state) != ncclSuccess) continue;
     if (state == ncclSuccess || state == ncclInProgress) continue;
@@ -176,7 +189,8 @@ void watch_device_waits() {
 
 }  // namespace
 
-NcclCommunicator::NcclCommunicator(MPI_Comm group, std::string name) : Communicator(std::move(name)) {
+NcclCommunicator::NcclCommunicator(MPI_Comm group, std::string name, NcclTransport transport)
+    : Communicator(std::move(name)) {
   check_mpi(MPI_Comm_dup(group, &mpi_comm_), "MPI_Comm_dup", this->name());
   MPI_Comm_size(mpi_comm_, &size_);
   MPI_Comm_rank(mpi_comm_, &rank_);
@@ -194,33 +208,49 @@ NcclCommunicator::NcclCommunicator(MPI_Comm group, std::string name) : Communica
   // A group of one never reaches NCCL (the base class short-circuits it), so
   // it skips NCCL's initialisation, which costs tens of milliseconds.
   if (size_ == 1) return;
-  ncclUniqueId id{};
-  if (rank_ == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId", this->name());
-  check_mpi(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi_comm_), "MPI_Bcast(ncclUniqueId)", this->name());
-  check_nccl(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank", this->name());
+  if (transport == NcclTransport::kHostDouble) {
+    double_ = std::make_unique<NcclHostDouble>(mpi_comm_, this->name(), NcclDoubleOptions::from_environment());
+  } else {
+    ncclUniqueId id{};
+    if (rank_ == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId", this->name());
+    check_mpi(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi_comm_), "MPI_Bcast(ncclUniqueId)", this->name());
+    check_nccl(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank", this->name());
+  }
   {
     std::lock_guard<std::mutex> lock(g_live_mutex);
-    g_live.push_back({comm_, stream_, this->name()});
+    g_live.push_back({comm_, double_.get(), stream_, this->name()});
   }
   watch_device_waits();
 }
 
 NcclCommunicator::~NcclCommunicator() {
+  const bool connected = comm_ != nullptr || double_ != nullptr;  // size > 1
   bool live = false;  // false once aborted (an asynchronous error, or the watchdog)
-  if (comm_) {
+  if (connected) {
     std::lock_guard<std::mutex> lock(g_live_mutex);
-    const auto it = std::find_if(g_live.begin(), g_live.end(), [&](const LiveComm& c) { return c.comm == comm_; });
+    const auto it = std::find_if(g_live.begin(), g_live.end(), [&](const LiveComm& c) {
+      return c.stream == stream_;
+    });
     live = it != g_live.end();
     if (live) g_live.erase(it);
   }
   ncclResult_t state = ncclSuccess;
-  if (live && ncclCommGetAsyncError(comm_, &state) == ncclSuccess && state != ncclSuccess && state != ncclInProgress) {
+  if (live && comm_ && ncclCommGetAsyncError(comm_, &state) == ncclSuccess && state != ncclSuccess &&
+      state != ncclInProgress) {
     ncclCommAbort(comm_);  // its kernels wait for a failed peer: neither synchronise nor destroy
     live = false;
   }
-  // An aborted communicator's stream may hold kernels that never finish: skip it.
+  if (live && double_ && (double_->async_error() || std::uncaught_exceptions() > 0)) {
+    double_->abort();  // its wait kernels let go; the stream then drains
+    live = false;
+  } else if (!live && double_) {
+    double_->abort();
+  }
+  // An aborted NCCL communicator's stream may hold kernels that never finish:
+  // skip it. The double's abort releases its kernels, so its stream drains.
   if (stream_ && (live || !comm_)) cudaStreamSynchronize(stream_);
-  if (live) ncclCommDestroy(comm_);
+  if (live && comm_) ncclCommDestroy(comm_);
+  double_.reset();
   if (ready_) cudaEventDestroy(ready_);
   if (stream_) cudaStreamDestroy(stream_);
   int finalized = 0;
@@ -240,6 +270,9 @@ void NcclCommunicator::check_device(const char* call, const Tensor& t) const {
 
 void NcclCommunicator::begin(const char* call, std::initializer_list<const Tensor*> tensors) {
   for (const Tensor* t : tensors) check_device(call, *t);
+  // The double makes the kernels before the collective late, so a transfer
+  // that did not wait for them would stage stale bytes.
+  if (double_) double_->delay(engine::cuda::current_stream());
   // The comm stream starts after everything already queued on the compute stream.
   check_cuda(cudaEventRecord(ready_, engine::cuda::current_stream()), "cudaEventRecord", name());
   check_cuda(cudaStreamWaitEvent(stream_, ready_, 0), "cudaStreamWaitEvent", name());
@@ -254,6 +287,10 @@ CommHandle NcclCommunicator::end() {
 
 CommHandle NcclCommunicator::start_all_reduce(const Tensor& inout, ReduceOp op) {
   begin("all_reduce", {&inout});
+  if (double_) {
+    double_->all_reduce(inout, op, stream_);
+    return end();
+  }
   check_nccl(ncclAllReduce(inout.data(), inout.data(), static_cast<size_t>(inout.numel()),
                            nccl_type(inout.dtype()), nccl_op(op), comm_, stream_),
              "ncclAllReduce", name());
@@ -264,6 +301,10 @@ CommHandle NcclCommunicator::start_reduce_scatter(const Tensor& in, const Tensor
   // NCCL is in place exactly when out is my slice of in, the aliasing the
   // base class allows.
   begin("reduce_scatter", {&in, &out});
+  if (double_) {
+    double_->reduce_scatter(in, out, op, stream_);
+    return end();
+  }
   check_nccl(ncclReduceScatter(in.data(), out.data(), static_cast<size_t>(out.numel()),
                                nccl_type(in.dtype()), nccl_op(op), comm_, stream_),
              "ncclReduceScatter", name());
@@ -272,6 +313,10 @@ CommHandle NcclCommunicator::start_reduce_scatter(const Tensor& in, const Tensor
 
 CommHandle NcclCommunicator::start_all_gather(const Tensor& in, const Tensor& out) {
   begin("all_gather", {&in, &out});
+  if (double_) {
+    double_->all_gather(in, out, stream_);
+    return end();
+  }
   check_nccl(ncclAllGather(in.data(), out.data(), static_cast<size_t>(in.numel()), nccl_type(in.dtype()),
                            comm_, stream_),
              "ncclAllGather", name());
@@ -280,6 +325,10 @@ CommHandle NcclCommunicator::start_all_gather(const Tensor& in, const Tensor& ou
 
 CommHandle NcclCommunicator::start_broadcast(const Tensor& t, int root) {
   begin("broadcast", {&t});
+  if (double_) {
+    double_->broadcast(t, root, stream_);
+    return end();
+  }
   check_nccl(ncclBroadcast(t.data(), t.data(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()), root,
                            comm_, stream_),
              "ncclBroadcast", name());
@@ -288,6 +337,10 @@ CommHandle NcclCommunicator::start_broadcast(const Tensor& t, int root) {
 
 CommHandle NcclCommunicator::start_all_to_all(const Tensor& in, const Tensor& out) {
   begin("all_to_all", {&in, &out});
+  if (double_) {
+    double_->all_to_all(in, out, stream_);
+    return end();
+  }
   const std::int64_t block = in.numel() / size_;
   const ncclDataType_t type = nccl_type(in.dtype());
   check_nccl(ncclGroupStart(), "ncclGroupStart", name());
@@ -304,6 +357,10 @@ CommHandle NcclCommunicator::start_all_to_all(const Tensor& in, const Tensor& ou
 CommHandle NcclCommunicator::start_p2p(std::span<const P2POp> ops) {
   for (const P2POp& op : ops) check_device("send/recv", op.tensor);
   begin("send/recv", {});
+  if (double_) {
+    double_->p2p(ops, stream_);
+    return end();
+  }
   // One group: the sends and receives of the batch progress together, so two
   // ranks that exchange messages cannot wait on each other's send.
   check_nccl(ncclGroupStart(), "ncclGroupStart", name());
@@ -324,7 +381,7 @@ void NcclCommunicator::do_barrier() {
   check_mpi(MPI_Barrier(mpi_comm_), "MPI_Barrier", name());
 }
 
-GridComms make_nccl_comms(const ProcessGrid& grid, MPI_Comm world) {
+GridComms make_nccl_comms(const ProcessGrid& grid, MPI_Comm world, NcclTransport transport) {
   check_grid_matches(grid, world);
   GridComms comms;
   // Same order on every rank: each ncclCommInitRank blocks until its whole
@@ -333,7 +390,7 @@ GridComms make_nccl_comms(const ProcessGrid& grid, MPI_Comm world) {
     MPI_Comm group = MPI_COMM_NULL;
     check_mpi(MPI_Comm_split(world, grid.group_color(axis), grid.rank(axis), &group), "MPI_Comm_split",
               axis_name(axis));
-    auto comm = std::make_unique<NcclCommunicator>(group, axis_name(axis));
+    auto comm = std::make_unique<NcclCommunicator>(group, axis_name(axis), transport);
     MPI_Comm_free(&group);  // the communicator keeps its own duplicate
     return comm;
   };

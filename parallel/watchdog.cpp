@@ -1,5 +1,7 @@
 #include "parallel/watchdog.h"
 
+#include "engine/check.h"
+
 #include <sched.h>
 
 #include <algorithm>
@@ -52,6 +54,10 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
+// Set on a background thread (WatchdogBackgroundThread): its waits neither
+// join roll calls nor time out, and end when this flag is raised.
+thread_local const std::atomic<bool>* t_background_cancel = nullptr;
+
 class Watchdog {
  public:
   void install(MPI_Comm world, const WatchdogOptions& options) {
@@ -83,13 +89,18 @@ class Watchdog {
   void wait(const std::function<bool()>& test, const std::function<std::string()>& describe) {
     const Clock::time_point start = Clock::now();
     std::chrono::microseconds sleep = kFirstSleep;
+    const std::atomic<bool>* cancel = t_background_cancel;
+    // Roll calls and timeouts are the calling (MPI main) thread's business.
+    const bool watched = installed() && cancel == nullptr;
     for (long poll = 0;; ++poll) {
       if (test()) return;
+      if (cancel != nullptr && cancel->load(std::memory_order_acquire))
+        throw engine::Error("the wait for " + describe() + " was cancelled (its owner is shutting down)");
       const double waited = seconds_between(start, Clock::now());
       const bool spinning = waited < kSpinSeconds;
-      if (installed() && (!spinning || poll % kProbeEvery == 0) && roll_call_pending())
+      if (watched && (!spinning || poll % kProbeEvery == 0) && roll_call_pending())
         roll_call(describe, waited, /*timed_out=*/false);
-      if (installed() && options_.timeout_seconds > 0 && waited > timeout())
+      if (watched && options_.timeout_seconds > 0 && waited > timeout())
         roll_call(describe, waited, /*timed_out=*/true);
       if (spinning) {
         sched_yield();
@@ -261,6 +272,12 @@ Watchdog& watchdog() {
 void install_watchdog(MPI_Comm world, const WatchdogOptions& options) { watchdog().install(world, options); }
 void uninstall_watchdog() { watchdog().uninstall(); }
 bool watchdog_installed() { return watchdog().installed(); }
+
+WatchdogBackgroundThread::WatchdogBackgroundThread(const std::atomic<bool>* cancel)
+    : previous_(t_background_cancel) {
+  t_background_cancel = cancel;
+}
+WatchdogBackgroundThread::~WatchdogBackgroundThread() { t_background_cancel = previous_; }
 bool watchdog_roll_call_pending() { return watchdog().installed() && watchdog().roll_call_pending(); }
 
 void watchdog_set_step(std::int64_t step) { watchdog().step.store(step); }

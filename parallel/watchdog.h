@@ -44,11 +44,13 @@
 // turns those synchronisations into polls here, and aborts its
 // communicators before the job ends, as PyTorch's NCCL watchdog does).
 //
-// Threading: call from the thread that calls MPI (MPI_THREAD_FUNNELED).
+// Threading: call from the thread that calls MPI (MPI_THREAD_FUNNELED), or
+// from a thread marked WatchdogBackgroundThread (below).
 #pragma once
 
 #include <mpi.h>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -108,6 +110,23 @@ int wait_for_requests(int count, MPI_Request* requests, const std::function<std:
 // which may throw to end the wait with an error. A device synchronisation
 // behind NCCL collectives waits here.
 void wait_until(const std::function<bool()>& done, const std::function<std::string()>& describe);
+
+// Marks the calling thread, for its lifetime, as a background thread that
+// waits for MPI requests besides the main thread (the NCCL test double's
+// worker, parallel/host_collective_worker.h; MPI_THREAD_MULTIPLE): its waits
+// never join roll calls or time out (the main thread's waits for what the
+// worker serves do), and they throw engine::Error once `*cancel` is raised,
+// so the thread can be stopped while a peer never arrives.
+class WatchdogBackgroundThread {
+ public:
+  explicit WatchdogBackgroundThread(const std::atomic<bool>* cancel);
+  ~WatchdogBackgroundThread();
+  WatchdogBackgroundThread(const WatchdogBackgroundThread&) = delete;
+  WatchdogBackgroundThread& operator=(const WatchdogBackgroundThread&) = delete;
+
+ private:
+  const std::atomic<bool>* previous_;
+};
 
 // Runs `cleanup` on this rank just before the watchdog aborts the job on a
 // timeout (NCCL's communicators are aborted there, so no kernel is left

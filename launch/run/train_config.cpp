@@ -276,8 +276,8 @@ void TrainConfig::resolve(int cuda_devices, int world) {
   recompute_mode = model::parse_recompute(recompute);
   attention_flops_mode = model::parse_attention_flops(attention_flops);
   if (comm == "auto") comm = device_type == engine::DeviceType::kCuda && cuda_devices > 0 ? "nccl" : "mpi";
-  ENGINE_CHECK(comm != "nccl" || device_type == engine::DeviceType::kCuda,
-               "--comm nccl needs --device cuda (NCCL moves device memory); use --comm mpi on the CPU");
+  ENGINE_CHECK(!nccl_protocol() || device_type == engine::DeviceType::kCuda, "--comm ", comm,
+               " needs --device cuda (NCCL moves device memory); use --comm mpi on the CPU");
   ENGINE_CHECK(!(precision_mode == model::Precision::kBf16 && device_type == engine::DeviceType::kCpu),
                "--precision bf16 needs --device cuda; the CPU backend computes in fp32");
 }

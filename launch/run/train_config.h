@@ -95,7 +95,10 @@ struct TrainConfig {
   std::set<std::string> layout_given;
   int tp = 1, pp = 1;
   int dp = 0;                     // 0 = world size / (tp x pp)
-  std::string comm = "auto";      // auto | mpi | nccl
+  // auto | mpi | nccl, or nccl-double: NCCL's stream protocol with the bytes
+  // moved over MPI through host memory, for several ranks on one GPU (a test
+  // double set by the test fixture, not a flag: parallel/nccl_host_double.h).
+  std::string comm = "auto";
   std::string pipeline_schedule = "1f1b";  // 1f1b | afab | interleaved
   int virtual_stages = 1;                   // interleaved: chunks of layers per pipeline rank
   bool overlap_grad_reduce = true;  // start data-parallel reductions during the last backward
@@ -103,7 +106,7 @@ struct TrainConfig {
 
   // Memory.
   std::string recompute = "none";  // none | selective | full (model/recompute.h)
-  int zero = 0;                     // ZeRO stage over the data-parallel axis (0 or 1 so far)
+  int zero = 0;                     // ZeRO stage over the data-parallel axis (0-3)
   bool sequence_parallel = false;   // split layer norms and residuals over the tokens (needs tp > 1)
 
   // Run.
@@ -168,6 +171,8 @@ struct TrainConfig {
   // layout at once. Deterministic, so every rank agrees.
   void resolve(int cuda_devices, int world_size = 1);
   std::string describe() const;  // multi-line summary printed at start-up
+  // Device memory moves between ranks through NCCL's stream protocol (nccl, nccl-double).
+  bool nccl_protocol() const { return comm == "nccl" || comm == "nccl-double"; }
 };
 
 // Registers every flag on `app` bound to `config` (and --config for JSON).

@@ -52,11 +52,13 @@ int size_of(MPI_Comm world) {
 
 // Device traffic over MPI or NCCL.
 parallel::GridComms make_comms(const TrainConfig& config, const parallel::ProcessGrid& grid, MPI_Comm world) {
-  if (config.comm != "nccl") return parallel::make_mpi_comms(grid, world);
+  if (!config.nccl_protocol()) return parallel::make_mpi_comms(grid, world);
 #ifdef ENGINE_WITH_NCCL
-  return parallel::make_nccl_comms(grid, world);
+  return parallel::make_nccl_comms(grid, world,
+                                   config.comm == "nccl-double" ? parallel::NcclTransport::kHostDouble
+                                                                : parallel::NcclTransport::kNccl);
 #else
-  ENGINE_FAIL("--comm nccl: this engine was built without NCCL");
+  ENGINE_FAIL("--comm ", config.comm, ": this engine was built without NCCL");
 #endif
 }
 
@@ -128,7 +130,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
   layout_ = model::flat_layout(registry_, range_, tp_, mc.n_layer);
   // In ZB-V's V, rank 0 holds both uses of wte: one copy, nothing to sum.
   tied_ = std::make_unique<parallel::TiedEmbedding>(world, grid_, layout_.tied, layout_.tied_unit,
-                                                    config.comm == "nccl", mc.tied_embeddings,
+                                                    config.nccl_protocol(), mc.tied_embeddings,
                                                     placement_ == parallel::StagePlacement::kVShape);
 
   // --eval-only needs no training data.

@@ -61,13 +61,17 @@ inline void write_corpus(const TempDir& dir) {
 
 // The device the training tests run on: the CPU, unless ENGINE_TEST_DEVICE
 // names another (cuda: on a GPU machine the same checks run on CUDA tensors in
-// fp32, ranks sharing the GPU through the MPI communicator; examples/gpu/checks.sh).
+// fp32, ranks sharing the GPU; examples/gpu/checks.sh). The ranks then talk
+// through the MPI communicator, or with ENGINE_TEST_COMM=nccl-double through
+// NCCL's stream protocol over the test double (parallel/nccl_host_double.h).
 inline void use_test_device(launch::TrainConfig& c) {
   const char* env = std::getenv("ENGINE_TEST_DEVICE");
   c.device = env != nullptr && *env != '\0' ? env : "cpu";
   if (c.device != "cpu") {
     c.precision = "fp32";  // the parity rules are float32's
-    c.comm = "mpi";        // ranks share the one GPU; NCCL refuses that (the H100 run of 2026-11-23)
+    // Ranks share the one GPU, which NCCL itself refuses (the H100 run of 2026-11-23).
+    const char* comm = std::getenv("ENGINE_TEST_COMM");
+    c.comm = comm != nullptr && *comm != '\0' ? comm : "mpi";
   }
 }
 

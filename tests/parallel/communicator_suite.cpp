@@ -351,6 +351,9 @@ TEST_P(CommunicatorTest, WaitSecondsCountBlockedTime) {
     EXPECT_EQ(ra.get(), b.get());
     return;
   }
+  if (std::string(comm().backend()) == "nccl")
+    GTEST_SKIP() << "NCCL's wait() orders the compute stream after the transfer; the host does not block "
+                    "(parallel/communicator.h, \"Time accounting\")";
   for (bool blocking : {true, false}) {
     comm().barrier();
     comm().reset_wait_seconds();

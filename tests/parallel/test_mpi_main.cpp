@@ -3,21 +3,35 @@
 // every rank. Only rank 0 prints the usual report; other ranks print their
 // failures prefixed with the rank. The exit code is the maximum over ranks,
 // so a failure on any rank fails the test.
+//
+// On a GPU, device tensors go through the MPI communicator (staged through the
+// host); with ENGINE_TEST_COMM=nccl-double (and NCCL built in) the suites also
+// run over NcclCommunicator with the test double's transport
+// (parallel/nccl_host_double.h): NCCL's stream-and-event protocol with every
+// rank on the one GPU, random delays on both streams.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
+#include <string>
 
 #include "engine/device.h"
 #include "parallel/mpi_communicator.h"
+#ifdef ENGINE_WITH_NCCL
+#include "parallel/nccl_communicator.h"
+#endif
 #include "parallel/process_grid.h"
 #include "tests/parallel/communicator_suite.h"
 #include "tests/support/rank_failure_printer.h"
 
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  const char* test_comm = std::getenv("ENGINE_TEST_COMM");
+  const bool nccl_double = test_comm != nullptr && std::string(test_comm) == "nccl-double";
+  int provided = 0;  // the double's worker threads call MPI beside this one
+  MPI_Init_thread(&argc, &argv, nccl_double ? MPI_THREAD_MULTIPLE : MPI_THREAD_SINGLE, &provided);
   int world_size = 1, world_rank = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
@@ -42,6 +56,20 @@ int main(int argc, char** argv) {
         parallel_test::comms_under_test().push_back(
             {c->name() + "_size" + std::to_string(c->size()) + "_" + engine::device_name(device), c, device});
     parallel_test::pipeline_comms() = {&all_stages, comms.pp.get()};
+#ifdef ENGINE_WITH_NCCL
+    parallel::GridComms double_comms;
+    std::unique_ptr<parallel::NcclCommunicator> double_world;
+    if (nccl_double && engine::cuda_device_count() > 0) {
+      engine::cuda_set_device(0);  // every rank on the one GPU: what the double is for
+      double_comms = parallel::make_nccl_comms(grid, MPI_COMM_WORLD, parallel::NcclTransport::kHostDouble);
+      double_world = std::make_unique<parallel::NcclCommunicator>(MPI_COMM_WORLD, "world",
+                                                                 parallel::NcclTransport::kHostDouble);
+      for (parallel::Communicator* c : {static_cast<parallel::Communicator*>(double_world.get()), double_comms.tp.get(),
+                                        double_comms.dp.get(), double_comms.pp.get()})
+        parallel_test::comms_under_test().push_back(
+            {"ncclDouble_" + c->name() + "_size" + std::to_string(c->size()), c, engine::DeviceType::kCuda});
+    }
+#endif
 
     ::testing::InitGoogleTest(&argc, argv);
     if (world_rank != 0) {
