@@ -73,6 +73,11 @@ namespace parallel {
 using engine::Tensor;
 
 enum class ReduceOp { kSum, kMax };
+
+// Which Communicator a group of device ranks gets: MPI (host memory, device
+// tensors staged through it), NCCL, or NCCL's protocol over the test double
+// (parallel/nccl_host_double.h: several ranks on one GPU).
+enum class CommBackend { kMpi, kNccl, kNcclHostDouble };
 const char* reduce_op_name(ReduceOp op);
 
 // A communication in flight.

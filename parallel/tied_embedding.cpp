@@ -8,8 +8,8 @@
 
 namespace parallel {
 
-TiedEmbedding::TiedEmbedding(MPI_Comm world, const ProcessGrid& grid, FlatRange wte, int wte_unit, bool nccl,
-                             bool tied, bool ends_on_one_rank)
+TiedEmbedding::TiedEmbedding(MPI_Comm world, const ProcessGrid& grid, FlatRange wte, int wte_unit,
+                             CommBackend backend, bool tied, bool ends_on_one_rank)
     : wte_(wte), wte_unit_(wte_unit) {
   // One rank holds both uses of the one copy, or the head has its own weight
   // (every rank sees the same model, so all return here together).
@@ -20,9 +20,12 @@ TiedEmbedding::TiedEmbedding(MPI_Comm world, const ProcessGrid& grid, FlatRange 
                  &group);
   if (!holds_wte) return;
 #ifdef ENGINE_WITH_NCCL
-  if (nccl) comm_ = std::make_unique<NcclCommunicator>(group, "embedding");
+  if (backend != CommBackend::kMpi)
+    comm_ = std::make_unique<NcclCommunicator>(
+        group, "embedding",
+        backend == CommBackend::kNcclHostDouble ? NcclTransport::kHostDouble : NcclTransport::kNccl);
 #else
-  ENGINE_CHECK(!nccl, "the tied embedding's group over NCCL: this engine was built without NCCL");
+  ENGINE_CHECK(backend == CommBackend::kMpi, "the tied embedding's group over NCCL: this engine was built without NCCL");
 #endif
   if (!comm_) comm_ = std::make_unique<MpiCommunicator>(group, "embedding");
   MPI_Comm_free(&group);

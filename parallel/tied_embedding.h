@@ -28,13 +28,13 @@ class TiedEmbedding {
  public:
   // Collective over `world` (it splits the embedding groups). `wte`: the
   // copy's range in the whole flat layout and its unit index (only read on a
-  // rank that holds a copy). `nccl`: the group talks over NCCL, else MPI.
+  // rank that holds a copy). `backend`: the communicator the group gets.
   // `tied` false (a model with its own LM head): there is one copy, nothing
   // to sum, and no group is made. `ends_on_one_rank`: the pipeline's first
   // and last stages are chunks of one rank (ZB-V's V puts both on rank 0),
   // which holds one copy for both uses: nothing to sum either.
-  TiedEmbedding(MPI_Comm world, const ProcessGrid& grid, FlatRange wte, int wte_unit, bool nccl, bool tied = true,
-                bool ends_on_one_rank = false);
+  TiedEmbedding(MPI_Comm world, const ProcessGrid& grid, FlatRange wte, int wte_unit, CommBackend backend,
+                bool tied = true, bool ends_on_one_rank = false);
   ~TiedEmbedding();
 
   // True on the first and last pipeline stage when they are different ranks.

@@ -14,6 +14,7 @@
 #include "model/param_store.h"
 #include "model/recompute.h"
 #include "optim/adamw.h"
+#include "parallel/communicator.h"
 #include "optim/lr_schedule.h"
 #include "optim/onebit_adam.h"
 
@@ -173,6 +174,11 @@ struct TrainConfig {
   std::string describe() const;  // multi-line summary printed at start-up
   // Device memory moves between ranks through NCCL's stream protocol (nccl, nccl-double).
   bool nccl_protocol() const { return comm == "nccl" || comm == "nccl-double"; }
+  parallel::CommBackend comm_backend() const {
+    return comm == "nccl" ? parallel::CommBackend::kNccl
+           : comm == "nccl-double" ? parallel::CommBackend::kNcclHostDouble
+                                   : parallel::CommBackend::kMpi;
+  }
 };
 
 // Registers every flag on `app` bound to `config` (and --config for JSON).

@@ -55,8 +55,9 @@ parallel::GridComms make_comms(const TrainConfig& config, const parallel::Proces
   if (!config.nccl_protocol()) return parallel::make_mpi_comms(grid, world);
 #ifdef ENGINE_WITH_NCCL
   return parallel::make_nccl_comms(grid, world,
-                                   config.comm == "nccl-double" ? parallel::NcclTransport::kHostDouble
-                                                                : parallel::NcclTransport::kNccl);
+                                   config.comm_backend() == parallel::CommBackend::kNcclHostDouble
+                                       ? parallel::NcclTransport::kHostDouble
+                                       : parallel::NcclTransport::kNccl);
 #else
   ENGINE_FAIL("--comm ", config.comm, ": this engine was built without NCCL");
 #endif
@@ -130,7 +131,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
   layout_ = model::flat_layout(registry_, range_, tp_, mc.n_layer);
   // In ZB-V's V, rank 0 holds both uses of wte: one copy, nothing to sum.
   tied_ = std::make_unique<parallel::TiedEmbedding>(world, grid_, layout_.tied, layout_.tied_unit,
-                                                    config.nccl_protocol(), mc.tied_embeddings,
+                                                    config.comm_backend(), mc.tied_embeddings,
                                                     placement_ == parallel::StagePlacement::kVShape);
 
   // --eval-only needs no training data.
