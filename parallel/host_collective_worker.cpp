@@ -22,7 +22,8 @@ HostCollectiveWorker::HostCollectiveWorker(MPI_Comm group, std::string name, std
   ENGINE_CHECK(level == MPI_THREAD_MULTIPLE, "the ", name_,
                " communicator's worker thread calls MPI beside the main thread, which needs MPI initialised "
                "with MPI_THREAD_MULTIPLE (the test main does so under ENGINE_TEST_COMM=nccl-double)");
-  comm_ = std::make_unique<MpiCommunicator>(group, name_);
+  // Pageable staging: the worker makes no CUDA call (nccl_host_double.h).
+  comm_ = std::make_unique<MpiCommunicator>(group, name_, MpiCommunicator::HostStaging::kPageable);
   size_ = comm_->size();
   rank_ = comm_->rank();
   std::atomic_ref<std::uint64_t>(*word_).store(0, std::memory_order_release);

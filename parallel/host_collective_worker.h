@@ -24,6 +24,8 @@
 // - cancel() raises the word to kCancelled so every waiter lets go, stops
 //   the worker and ends a wait for a peer that never arrives; the NCCL
 //   double calls it where NCCL would be aborted (ncclCommAbort).
+// - CUDA: the worker makes no CUDA call (its MPI staging is pageable), so it
+//   never waits for the device that waits for it.
 // - MPI: the worker calls MPI while the main thread does, so MPI must be
 //   initialised with MPI_THREAD_MULTIPLE (checked, one line). Its waits are
 //   the watchdog's (parallel/watchdog.h) marked as a background thread: no roll
@@ -54,8 +56,10 @@ struct WorkerDelays {
 
 class HostCollectiveWorker {
  public:
-  // The word's value once cancelled: greater than any job number.
-  static constexpr std::uint64_t kCancelled = ~std::uint64_t{0};
+  // The word's value once cancelled: greater than any job number, and ahead
+  // of every one in the cyclic comparison a stream's wait on the word makes
+  // (cuStreamWaitValue64: (int64_t)(word - value) >= 0), which ~0 would not be.
+  static constexpr std::uint64_t kCancelled = std::uint64_t{1} << 62;
   // The work of one job: the group's host communicator, on the worker thread.
   using Job = std::function<void(Communicator&)>;
 

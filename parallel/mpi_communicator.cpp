@@ -126,7 +126,7 @@ class StagingPool : public std::enable_shared_from_this<StagingPool> {
     std::unique_ptr<HostBlock> block_;
   };
 
-  StagingPool() : pinned_(engine::cuda_device_count() > 0) {}
+  explicit StagingPool(bool pinned) : pinned_(pinned) {}
 
   Lease acquire(std::size_t bytes) {
     bytes = std::max<std::size_t>(bytes, 64);
@@ -282,8 +282,9 @@ constexpr int kP2PTag = 0;  // one tag: pairs match in posting order
 
 // ---- construction --------------------------------------------------------------
 
-MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name)
-    : Communicator(std::move(name)), staging_(std::make_shared<StagingPool>()) {
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, HostStaging staging)
+    : Communicator(std::move(name)),
+      staging_(std::make_shared<StagingPool>(staging == HostStaging::kPinnedWithGpu && engine::cuda_device_count() > 0)) {
   check_mpi(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup", this->name());
   check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", this->name());
   MPI_Comm_size(comm_, &size_);
@@ -291,7 +292,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name)
 }
 
 MpiCommunicator::MpiCommunicator(Adopt, MPI_Comm owned, std::string name)
-    : Communicator(std::move(name)), comm_(owned), staging_(std::make_shared<StagingPool>()) {
+    : Communicator(std::move(name)), comm_(owned), staging_(std::make_shared<StagingPool>(engine::cuda_device_count() > 0)) {
   check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", this->name());
   MPI_Comm_size(comm_, &size_);
   MPI_Comm_rank(comm_, &rank_);

@@ -45,9 +45,14 @@ class StagingPool;  // host staging buffers (mpi_communicator.cpp)
 
 class MpiCommunicator final : public Communicator {
  public:
+  // Where staging buffers live (device tensors, bf16 sums): pinned memory
+  // when a GPU is visible, or always pageable, which the NCCL test double's
+  // worker thread needs (it must make no CUDA call: cudaMallocHost and
+  // cudaFreeHost there would wait for the kernel that waits for the worker).
+  enum class HostStaging { kPinnedWithGpu, kPageable };
   // Communicates over a duplicate of `comm` (MPI_Comm_dup), so its messages
   // can never match anyone else's traffic on `comm`. Collective over `comm`.
-  MpiCommunicator(MPI_Comm comm, std::string name);
+  MpiCommunicator(MPI_Comm comm, std::string name, HostStaging staging = HostStaging::kPinnedWithGpu);
   // The members of `parent` that pass the same `color`, ranked by `key`
   // (MPI_Comm_split). Collective over `parent`.
   static std::unique_ptr<MpiCommunicator> split(MPI_Comm parent, int color, int key, std::string name);

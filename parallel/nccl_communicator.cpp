@@ -113,6 +113,15 @@ void abort_live_comms() {
   }
 }
 
+// The test double's communicators only: while an exception unwinds, one
+// communicator's stream may wait (through the compute stream's events) on
+// another's operation that its peers will never join; aborting every double
+// lets each stream drain in the destructors that follow.
+void abort_live_doubles() {
+  for (const LiveComm& c : live_comms())
+    if (c.host_double) c.host_double->abort();
+}
+
 // A peer that died or a network that failed shows up here, not as a return
 // code: NCCL's kernels keep waiting for it. On an error every communicator is
 // aborted first (its kernels would otherwise hang whatever synchronises
@@ -240,11 +249,10 @@ NcclCommunicator::~NcclCommunicator() {
     ncclCommAbort(comm_);  // its kernels wait for a failed peer: neither synchronise nor destroy
     live = false;
   }
-  if (live && double_ && (double_->async_error() || std::uncaught_exceptions() > 0)) {
-    double_->abort();  // its wait kernels let go; the stream then drains
+  if (double_ && (!live || double_->async_error() || std::uncaught_exceptions() > 0)) {
+    abort_live_doubles();  // their waits let go; the streams then drain
+    double_->abort();      // already out of the registry when it was found there
     live = false;
-  } else if (!live && double_) {
-    double_->abort();
   }
   // An aborted NCCL communicator's stream may hold kernels that never finish:
   // skip it. The double's abort releases its kernels, so its stream drains.

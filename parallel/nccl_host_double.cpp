@@ -1,6 +1,7 @@
 #include "parallel/nccl_host_double.h"
 
 #include <algorithm>
+#include <functional>
 #include <cstdlib>
 #include <string>
 
@@ -35,15 +36,6 @@ int world_rank() {
 constexpr std::size_t kAlign = 256;
 std::size_t aligned_bytes(std::size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
-// Pinned host memory an operation's bytes are staged in; reused once the host
-// function after its last copy has run.
-struct PinnedBlock {
-  void* data = nullptr;
-  std::size_t bytes = 0;
-  std::atomic<bool> busy{false};
-};
-
-// CUDA host functions: no CUDA calls inside (the runtime forbids them).
 struct ReadyNote {
   HostCollectiveWorker* worker;
   std::uint64_t job;
@@ -53,8 +45,14 @@ void CUDART_CB mark_job_ready(void* note) {
   n->worker->mark_ready(n->job);
   delete n;
 }
-void CUDART_CB release_block(void* block) {
-  static_cast<PinnedBlock*>(block)->busy.store(false, std::memory_order_release);
+struct ReleaseNote {
+  std::atomic<std::uint64_t>* released;
+  std::uint64_t bytes;
+};
+void CUDART_CB release_staging(void* note) {
+  auto* n = static_cast<ReleaseNote*>(note);
+  n->released->fetch_add(n->bytes, std::memory_order_release);
+  delete n;
 }
 
 }  // namespace
@@ -63,37 +61,41 @@ NcclDoubleOptions NcclDoubleOptions::from_environment() {
   NcclDoubleOptions o;
   o.max_delay_us = env_int("ENGINE_NCCL_DOUBLE_DELAY_US", o.max_delay_us);
   o.seed = static_cast<std::uint64_t>(env_int("ENGINE_NCCL_DOUBLE_SEED", static_cast<std::int64_t>(o.seed)));
+  o.staging_mb = env_int("ENGINE_NCCL_DOUBLE_STAGING_MB", o.staging_mb);
+  ENGINE_CHECK(o.staging_mb >= 1, "ENGINE_NCCL_DOUBLE_STAGING_MB must be at least 1, got ", o.staging_mb);
   return o;
 }
 
+// The staging ring: one pinned block, allocated once (a pinned allocation
+// during a step would be an implicit synchronisation of the device, ordering
+// unrelated streams as NCCL never does), handed out in the order operations
+// are queued and handed back in the same order, by a host function after
+// each operation's last copy on the communicator's one stream.
 struct NcclHostDouble::State {
-  using Block = PinnedBlock;
-  std::uint64_t* counter = nullptr;  // mapped: the worker writes it, the wait kernel reads it
+  std::uint64_t* counter = nullptr;  // mapped: the worker writes it, the stream waits on it
   std::unique_ptr<HostCollectiveWorker> worker;
-  std::vector<std::unique_ptr<Block>> blocks;
+  char* ring = nullptr;
+  std::uint64_t capacity = 0;
+  std::uint64_t taken = 0;                  // main thread: bytes handed out so far, wasted tails included
+  std::atomic<std::uint64_t> released{0};  // host functions: bytes handed back
 
   ~State() {
     worker.reset();  // joins the thread before the counter it writes is freed
-    for (const auto& b : blocks) cudaFreeHost(b->data);
+    if (ring) cudaFreeHost(ring);
     if (counter) cudaFreeHost(counter);
   }
 
-  // Main thread only. Growth allocates pinned memory (an implicit
-  // synchronisation of the device), so it happens in a run's first step.
-  Block* acquire(std::size_t bytes, const std::string& name) {
-    Block* best = nullptr;
-    for (const auto& b : blocks)
-      if (!b->busy.load(std::memory_order_acquire) && b->bytes >= bytes && (!best || b->bytes < best->bytes))
-        best = b.get();
-    if (!best) {
-      auto block = std::make_unique<Block>();
-      block->bytes = std::max<std::size_t>(bytes, std::size_t{1} << 20);
-      check_cuda(cudaHostAlloc(&block->data, block->bytes, cudaHostAllocDefault), "cudaHostAlloc", name);
-      blocks.push_back(std::move(block));
-      best = blocks.back().get();
-    }
-    best->busy.store(true, std::memory_order_relaxed);
-    return best;
+  // `bytes` of the ring (a multiple of kAlign); `consumed` what to hand back.
+  void* take(std::uint64_t bytes, std::uint64_t& consumed, const std::string& name) {
+    const std::uint64_t at = taken % capacity;
+    const std::uint64_t skip = at + bytes > capacity ? capacity - at : 0;  // never wrap an operation
+    consumed = skip + bytes;
+    const std::uint64_t in_flight = taken - released.load(std::memory_order_acquire);
+    ENGINE_CHECK(bytes <= capacity && in_flight + consumed <= capacity, "the ", name,
+                 " communicator's NCCL test double needs ", bytes, " bytes of staging with ", in_flight, " of its ",
+                 capacity, " in flight: raise ENGINE_NCCL_DOUBLE_STAGING_MB");
+    taken += consumed;
+    return ring + (skip > 0 ? 0 : at);
   }
 };
 
@@ -105,7 +107,13 @@ NcclHostDouble::NcclHostDouble(MPI_Comm group, std::string name, const NcclDoubl
   void* counter = nullptr;
   check_cuda(cudaHostAlloc(&counter, kAlign, cudaHostAllocMapped), "cudaHostAlloc(mapped counter)", name_);
   state_->counter = static_cast<std::uint64_t*>(counter);
-  // One seed per rank and group, so the groups' workers do not sleep in step.
+  *state_->counter = 0;
+  void* ring = nullptr;
+  state_->capacity = aligned_bytes(static_cast<std::size_t>(options.staging_mb) << 20);
+  check_cuda(cudaHostAlloc(&ring, state_->capacity, cudaHostAllocDefault), "cudaHostAlloc(staging)", name_);
+  state_->ring = static_cast<char*>(ring);
+  // One stream of delays per rank and group, so the groups' workers do not sleep in step.
+  random_.seed(random_() ^ std::hash<std::string>{}(name_));
   const WorkerDelays delays{options.max_delay_us, random_()};
   state_->worker = std::make_unique<HostCollectiveWorker>(group, name_, state_->counter, delays);
 }
@@ -131,14 +139,17 @@ void NcclHostDouble::abort() {
 }
 
 void NcclHostDouble::run(const std::vector<Staged>& tensors, HostWork work, cudaStream_t stream) {
+  // As NCCL after an error or an abort: nothing more is moved.
+  if (const auto error = state_->worker->error()) ENGINE_FAIL("the ", name_, " communicator failed earlier: ", *error);
+  ENGINE_CHECK(!aborted_, "the ", name_, " communicator was aborted; it moves nothing more");
   std::size_t total = 0;
   for (const Staged& s : tensors) total += aligned_bytes(s.device.bytes());
-  State::Block* block = state_->acquire(std::max<std::size_t>(total, kAlign), name_);
+  std::uint64_t consumed = 0;
+  char* staging = static_cast<char*>(state_->take(std::max<std::size_t>(total, kAlign), consumed, name_));
   std::vector<Tensor> host;
   std::size_t offset = 0;
   for (const Staged& s : tensors) {
-    host.emplace_back(static_cast<char*>(block->data) + offset, s.device.shape(), s.device.dtype(),
-                      engine::DeviceType::kCpu);
+    host.emplace_back(staging + offset, s.device.shape(), s.device.dtype(), engine::DeviceType::kCpu);
     offset += aligned_bytes(s.device.bytes());
   }
   for (std::size_t i = 0; i < tensors.size(); ++i)
@@ -150,13 +161,15 @@ void NcclHostDouble::run(const std::vector<Staged>& tensors, HostWork work, cuda
   const std::uint64_t job = worker->submit([work = std::move(work), host](Communicator& c) { work(c, host); });
   check_cuda(cudaLaunchHostFunc(stream, mark_job_ready, new ReadyNote{worker, job}), "cudaLaunchHostFunc", name_);
   engine::cuda::wait_for_host_counter(state_->counter, job, stream);
+  // Late results: a reader that did not wait for `done` reads stale bytes.
+  engine::cuda::delay_stream(random_delay_ns(), stream);
   for (std::size_t i = 0; i < tensors.size(); ++i)
     if (tensors[i].copy_out && tensors[i].device.bytes() > 0)
       check_cuda(cudaMemcpyAsync(tensors[i].device.data(), host[i].data(), tensors[i].device.bytes(),
                                  cudaMemcpyHostToDevice, stream),
                  "cudaMemcpyAsync(staging out)", name_);
-  engine::cuda::delay_stream(random_delay_ns(), stream);
-  check_cuda(cudaLaunchHostFunc(stream, release_block, block), "cudaLaunchHostFunc", name_);
+  check_cuda(cudaLaunchHostFunc(stream, release_staging, new ReleaseNote{&state_->released, consumed}),
+             "cudaLaunchHostFunc", name_);
 }
 
 void NcclHostDouble::all_reduce(const Tensor& inout, ReduceOp op, cudaStream_t stream) {

@@ -12,12 +12,17 @@
 //   2. a host function marks the job ready for the group's worker thread
 //      (parallel/host_collective_worker.h), which runs it over MPI on the
 //      staged bytes after a random delay;
-//   3. a one-thread kernel waits until the worker's completion counter (mapped
-//      host memory) reaches the job, as NCCL's kernels wait for their peers;
-//   4. host-to-device copies of its outputs;
-//   5. a random delay kernel, so that a reader that forgot to wait for the
+//   3. the stream waits until the worker's completion counter (mapped host
+//      memory) reaches the job, as NCCL's kernels wait for their peers
+//      (engine/cuda/host_signal.h: cuStreamWaitValue64, or a polling kernel);
+//   4. a random delay kernel, so that a reader that forgot to wait for the
 //      communicator's `done` event reads stale bytes;
-//   6. a host function hands the staging block back to the pool.
+//   5. host-to-device copies of its outputs;
+//   6. a host function hands the staging bytes back to the ring.
+// Staging is one pinned ring per communicator, allocated at construction
+// (ENGINE_NCCL_DOUBLE_STAGING_MB, default 64): a pinned allocation later
+// would synchronise the device implicitly. More bytes in flight at once
+// fail with a message naming the variable.
 // delay() puts a random delay on the compute stream before NcclCommunicator
 // records its `ready` event, so a transfer that forgot to wait for the
 // kernels producing its input copies stale bytes.
@@ -56,7 +61,8 @@ namespace parallel {
 struct NcclDoubleOptions {
   std::int64_t max_delay_us = 200;
   std::uint64_t seed = 1;
-  // ENGINE_NCCL_DOUBLE_DELAY_US and ENGINE_NCCL_DOUBLE_SEED, else the defaults.
+  std::int64_t staging_mb = 64;  // pinned staging of the operations in flight at once
+  // ENGINE_NCCL_DOUBLE_DELAY_US, _SEED and _STAGING_MB, else the defaults.
   static NcclDoubleOptions from_environment();
 };
 

@@ -91,7 +91,7 @@ class Watchdog {
     std::chrono::microseconds sleep = kFirstSleep;
     const std::atomic<bool>* cancel = t_background_cancel;
     // Roll calls and timeouts are the calling (MPI main) thread's business.
-    const bool watched = installed() && cancel == nullptr;
+    const bool watched = cancel == nullptr && installed();  // a background thread never reads comm_
     for (long poll = 0;; ++poll) {
       if (test()) return;
       if (cancel != nullptr && cancel->load(std::memory_order_acquire))
