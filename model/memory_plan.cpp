@@ -142,12 +142,33 @@ RankMemory with_slots(const StageFootprint& f, int slots, WeightPassSets sets) {
 
 }  // namespace
 
+std::size_t nccl_buffer_bytes(const GptConfig& config, const ParallelLayout& layout, int pp_rank) {
+  if (!layout.nccl) return 0;
+  const std::size_t collective = parallel::nccl_collective_bytes(layout.nccl_buffers);
+  std::size_t bytes = 0;
+  if (layout.tp > 1) bytes += collective;
+  if (layout.dp > 1) bytes += collective;
+  if (layout.pp > 1) {
+    // Neighbours: one for a pipeline of two; else up to two (the interleaved
+    // schedule's first and last stages talk to each other too).
+    bytes += parallel::nccl_point_to_point_bytes(layout.pp == 2 ? 1 : 2, layout.nccl_buffers);
+    // The tied embedding's pair (parallel/tied_embedding.h): none when one
+    // rank holds both ends (ZB-V's V) or the head has its own weight.
+    const bool holds_an_end = pp_rank == 0 || pp_rank == layout.pp - 1;
+    const bool ends_apart = parallel::stage_placement(layout.schedule) != parallel::StagePlacement::kVShape;
+    if (config.tied_embeddings && holds_an_end && ends_apart) bytes += collective;
+  }
+  return bytes;
+}
+
 RankMemory plan_stage_memory(const GptConfig& config, const ParallelLayout& layout, int pp_rank) {
   const std::vector<StageRange> chunks = pipeline_chunk_ranges(config, pp_rank, layout.pp, layout.virtual_stages,
                                                                parallel::stage_placement(layout.schedule));
-  if (chunks.size() > 1) return stage_footprint(config, layout, chunks, pp_rank).fixed;
-  return with_slots(stage_footprint(config, layout, chunks, pp_rank), activation_slots(layout, pp_rank),
-                    weight_pass_sets(layout, pp_rank));
+  RankMemory m = chunks.size() > 1 ? stage_footprint(config, layout, chunks, pp_rank).fixed
+                                   : with_slots(stage_footprint(config, layout, chunks, pp_rank),
+                                                activation_slots(layout, pp_rank), weight_pass_sets(layout, pp_rank));
+  m.communication = nccl_buffer_bytes(config, layout, pp_rank);
+  return m;
 }
 
 MemoryPlan plan_memory(const GptConfig& config, const ParallelLayout& layout) {
@@ -193,6 +214,7 @@ MemoryPlan plan_memory(const GptConfig& config, const ParallelLayout& layout) {
       match = &seen.back();
     }
     plan.stages.push_back(with_slots(match->footprint, activation_slots(layout, s), weight_pass_sets(layout, s)));
+    plan.stages.back().communication = nccl_buffer_bytes(config, layout, s);
   }
   return plan;
 }
@@ -205,6 +227,7 @@ RankMemory MemoryPlan::largest_of_each() const {
     m.optimizer = std::max(m.optimizer, s.optimizer);
     m.activations = std::max(m.activations, s.activations);
     m.staging = std::max(m.staging, s.staging);
+    m.communication = std::max(m.communication, s.communication);
   }
   return m;
 }

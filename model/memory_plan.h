@@ -21,6 +21,11 @@
 //               under a zero-bubble schedule the weight-gradient stashes
 //   staging     ZeRO-2/3 gather and reduce buffers at their bound
 //               (parallel/dp_zero_units.h)
+//   communication  NCCL's own buffers, one set per communicator of more than
+//               one rank this rank belongs to (tp, dp, pp, the tied
+//               embedding's pair): an estimate from NCCL's buffer sizes
+//               (parallel/nccl_memory.h), the one kind not allocated by the
+//               engine and so not exact; 0 without NCCL
 // The ZeRO paper's 16 Psi for mixed-precision Adam (2 + 2 + 12) counts fp16
 // gradients and an fp32 master inside the optimizer state; here the master
 // is under weights and gradients stay fp32 (4 + 2 + 4 + 8 = 18 Psi on CUDA).
@@ -37,6 +42,7 @@
 #include "model/gpt_config.h"
 #include "model/param_store.h"
 #include "model/recompute.h"
+#include "parallel/nccl_memory.h"
 #include "parallel/pipeline_schedule.h"
 
 namespace model {
@@ -57,6 +63,10 @@ struct ParallelLayout {
   // --precision fp8 with each block weight's FP8 form kept between optimizer
   // steps (model::GptStage::set_fp8_weight_cache): counted under weights.
   bool fp8_weight_copies = false;
+  // The ranks talk over NCCL (CUDA, --comm nccl): its buffers are counted
+  // under communication, at these sizes.
+  bool nccl = false;
+  parallel::NcclBufferSizes nccl_buffers;
 
   int zero_stage() const { return dp > 1 ? zero : 0; }
   int devices() const { return tp * pp * dp; }
@@ -64,8 +74,8 @@ struct ParallelLayout {
 
 // Bytes of one rank, by kind.
 struct RankMemory {
-  std::size_t weights = 0, grads = 0, optimizer = 0, activations = 0, staging = 0;
-  std::size_t total() const { return weights + grads + optimizer + activations + staging; }
+  std::size_t weights = 0, grads = 0, optimizer = 0, activations = 0, staging = 0, communication = 0;
+  std::size_t total() const { return weights + grads + optimizer + activations + staging + communication; }
 };
 
 struct MemoryPlan {
@@ -94,5 +104,12 @@ struct WeightPassSets {
 WeightPassSets weight_pass_sets(const ParallelLayout& layout, int pp_rank, int chunk = 0);
 // The same for a rank's own schedule (what the trainer builds its stages with).
 WeightPassSets weight_pass_sets(const std::vector<parallel::Action>& schedule, int chunk = 0);
+
+// NCCL's buffers on `pp_rank` (every tp and dp rank of a stage alike): a
+// collective set for each of the tp and dp groups of more than one rank and
+// for the tied embedding's pair (first and last stage, when they are
+// different ranks), a point-to-point set for the pipeline's neighbours.
+// 0 unless layout.nccl.
+std::size_t nccl_buffer_bytes(const GptConfig& config, const ParallelLayout& layout, int pp_rank);
 
 }  // namespace model

@@ -179,7 +179,7 @@ def write_plots(out_dir, rows, plan_summary):
     fig, ax = plt.subplots(figsize=(width, 4.5))
     have = [bool((r.get("memory") or {}).get("planned")) for r in ok]
     bottom = [0.0] * len(ok)
-    for part, color in zip(MEMORY_PARTS, ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")):
+    for part, color in zip(MEMORY_PARTS, ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:gray")):
         values = [mib(((r.get("memory") or {}).get("planned") or {}).get(part) or 0) for r in ok]
         ax.bar(x, values, bottom=bottom, label=part, color=color)
         bottom = [b + v for b, v in zip(bottom, values)]

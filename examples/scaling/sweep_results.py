@@ -20,7 +20,7 @@ LAYOUT_KEYS = ("tp", "pp", "dp", "micro_batch", "zero", "recompute", "schedule",
 # config.json (flag names) -> layout key
 CONFIG_KEYS = {"tp": "tp", "pp": "pp", "dp": "dp", "micro-batch": "micro_batch", "zero": "zero",
                "recompute": "recompute", "pipeline-schedule": "schedule", "sequence-parallel": "sequence_parallel"}
-MEMORY_PARTS = ("weights", "grads", "optimizer", "activations", "staging")
+MEMORY_PARTS = ("weights", "grads", "optimizer", "activations", "staging", "communication")
 
 
 def normalize_layout(values):

@@ -351,6 +351,9 @@ Prediction predict(const PlanRequest& r, const ParallelLayout& l) {
     as_run.schedule = parallel::ScheduleKind::kInterleaved;
     as_run.virtual_stages = chunks;
   }
+  // On GPUs the ranks talk over NCCL, whose own buffers count too (at
+  // NCCL's default sizes: parallel/nccl_memory.h).
+  as_run.nccl = c.device == engine::DeviceType::kCuda;
   const model::MemoryPlan memory = model::plan_memory(m, as_run);
   p.memory = memory.largest_of_each();
   for (const model::RankMemory& stage : memory.stages) p.stage_activations.push_back(stage.activations);
@@ -397,7 +400,8 @@ nlohmann::json prediction_json(const Prediction& p) {
                       {"grads", p.memory.grads},
                       {"optimizer", p.memory.optimizer},
                       {"activations", p.memory.activations},
-                      {"staging", p.memory.staging}}},
+                      {"staging", p.memory.staging},
+                      {"communication", p.memory.communication}}},
           {"stage_activations", p.stage_activations}};
 }
 

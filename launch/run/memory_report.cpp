@@ -1,5 +1,6 @@
 #include "launch/run/memory_report.h"
 
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -9,11 +10,14 @@ namespace launch {
 
 namespace {
 
-constexpr const char* kKinds[] = {"weights", "grads", "optimizer", "activations", "staging"};
+constexpr const char* kKinds[] = {"weights", "grads", "optimizer", "activations", "staging", "communication"};
+constexpr std::size_t kValues = std::size(kKinds) + 1;  // the kinds, then the total
 
 std::vector<double> as_values(const model::RankMemory& m) {
-  return {static_cast<double>(m.weights), static_cast<double>(m.grads), static_cast<double>(m.optimizer),
-          static_cast<double>(m.activations), static_cast<double>(m.staging), static_cast<double>(m.total())};
+  return {static_cast<double>(m.weights),     static_cast<double>(m.grads),
+          static_cast<double>(m.optimizer),   static_cast<double>(m.activations),
+          static_cast<double>(m.staging),     static_cast<double>(m.communication),
+          static_cast<double>(m.total())};
 }
 
 model::RankMemory from_values(const double* v) {
@@ -23,12 +27,14 @@ model::RankMemory from_values(const double* v) {
   m.optimizer = static_cast<std::size_t>(v[2]);
   m.activations = static_cast<std::size_t>(v[3]);
   m.staging = static_cast<std::size_t>(v[4]);
+  m.communication = static_cast<std::size_t>(v[5]);
   return m;
 }
 
 nlohmann::json as_json(const model::RankMemory& m, std::size_t total) {
   return {{"weights", m.weights},         {"grads", m.grads},     {"optimizer", m.optimizer},
-          {"activations", m.activations}, {"staging", m.staging}, {"total", total}};
+          {"activations", m.activations}, {"staging", m.staging}, {"communication", m.communication},
+          {"total", total}};
 }
 
 }  // namespace
@@ -53,9 +59,9 @@ MemoryFigures report_memory(std::ostream* out, parallel::Communicator& world, co
                    parallel::ReduceOp::kMax);
   MemoryFigures f;
   f.planned = from_values(held.data());
-  f.planned_total = static_cast<std::size_t>(held[5]);
-  f.allocated = from_values(held.data() + 6);
-  f.allocated_total = static_cast<std::size_t>(held[11]);
+  f.planned_total = static_cast<std::size_t>(held[kValues - 1]);
+  f.allocated = from_values(held.data() + kValues);
+  f.allocated_total = static_cast<std::size_t>(held[2 * kValues - 1]);
   if (!out) return f;
   const parallel::Sharding& sharding = data_parallel.sharding();
   const std::string shard = " (" + data_parallel.name() + " shard)";
@@ -76,11 +82,13 @@ MemoryFigures report_memory(std::ostream* out, parallel::Communicator& world, co
        << model::recompute_name(notes.recompute) << ")";
   if (p.staging > 0)
     *out << ", " << data_parallel.name() << " gather/reduce buffers <= " << bytes(p.staging) << " (allocated as used)";
+  if (p.communication > 0)
+    *out << ", NCCL's buffers <= " << bytes(p.communication) << " (estimated from its buffer sizes, parallel/nccl_memory.h)";
   *out << "; total " << bytes(f.planned_total) << "\n";
   if (!f.matches()) {
     *out << "warning    the memory plan (model/memory_plan.h) differs from this run's allocations:";
     const std::vector<double> a = as_values(f.allocated), q = as_values(f.planned);
-    for (std::size_t i = 0; i < 5; ++i)
+    for (std::size_t i = 0; i + 1 < kValues; ++i)
       if (a[i] != q[i])
         *out << " " << kKinds[i] << " planned " << static_cast<std::size_t>(q[i]) << " B, allocated "
              << static_cast<std::size_t>(a[i]) << " B;";

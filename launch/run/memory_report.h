@@ -29,13 +29,14 @@ struct MemoryFigures {
   std::size_t planned_total = 0, allocated_total = 0;
   bool matches() const;  // the plan was exact
   // {"event": "memory", "planned": {weights, grads, optimizer, activations,
-  // staging, total}, "allocated": {...}} for the metrics file.
+  // staging, communication, total}, "allocated": {...}} for the metrics file.
   nlohmann::json event() const;
 };
 
 // Collective over `world`. `planned`: this rank's figures from the memory
 // plan; `allocated`: the same kinds as this run allocated them (staging at
-// the strategy's bound). Prints the "memory" line to `out` when it is
+// the strategy's bound; communication, NCCL's, as planned: the engine does not
+// allocate it). Prints the "memory" line to `out` when it is
 // non-null, and a warning naming each kind where the two differ (a bug in
 // the plan: the planner would mispredict too).
 MemoryFigures report_memory(std::ostream* out, parallel::Communicator& world, const model::RankMemory& planned,

@@ -74,6 +74,8 @@ model::ParallelLayout Trainer::parallel_layout() const {
   l.precision = config_.precision_mode;
   l.device = config_.device_type;
   l.fp8_weight_copies = keeps_fp8_weight_copies();
+  l.nccl = config_.comm == "nccl";  // the test double's staging is host memory
+  if (l.nccl) l.nccl_buffers = parallel::NcclBufferSizes::from_environment();
   return l;
 }
 
@@ -114,7 +116,10 @@ void Trainer::refuse_if_too_big(const model::RankMemory& planned) const {
          << " (rank " << grid_.world_rank() << ": parameters " << engine::format_bytes(planned.weights)
          << ", gradients " << engine::format_bytes(planned.grads) << ", optimizer state "
          << engine::format_bytes(planned.optimizer) << ", activations " << engine::format_bytes(planned.activations)
-         << ", ZeRO buffers " << engine::format_bytes(planned.staging) << ") but only "
+         << ", ZeRO buffers " << engine::format_bytes(planned.staging)
+         << (planned.communication > 0 ? ", NCCL's buffers (estimate) " + engine::format_bytes(planned.communication)
+                                       : std::string())
+         << ") but only "
          << engine::format_bytes(available) << (gpu ? " are free" : " are available (MemAvailable)")
          << ": use more ranks, ZeRO, recomputation, a smaller micro-batch or model (build/launch/plan predicts each)";
     error = what.str();
@@ -141,6 +146,8 @@ model::RankMemory Trainer::allocated_memory() const {
   a.optimizer = optimizer_->state_bytes();
   a.activations = activations_.capacity();
   a.staging = data_parallel_->staging_bound();
+  // NCCL allocates its own (lazily, at a communicator's first use): the plan's estimate stands for it.
+  a.communication = model::nccl_buffer_bytes(config_.model, parallel_layout(), grid_.pp_rank());
   return a;
 }
 

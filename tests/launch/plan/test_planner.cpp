@@ -215,7 +215,13 @@ TEST(Planner, PredictionsMoveAsTheMechanismsSay) {
   EXPECT_GT(zb.compute_seconds, pp_few.compute_seconds);
   EXPECT_LT(zb.compute_seconds, 1.1 * pp_few.compute_seconds);
   EXPECT_GT(zb.memory.activations, pp_few.memory.activations);
-  EXPECT_EQ(zb.memory_bytes_per_device, model::plan_memory(r.model, zb_layout).largest_total());
+  // The planner counts NCCL's buffers on GPUs (parallel/nccl_memory.h), as the trainer does under --comm nccl.
+  const auto with_nccl = [&](model::ParallelLayout l) {
+    l.nccl = r.cluster.device == engine::DeviceType::kCuda;
+    return l;
+  };
+  EXPECT_EQ(zb.memory_bytes_per_device, model::plan_memory(r.model, with_nccl(zb_layout)).largest_total());
+  EXPECT_GT(zb.memory.communication, 0u);
   // Per stage: 1F1B's stage s holds p - s micro-batches; ZB-H1's every stage p (F..W), stage 0 the same.
   ASSERT_EQ(zb.stage_activations.size(), 4u);
   ASSERT_EQ(pp_few.stage_activations.size(), 4u);
@@ -245,7 +251,7 @@ TEST(Planner, PredictionsMoveAsTheMechanismsSay) {
   EXPECT_GT(launch::zero_bubble_v_idle_seconds(4, 40, uneven, 0.0), launch::zero_bubble_v_idle_seconds(4, 8, uneven, 0.0));
   model::ParallelLayout v_run = v_layout;
   v_run.virtual_stages = 2;
-  EXPECT_EQ(zbv.memory_bytes_per_device, model::plan_memory(r.model, v_run).largest_total());
+  EXPECT_EQ(zbv.memory_bytes_per_device, model::plan_memory(r.model, with_nccl(v_run)).largest_total());
   // The split adds up.
   for (const auto& p : {base, full, z3, pp_few, zb, zbv})
     EXPECT_NEAR(p.compute_seconds + p.exposed_comm_seconds + p.bubble_seconds, p.step_seconds, 1e-9 * p.step_seconds);
@@ -372,6 +378,7 @@ TEST(Planner, InterleavedScheduleShrinksTheBubbleAndMultipliesTheSends) {
   model::ParallelLayout as_run = engine_interleaved.front().layout;
   as_run.schedule = parallel::ScheduleKind::kInterleaved;
   as_run.virtual_stages = 3;
+  as_run.nccl = r.cluster.device == engine::DeviceType::kCuda;  // NCCL's buffers, as the planner counts them
   EXPECT_EQ(engine_interleaved.front().memory_bytes_per_device, model::plan_memory(r.model, as_run).largest_total());
   EXPECT_GT(engine_interleaved.front().memory.activations, engine_plain.front().memory.activations);
   EXPECT_LT(engine_interleaved.front().bubble_seconds, engine_plain.front().bubble_seconds);
