@@ -39,6 +39,7 @@ struct Options {
   std::vector<int> tp, pp, micro_batch, zero, sequence_parallel;
   std::vector<std::string> recompute, schedule;
   std::string attention = "causal";
+  std::string precision = "auto";
   std::string software = "engine";
   int virtual_stages = 1;
   int top = 20;
@@ -87,6 +88,7 @@ launch::PlanRequest make_request(const Options& o) {
   r.devices = o.devices;
   r.cluster = launch::read_cluster_file(o.cluster);
   r.attention = model::parse_attention_flops(o.attention);
+  r.precision_flag = o.precision;
   r.software = o.software;
   r.virtual_stages = o.virtual_stages;
   r.tp = o.tp;
@@ -200,6 +202,9 @@ int run(int argc, char** argv) {
   app.add_option("--recompute", o.recompute, "Only these (none, selective, full)")->delimiter(',');
   app.add_option("--schedule", o.schedule, "Only these pipeline schedules (1f1b, afab, zb-h1, zb-v, interleaved with --virtual-stages 0)")->delimiter(',');
   app.add_option("--attention-flops", o.attention, "Attention FLOP convention of MFU: causal or full")->capture_default_str();
+  app.add_option("--precision", o.precision,
+                 "The run's --precision: auto (bf16 on GPUs, fp32 on CPUs), fp32, bf16, fp8 (memory with the FP8 weight "
+                 "copies; step time as bf16's) or fp8-emulated")->capture_default_str();
   app.add_option("--software", o.software,
                  "Implementation to model: engine (this engine), or megatron-lm-2021 (to check against Narayanan et al. 2021)")
       ->capture_default_str();

@@ -108,7 +108,11 @@ double zero_units_seconds(const std::vector<double>& units, const model::StageSe
 }  // namespace
 
 model::Precision PlanRequest::precision() const {
-  return cluster.device == engine::DeviceType::kCuda ? model::Precision::kBf16 : model::Precision::kFp32;
+  const bool cuda = cluster.device == engine::DeviceType::kCuda;
+  if (precision_flag == "auto") return cuda ? model::Precision::kBf16 : model::Precision::kFp32;
+  if (precision_flag == "fp8") return model::Precision::kBf16;
+  if (precision_flag == "fp8-emulated") return model::Precision::kFp32;
+  return model::parse_precision(precision_flag);
 }
 
 std::string PlanRequest::check() const {
@@ -125,6 +129,16 @@ std::string PlanRequest::check() const {
   if (devices < 1) add("--devices must be >= 1, got " + std::to_string(devices));
   if (cluster.devices_per_node < 1) add("the cluster needs devices_per_node >= 1");
   if (virtual_stages < 0) add("--virtual-stages must be >= 0 (0 = choose), got " + std::to_string(virtual_stages));
+  {
+    const bool cuda = cluster.device == engine::DeviceType::kCuda;
+    const std::string& p = precision_flag;
+    if (p != "auto" && p != "fp32" && p != "bf16" && p != "fp8" && p != "fp8-emulated")
+      add("--precision " + p + ": expected auto, fp32, bf16, fp8 or fp8-emulated");
+    else if (!cuda && (p == "bf16" || p == "fp8"))
+      add("--precision " + p + " runs on GPUs, and the cluster's devices are CPUs");
+    else if (cuda && p == "fp8-emulated")
+      add("--precision fp8-emulated is the CPU's reference, and the cluster's devices are GPUs (use fp8)");
+  }
   try {
     if (virtual_stages > 1 && !model::software_by_name(software, cluster.device).interleaved_schedule)
       add("--virtual-stages " + std::to_string(virtual_stages) + ": software '" + software +
@@ -199,6 +213,8 @@ std::vector<ParallelLayout> enumerate_layouts(const PlanRequest& r) {
                 l.seq_len = r.seq_len;
                 l.precision = r.precision();
                 l.device = r.cluster.device;
+                // As Trainer::keeps_fp8_weight_copies: not under ZeRO-3.
+                l.fp8_weight_copies = r.fp8_matmuls() && r.fp8_weight_cache && l.zero_stage() < 3;
                 if (pp > 1 && r.virtual_stages > 1 && !can_interleave(r, l)) continue;
                 if (sk == parallel::ScheduleKind::kZeroBubbleV &&
                     !parallel::zero_bubble_v_refusal(pp, r.model.n_layer).empty())

@@ -82,8 +82,18 @@ struct PlanRequest {
   // schedule; without it, as 1.
   int virtual_stages = 1;
 
-  // bf16 on CUDA, fp32 on the CPU: what `train` uses there.
+  // The run's --precision: auto (bf16 on CUDA, fp32 on the CPU, what `train`
+  // uses there), fp32, bf16, fp8 (bf16 storage, the blocks' matmuls in E4M3)
+  // or fp8-emulated (its CPU reference). Under fp8 the memory side counts the
+  // blocks' FP8 weight copies where the trainer keeps them (below ZeRO-3,
+  // with fp8_weight_cache); the step time is bf16's: FP8's GEMM rate is not
+  // modelled until it has been measured (examples/gpu/fp8_check.sh).
+  std::string precision_flag = "auto";
+  bool fp8_weight_cache = true;  // train's hidden --fp8-weight-cache
+  // The storage precision the layouts run in.
   model::Precision precision() const;
+  // The blocks' matmuls in FP8 (fp8, fp8-emulated).
+  bool fp8_matmuls() const { return precision_flag == "fp8" || precision_flag == "fp8-emulated"; }
   // "" or one line naming what is wrong (sizes, the model's shape).
   std::string check() const;
 };

@@ -37,6 +37,8 @@ void choose_layout(TrainConfig& c, const std::set<std::string>& given) {
   r.devices = c.world_size;
   r.cluster = read_cluster_file(c.cluster);
   r.attention = model::parse_attention_flops(c.attention_flops);
+  r.precision_flag = c.precision;  // not resolved yet: auto is the cluster's default
+  r.fp8_weight_cache = c.fp8_weight_cache;
   // What was given by hand is the only choice for that field.
   if (given.count("--tp")) r.tp = {c.tp};
   if (given.count("--pp")) r.pp = {c.pp};

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "launch/plan/planner.h"
+#include "model/gpt_stage.h"
 #include "model/step_cost.h"
 #include "parallel/comm_cost.h"
 
@@ -296,6 +297,66 @@ TEST(Planner, BadRequestsAreNamed) {
   EXPECT_NE(r.check().find("--devices"), std::string::npos);
   EXPECT_THROW(launch::plan(r), std::exception);
   EXPECT_THROW(model::software_by_name("deepspeed-9", engine::DeviceType::kCuda), std::exception);
+}
+
+// The run's --precision: its storage dtypes in every layout, and under fp8
+// the blocks' FP8 weight copies in the memory (where the trainer keeps them:
+// below ZeRO-3) at bf16's step time (FP8's GEMM rate is not modelled yet).
+TEST(Planner, PlansInTheRunsPrecision) {
+  launch::PlanRequest bf16 = gpt2_request(8);
+  bf16.tp = {2};
+  bf16.pp = {1};
+  bf16.micro_batch = {4};
+  bf16.recompute = {model::Recompute::kNone};
+  bf16.sequence_parallel = {0};
+  launch::PlanRequest fp8 = bf16, fp32 = bf16, uncached = bf16;
+  fp8.precision_flag = "fp8";
+  fp32.precision_flag = "fp32";
+  uncached.precision_flag = "fp8";
+  uncached.fp8_weight_cache = false;
+  const auto a = launch::plan(bf16), b = launch::plan(fp8), c = launch::plan(fp32), d = launch::plan(uncached);
+  ASSERT_EQ(a.size(), 4u);  // dp 4 at ZeRO 0..3
+  ASSERT_EQ(b.size(), a.size());
+  for (const auto& p : a) EXPECT_EQ(p.layout.precision, model::Precision::kBf16);
+  for (const auto& p : c) {
+    EXPECT_EQ(p.layout.precision, model::Precision::kFp32);
+    model::ParallelLayout l = p.layout;
+    l.nccl = true;
+    EXPECT_EQ(p.memory_bytes_per_device, model::plan_memory(bf16.model, l).largest_total());
+  }
+  const auto by_zero = [](const std::vector<launch::Prediction>& ps, int zero) {
+    for (const auto& p : ps)
+      if (p.layout.zero == zero) return p;
+    ADD_FAILURE() << "no layout at ZeRO " << zero;
+    return ps.front();
+  };
+  for (int zero = 0; zero <= 3; ++zero) {
+    const launch::Prediction plain = by_zero(a, zero), with_fp8 = by_zero(b, zero), no_cache = by_zero(d, zero);
+    EXPECT_EQ(with_fp8.layout.precision, model::Precision::kBf16);
+    EXPECT_EQ(with_fp8.layout.fp8_weight_copies, zero < 3) << "ZeRO " << zero;
+    EXPECT_FALSE(no_cache.layout.fp8_weight_copies);
+    EXPECT_EQ(no_cache.memory_bytes_per_device, plain.memory_bytes_per_device);
+    EXPECT_DOUBLE_EQ(with_fp8.step_seconds, plain.step_seconds);
+    if (zero < 3) {
+      // 2 bytes a block parameter of this tp rank: the E4M3 copy and its transpose (model/gpt_stage.h).
+      EXPECT_GT(with_fp8.memory.weights, plain.memory.weights);
+      EXPECT_EQ(with_fp8.memory.weights - plain.memory.weights,
+                static_cast<std::size_t>(bf16.model.n_layer) *
+                    model::fp8_weight_copy_bytes_per_block(bf16.model, model::TensorParallel{0, 2, false},
+                                                           engine::DeviceType::kCuda));
+    } else {
+      EXPECT_EQ(with_fp8.memory_bytes_per_device, plain.memory_bytes_per_device);
+    }
+  }
+  // Refused where the devices cannot run it, or misspelled.
+  launch::PlanRequest r = gpt2_request(8);
+  r.precision_flag = "fp8-emulated";
+  EXPECT_NE(r.check().find("fp8-emulated is the CPU's reference"), std::string::npos) << r.check();
+  r.precision_flag = "fp16";
+  EXPECT_NE(r.check().find("--precision fp16: expected"), std::string::npos) << r.check();
+  r.precision_flag = "fp8";
+  r.cluster.device = engine::DeviceType::kCpu;
+  EXPECT_NE(r.check().find("--precision fp8 runs on GPUs"), std::string::npos) << r.check();
 }
 
 // Megatron-LM's interleaved 1F1B (Narayanan et al. 2021, section 2.2.2):
