@@ -110,7 +110,7 @@ done
 # suite widens its models to head size 32 there: the bf16 attention kernels
 # take no head size 8).
 step parity_fp8 150 env ENGINE_TEST_DEVICE=cuda OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-  mpirun --oversubscribe -np 4 -x ENGINE_TEST_DEVICE -x OMP_NUM_THREADS=1 -x LD_LIBRARY_PATH \
+  mpirun --oversubscribe -np 4 -x ENGINE_TEST_DEVICE -x OMP_NUM_THREADS=1 -x LD_LIBRARY_PATH -x GTEST_COLOR=no \
   "$BUILD/tests/launch/run/test_parity_fp8"
 grep -E '^\[ *(OK|FAILED|PASSED|SKIPPED) *\]|Failure' "$OUT/parity_fp8.log" | sort | uniq -c | head -20
 

@@ -62,7 +62,7 @@ step() {
 }
 # gtest lines worth reading: verdicts, failures with their next lines.
 verdicts() { grep -aE -A2 '^\[ *(FAILED|PASSED|SKIPPED) *\]|Failure|tests passed|tests failed|error' "$1" |
-  grep -av '^\[ *OK' | head -${2:-30} | tee -a "$SUMMARY"; }
+  grep -av '^\[ *OK\|^\[ RUN' | head -${2:-30} | tee -a "$SUMMARY"; }
 
 note "==== nccl_double_check.sh $(date -u '+%Y-%m-%d %H:%M:%S UTC'), commit ${ENGINE_COMMIT:-unknown}, budget $BUDGET s"
 command -v nvidia-smi >/dev/null &&
@@ -80,7 +80,7 @@ source "$ROOT/examples/gpu/carried_env.sh"
 carried_env || true
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ENGINE_TEST_COMM=nccl-double OMP_NUM_THREADS=1
-MPIRUN=(mpirun --oversubscribe -x ENGINE_TEST_COMM -x OMP_NUM_THREADS -x LD_LIBRARY_PATH)
+MPIRUN=(mpirun --oversubscribe -x ENGINE_TEST_COMM -x OMP_NUM_THREADS -x LD_LIBRARY_PATH -x GTEST_COLOR=no)
 [ -n "${ENGINE_NCCL_DOUBLE_DELAY_US:-}" ] && MPIRUN+=(-x ENGINE_NCCL_DOUBLE_DELAY_US)
 [ -n "${ENGINE_NCCL_DOUBLE_SEED:-}" ] && MPIRUN+=(-x ENGINE_NCCL_DOUBLE_SEED)
 

@@ -7,17 +7,22 @@
 #   2. FP8     fp8_check.sh (issue 35): test_cuda_fp8 (casts, GEMM, the FP8
 #              linear ops), fp8_gemm_bench, then --precision fp8 as a training
 #              path (tokens/s against bf16, parity, losses, gradient cosines)
-#   3. Llama   llama_check.sh with LLAMA_BUILD=0 (issue 32): the family's CUDA
+#   3. double  the NCCL test double's first signal (issue 34): the worker test
+#              and the communicator suite over NCCL's stream protocol with
+#              four ranks on the GPU (test_parallel_mpi '*ncclDouble*', 60 s at
+#              most; the parity suites over it are nccl_double_check.sh's)
+#   4. Llama   llama_check.sh with LLAMA_BUILD=0 (issue 32): the family's CUDA
 #              ops, the model on CUDA against the CPU, qwen2.5-1.5b against
 #              PyTorch, in the time left
 #
 #   run  carry: [".gpu-deps"]  timeout_s: 595
 #        command: ENGINE_COMMIT=<hash> bash examples/gpu/next_lease.sh
 #
-# (.gpu-deps from examples/gpu/fetch_deps.sh, here, first.) $OUT gets five
+# (.gpu-deps from examples/gpu/fetch_deps.sh, here, first.) $OUT gets six
 # files, under the tool's eight: summary.txt (every verdict line),
-# build.tgz (inventory and build log), fp8_check.txt and fp8_logs.tgz, and
-# llama.tgz (llama_check's output, its summary and its packed logs).
+# build.tgz (inventory and build log), fp8_check.txt and fp8_logs.tgz,
+# double.txt, and llama.tgz (llama_check's output, its summary and its
+# packed logs).
 #
 #   NEXT_BUDGET_S   seconds in all (default 580)
 #   NEXT_FP8_S      seconds for step 2 (default 280; the GEMM-search variant of
@@ -39,7 +44,7 @@ note "==== next_lease.sh $(date -u '+%Y-%m-%d %H:%M:%S UTC'), commit ${ENGINE_CO
 t0=$(date +%s)
 mkdir -p "$FINAL/build"
 OUT=$FINAL/build ENGINE_BUILD_TARGETS="test_fp8_e4m3 test_cuda_fp8 fp8_gemm_bench train_step_bench fp8_gradient_check \
-train prepare test_parity_fp8 test_cuda_ops" SESSION_BUDGET_S=$(( $(left) < 300 ? $(left) : 300 )) \
+train prepare test_parity_fp8 test_cuda_ops test_parallel_mpi test_host_collective_worker" SESSION_BUDGET_S=$(( $(left) < 300 ? $(left) : 300 )) \
   bash "$ROOT/examples/gpu/session.sh" --stage build
 note "build: rc $?, $(( $(date +%s) - t0 )) s"
 tar -czf "$FINAL/build.tgz" -C "$FINAL" build && rm -rf "$FINAL/build"
@@ -57,7 +62,28 @@ else
   note "fp8_check: skipped, out of time"
 fi
 
-# 3. Llama in the time left, on the same build.
+# 3. The NCCL test double, briefly: the communicator suite over it at np 4.
+t0=$(date +%s)
+if [ "$(left)" -gt 150 ]; then
+  (
+    # shellcheck source=examples/gpu/carried_env.sh
+    source "$ROOT/examples/gpu/carried_env.sh"
+    carried_env || true
+    B=${ENGINE_BUILD_DIR:-$ROOT/build-gpu}
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ENGINE_TEST_COMM=nccl-double OMP_NUM_THREADS=1
+    run=(mpirun --oversubscribe -np 4 -x ENGINE_TEST_COMM -x OMP_NUM_THREADS -x LD_LIBRARY_PATH -x GTEST_COLOR=no)
+    timeout 20 "${run[@]}" "$B/tests/parallel/test_host_collective_worker" >"$FINAL/double.txt" 2>&1
+    echo "---- worker: rc $?" >>"$FINAL/double.txt"
+    timeout 40 "${run[@]}" "$B/tests/parallel/test_parallel_mpi" --gtest_filter='*ncclDouble*' >>"$FINAL/double.txt" 2>&1
+    echo "---- suite: rc $?" >>"$FINAL/double.txt"
+  )
+  note "double: $(( $(date +%s) - t0 )) s, $(grep -ac '^\[       OK \] .*ncclDouble' "$FINAL/double.txt") suite cases passed"
+  grep -aE '^---- |^\[  FAILED  \]|Failure|error' "$FINAL/double.txt" | head -20 >>"$SUMMARY"
+else
+  note "double: skipped, out of time ($(left) s left)"
+fi
+
+# 4. Llama in the time left, on the same build.
 t0=$(date +%s)
 llama_budget=$(( $(left) - 10 ))
 if [ "$llama_budget" -gt 60 ]; then
