@@ -22,6 +22,7 @@
 
 #include "engine/check.h"
 #include "engine/device.h"
+#include "launch/plan/cached_calibration.h"
 #include "launch/resilience/command_line.h"
 #include "launch/resilience/exit_codes.h"
 #include "launch/resilience/failure_agreement.h"
@@ -71,6 +72,17 @@ int train(int argc, char** argv) {
   // --layout auto chooses the layout flags not given by hand (in a --config file counts as by hand).
   for (const char* flag : launch::kAutoLayoutFlags)
     if (app.count(flag) > 0) config.layout_given.insert(flag);
+
+  // --layout auto without --cluster measures this job's machine once and
+  // caches it; every rank resolves the config alike, so all take part.
+  config.calibrate_machine = [](const launch::TrainConfig& c, std::string& note) {
+    std::optional<engine::DeviceType> device;
+    if (c.device == "cpu") device = engine::DeviceType::kCpu;
+    if (c.device == "cuda") device = engine::DeviceType::kCuda;
+    launch::CachedCalibration cached = launch::cached_calibration(MPI_COMM_WORLD, c.model.n_embd, device, 1.0);
+    note = cached.note;
+    return cached.cluster;
+  };
 
   // Flags first (a usage error), then the inputs they name (bad input):
   // neither is helped by a restart (launch/resilience/exit_codes.h).

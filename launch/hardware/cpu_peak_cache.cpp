@@ -9,6 +9,7 @@
 
 #include "engine/check.h"
 #include "launch/files/atomic_file.h"
+#include "launch/files/cache_dir.h"
 #include "launch/files/untrusted_json.h"
 #include "launch/hardware/cpu_peak.h"
 #include "launch/hardware/cpu_peak_internal.h"
@@ -25,17 +26,8 @@ constexpr const char* kCacheFormat = "gpt-engine CPU peak cache, version 1";
 }  // namespace
 
 std::string cpu_peak_cache_path() {
-  namespace fs = std::filesystem;
-  fs::path dir;
-  if (const char* v = std::getenv("ENGINE_CACHE_DIR"); v && *v)
-    dir = v;
-  else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
-    dir = fs::path(x) / "gpt-engine";
-  else if (const char* h = std::getenv("HOME"); h && *h)
-    dir = fs::path(h) / ".cache" / "gpt-engine";
-  else
-    return "";
-  return (dir / "cpu_peak.json").string();
+  const std::string dir = engine_cache_dir();
+  return dir.empty() ? "" : (std::filesystem::path(dir) / "cpu_peak.json").string();
 }
 
 std::string CpuPeakCache::key(const CpuIdentity& cpu, int threads) {

@@ -320,7 +320,11 @@ ClusterFile read_cluster_file_and_sources(const std::string& path) {
   ENGINE_CHECK(in.good(), where, " cannot be opened");
   std::ostringstream text;
   text << in.rdbuf();
-  const Json root = parse_strictly(text.str(), where);
+  return parse_cluster_file(text.str(), where);
+}
+
+ClusterFile parse_cluster_file(const std::string& text, const std::string& where) {
+  const Json root = parse_strictly(text, where);
   ENGINE_CHECK(root.is_object(), where, " must hold a JSON object, got ", shown(root));
   refuse_unknown(root, top_keys(), "", where);
 

@@ -56,6 +56,8 @@ struct ClusterFile {
 
 // Reads and checks `path`; throws engine::Error naming the file and the key.
 ClusterFile read_cluster_file_and_sources(const std::string& path);
+// The same checks on a file's text; `where` names it in messages.
+ClusterFile parse_cluster_file(const std::string& text, const std::string& where);
 parallel::Cluster read_cluster_file(const std::string& path);
 
 // Writes `cluster` and `sources` to `path` atomically (launch/files/atomic_file.h),

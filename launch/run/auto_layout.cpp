@@ -26,7 +26,8 @@ std::string layout_text(const Prediction& p) {
 }  // namespace
 
 void choose_layout(TrainConfig& c, const std::set<std::string>& given) {
-  ENGINE_CHECK(!c.cluster.empty(), "--layout auto needs --cluster FILE, the devices it plans for (measure this "
+  ENGINE_CHECK(!c.cluster.empty() || c.calibrate_machine,
+               "--layout auto needs --cluster FILE, the devices it plans for (measure this "
                "machine with `plan --calibrate --out FILE`, or see examples/scaling/clusters/)");
   ENGINE_CHECK(c.batch_tokens > 0 && c.batch_tokens % c.seq_len == 0, "--layout auto plans for a global batch: give "
                "--batch-tokens, a multiple of --seq-len ", c.seq_len, " (got ", c.batch_tokens, ")");
@@ -35,7 +36,12 @@ void choose_layout(TrainConfig& c, const std::set<std::string>& given) {
   r.seq_len = c.seq_len;
   r.global_batch = c.batch_tokens / c.seq_len;
   r.devices = c.world_size;
-  r.cluster = read_cluster_file(c.cluster);
+  if (c.cluster.empty()) {
+    r.cluster = c.calibrate_machine(c, c.auto_layout.cluster_source);
+  } else {
+    r.cluster = read_cluster_file(c.cluster);
+    c.auto_layout.cluster_source = "cluster file " + c.cluster;
+  }
   r.attention = model::parse_attention_flops(c.attention_flops);
   r.precision_flag = c.precision;  // not resolved yet: auto is the cluster's default
   r.fp8_weight_cache = c.fp8_weight_cache;

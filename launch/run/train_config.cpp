@@ -314,7 +314,7 @@ std::string TrainConfig::describe() const {
       << "\n";
   if (!auto_layout.chosen.empty())
     out << "auto       " << auto_layout.chosen << ": the fastest of " << auto_layout.candidates
-        << " layouts the planner ranked for " << cluster << " (predicted "
+        << " layouts the planner ranked for " << auto_layout.cluster_source << " (predicted "
         << auto_layout.predicted_step_seconds * 1e3 << " ms/step, " << engine::format_bytes(auto_layout.predicted_memory_bytes)
         << " per device)\n";
   out << "device     " << device << ", precision " << model::precision_name(precision_mode);

@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <functional>
 #include <set>
 #include <string>
 
@@ -14,6 +15,7 @@
 #include "model/param_store.h"
 #include "model/recompute.h"
 #include "optim/adamw.h"
+#include "parallel/cluster.h"
 #include "parallel/communicator.h"
 #include "optim/lr_schedule.h"
 #include "optim/onebit_adam.h"
@@ -144,7 +146,14 @@ struct TrainConfig {
     double predicted_step_seconds = 0;
     std::size_t predicted_memory_bytes = 0;
     std::size_t candidates = 0;  // layouts ranked
+    std::string cluster_source;  // "cluster file X", or where the job's own calibration came from
   } auto_layout;
+  // --layout auto without --cluster: measures the job's machine and returns
+  // it as a cluster, with a note of where the figures came from. Set by
+  // train's main, which resolves the config on every rank of the job alike
+  // (the measurement is collective: launch/plan/cached_calibration.h); left
+  // empty, --layout auto needs --cluster.
+  std::function<parallel::Cluster(const TrainConfig&, std::string& note)> calibrate_machine;
   model::GptConfig model;
   optim::LrSchedule lr_schedule;
   optim::AdamWConfig adamw;

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -537,7 +538,7 @@ TEST_F(TrainCli, LayoutAutoChoosesWithThePlannerAndKeepsFlagsGivenByHand) {
   const Outcome chosen = run_train(dir_, args);
   ASSERT_EQ(chosen.exit_code, 0) << chosen.output;
   EXPECT_NE(chosen.output.find("auto       tp 1 pp 1 dp 1 micro-batch "), std::string::npos) << chosen.output;
-  EXPECT_NE(chosen.output.find("layouts the planner ranked for " + (dir_ / "cpu.json")), std::string::npos);
+  EXPECT_NE(chosen.output.find("layouts the planner ranked for cluster file " + (dir_ / "cpu.json")), std::string::npos);
   EXPECT_NE(chosen.output.find("layout auto: predicted "), std::string::npos) << chosen.output;
   const Outcome kept = run_train(dir_, args + " --micro-batch 2 --recompute selective");
   ASSERT_EQ(kept.exit_code, 0) << kept.output;
@@ -547,7 +548,6 @@ TEST_F(TrainCli, LayoutAutoChoosesWithThePlannerAndKeepsFlagsGivenByHand) {
 TEST_F(TrainCli, LayoutAutoRefusals) {
   const std::string args = "--model gpt-micro --seq-len 16 --batch-tokens 128 --steps 2 --device cpu "
                            "--train-data " + (dir_ / "train_*.bin") + " --layout auto";
-  expect_refused(args, "--layout auto needs --cluster FILE");
   write_cpu_cluster(dir_ / "tiny.json", 1e-6);
   expect_refused(args + " --cluster " + (dir_ / "tiny.json"), "--layout auto: no layout fits the ");
   const Outcome nearest = run_train(dir_, args + " --cluster " + (dir_ / "tiny.json"));
@@ -555,6 +555,40 @@ TEST_F(TrainCli, LayoutAutoRefusals) {
   expect_refused("--model gpt-micro --seq-len 16 --steps 2 --device cpu --train-data " + (dir_ / "train_*.bin") +
                      " --cluster " + (dir_ / "tiny.json"),
                  "--cluster is read by --layout auto only");
+}
+
+// --layout auto without --cluster: the job measures its machine (plan
+// --calibrate's measurements at the model's width), caches the cluster file
+// under ENGINE_CACHE_DIR and plans with it; the next job on the same machine
+// reads the cache; a damaged cache file is measured again and replaced.
+TEST_F(TrainCli, LayoutAutoWithoutAClusterCalibratesOnceAndCaches) {
+  const std::string cache = dir_ / "cache";
+  const std::string command = "ENGINE_CACHE_DIR=" + cache + " timeout 300 " + std::string(TRAIN_BIN) +
+                              " --model gpt-micro --seq-len 16 --batch-tokens 128 --steps 2 --device cpu "
+                              "--peak-tflops 1 --train-data " + (dir_ / "train_*.bin") + " --layout auto";
+  const auto run = [&](const std::string& name) {
+    const std::string log = dir_ / name;
+    const int status = std::system((command + " > " + log + " 2>&1").c_str());
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << read_text(log);
+    return read_text(log);
+  };
+  const std::string first = run("first.log");
+  EXPECT_NE(first.find("layouts the planner ranked for this machine, calibrated now in "), std::string::npos) << first;
+  EXPECT_NE(first.find("cached at " + cache + "/cluster-"), std::string::npos) << first;
+  EXPECT_NE(first.find("layout auto: predicted "), std::string::npos) << first;
+  std::vector<std::filesystem::path> files;
+  for (const auto& entry : std::filesystem::directory_iterator(cache))
+    if (entry.path().filename().string().rfind("cluster-", 0) == 0) files.push_back(entry.path());
+  ASSERT_EQ(files.size(), 1u);
+  const std::string second = run("second.log");
+  EXPECT_NE(second.find("ranked for this machine's cached calibration " + files.front().string()), std::string::npos)
+      << second;
+  EXPECT_EQ(second.find("calibrated now"), std::string::npos) << second;
+  std::ofstream(files.front(), std::ios::trunc) << "{\"name\": \"damaged\"";
+  const std::string third = run("third.log");
+  EXPECT_NE(third.find("calibrated now in "), std::string::npos) << third;
+  EXPECT_NE(third.find("the cached file was not used: it does not read as a cluster file"), std::string::npos) << third;
+  EXPECT_NE(read_text(files.front()).find("-calibrated ["), std::string::npos) << "the damaged file was not replaced";
 }
 
 // --layout auto on a pipeline: the planner chooses the interleaved
