@@ -29,20 +29,9 @@
 #include "launch/run/trainer.h"
 #include "model/gpt_params.h"
 #include "tests/launch/training_fixture.h"
+#include "tests/support/mpi_world.h"
 
 namespace test_support {
-
-inline int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
-inline int world_size() {
-  int s = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
 
 // One directory for all ranks: rank 0 makes it and writes the corpus,
 // everyone learns its name.

@@ -20,6 +20,7 @@
 #include "engine/tensor.h"
 #include "parallel/host_collective_worker.h"
 #include "parallel/watchdog.h"
+#include "tests/support/mpi_world.h"
 
 using engine::DType;
 using engine::Shape;
@@ -29,19 +30,12 @@ using parallel::HostCollectiveWorker;
 using parallel::P2POp;
 using parallel::WorkerDelays;
 
+using test_support::world_rank;
+using test_support::world_size;
+
 namespace {
 
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
 
 Tensor host_f32(std::vector<float>& v) {
   return engine::host_tensor(v.data(), Shape{static_cast<std::int64_t>(v.size())}, DType::kF32);

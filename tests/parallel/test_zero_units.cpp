@@ -14,6 +14,7 @@
 #include "parallel/mpi_communicator.h"
 #include "parallel/shard_layout.h"
 #include "parallel/zero_units.h"
+#include "tests/support/mpi_world.h"
 
 using engine::DType;
 using engine::Shape;
@@ -21,19 +22,12 @@ using engine::Tensor;
 using parallel::FlatRange;
 using parallel::ShardChunk;
 
+using test_support::world_rank;
+using test_support::world_size;
+
 namespace {
 
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
 
 // Three units of unequal sizes (each a multiple of the group size), with a
 // gap of padding after the second, as the registry lays them out.

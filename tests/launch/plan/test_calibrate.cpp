@@ -20,19 +20,12 @@
 #include "launch/plan/calibration_probes.h"
 #include "launch/plan/cluster_file.h"
 #include "tests/launch/training_fixture.h"
+#include "tests/support/mpi_world.h"
+
+using test_support::world_rank;
+using test_support::world_size;
 
 namespace {
-
-int world_rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
-int world_size() {
-  int size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
 
 // A folder every rank uses: rank 0's, removed when the test ends (after every rank is done with it).
 class SharedDir {

@@ -8,16 +8,13 @@
 #include <string>
 
 #include "launch/run/gpu_assignment.h"
+#include "tests/support/mpi_world.h"
+
+using test_support::world_rank;
 
 namespace {
 
 const char* kVars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"};
-
-int world_rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
 
 }  // namespace
 
