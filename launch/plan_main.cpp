@@ -89,6 +89,7 @@ launch::PlanRequest make_request(const Options& o) {
   r.cluster = launch::read_cluster_file(o.cluster);
   r.attention = model::parse_attention_flops(o.attention);
   r.precision_flag = o.precision;
+  r.nccl_buffers = parallel::NcclBufferSizes::from_environment();
   r.software = o.software;
   r.virtual_stages = o.virtual_stages;
   r.tp = o.tp;

@@ -73,49 +73,82 @@ int train(int argc, char** argv) {
   for (const char* flag : launch::kAutoLayoutFlags)
     if (app.count(flag) > 0) config.layout_given.insert(flag);
 
-  // --layout auto without --cluster measures this job's machine once and
-  // caches it; every rank resolves the config alike, so all take part.
-  config.calibrate_machine = [](const launch::TrainConfig& c, std::string& note) {
-    std::optional<engine::DeviceType> device;
-    if (c.device == "cpu") device = engine::DeviceType::kCpu;
-    if (c.device == "cuda") device = engine::DeviceType::kCuda;
-    launch::CachedCalibration cached = launch::cached_calibration(MPI_COMM_WORLD, c.model.n_embd, device, 1.0);
-    note = cached.note;
-    return cached.cluster;
-  };
+  // --layout auto without --cluster plans for this job's machine, measured
+  // (or read from the cache) by every rank together, between two resolves.
+  const launch::TrainConfig as_given = config;
+  config.may_calibrate = true;
 
   // Flags first (a usage error), then the inputs they name (bad input):
   // neither is helped by a restart (launch/resilience/exit_codes.h).
   std::string error;
   int failure = launch::kExitUsage;
+  std::optional<std::int64_t> calibration_width;  // set when resolve() asks for the machine's calibration
   // Rank 0 holds the run folder for the whole job (launch/run/run_lock.h).
   // Taken before the input checks, which write probe files there: a second
   // job on the folder is refused before it writes anything, and every rank
   // learns of it through the agreement below.
   std::optional<launch::RunFolderLock> run_folder_lock, checkpoint_folder_lock, log_file_lock;
-  try {
-    config.resolve(config.device == "cpu" ? 0 : engine::cuda_device_count(), world);
-    failure = launch::kExitBadInput;
-    // Before the run folder's lock and the output probes: a resume that
-    // finds nothing writes nothing.
-    launch::check_resume_source(config);
-    // --eval-only writes nothing in the folder: it may score a running job's checkpoints.
-    if (rank == 0 && !config.run_dir.empty() && !config.eval_only) run_folder_lock.emplace(config.run_dir);
-    launch::check_inputs(config);
-    // A checkpoint folder of its own (not the run folder's) is held too, once
-    // the inputs passed: a refused start leaves no lock file in it.
-    if (rank == 0 && !config.eval_only && !config.checkpoint_dir.empty() && !config.checkpoint_dir_from_run_dir)
-      checkpoint_folder_lock.emplace(config.checkpoint_dir, "--checkpoint-dir");
-    // So is a metrics file of its own: two jobs appending to it would interleave their steps.
-    if (rank == 0 && !config.log_file.empty() && !config.log_file_from_run_dir)
-      log_file_lock.emplace(launch::RunFolderLock::for_file(config.log_file, "--log-file"));
-  } catch (const std::exception& e) {
-    error = e.what();
+  const auto prepare = [&] {
+    error.clear();
+    failure = launch::kExitUsage;
+    calibration_width.reset();
+    try {
+      config.resolve(config.device == "cpu" ? 0 : engine::cuda_device_count(), world);
+      failure = launch::kExitBadInput;
+      // Before the run folder's lock and the output probes: a resume that
+      // finds nothing writes nothing.
+      launch::check_resume_source(config);
+      // --eval-only writes nothing in the folder: it may score a running job's checkpoints.
+      if (rank == 0 && !config.run_dir.empty() && !config.eval_only) run_folder_lock.emplace(config.run_dir);
+      launch::check_inputs(config);
+      // A checkpoint folder of its own (not the run folder's) is held too, once
+      // the inputs passed: a refused start leaves no lock file in it.
+      if (rank == 0 && !config.eval_only && !config.checkpoint_dir.empty() && !config.checkpoint_dir_from_run_dir)
+        checkpoint_folder_lock.emplace(config.checkpoint_dir, "--checkpoint-dir");
+      // So is a metrics file of its own: two jobs appending to it would interleave their steps.
+      if (rank == 0 && !config.log_file.empty() && !config.log_file_from_run_dir)
+        log_file_lock.emplace(launch::RunFolderLock::for_file(config.log_file, "--log-file"));
+    } catch (const launch::MachineCalibrationNeeded& needed) {
+      calibration_width = needed.matmul_width;
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  };
+  prepare();
+
+  // The machine is measured only when every rank got that far and asks for
+  // it (their arguments are the same, so they do, unless one failed first:
+  // then nobody starts the collective, and the failure is reported below).
+  int asks[2] = {calibration_width ? 1 : 0, calibration_width ? 1 : 0};  // {min, max}
+  MPI_Allreduce(MPI_IN_PLACE, &asks[0], 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, &asks[1], 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  int all_clear = error.empty() ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &all_clear, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (asks[0] == 1 && all_clear == 1) {
+    // Its waits under the watchdog: a rank that dies while measuring ends the job.
+    parallel::install_watchdog(MPI_COMM_WORLD, {config.collective_timeout, launch::kExitCollectiveTimeout});
+    std::optional<engine::DeviceType> device;
+    if (as_given.device == "cpu") device = engine::DeviceType::kCpu;
+    if (as_given.device == "cuda") device = engine::DeviceType::kCuda;
+    try {
+      const launch::CachedCalibration measured =
+          launch::cached_calibration(MPI_COMM_WORLD, *calibration_width, device, /*seconds=*/1.0);
+      config = as_given;
+      config.machine_cluster = measured.cluster;
+      config.machine_cluster_note = measured.note;
+      prepare();
+    } catch (const std::exception& e) {
+      error = e.what();  // the same on every rank (calibrate agrees on its failures)
+      failure = launch::kExitFailed;
+    }
+  } else if (calibration_width && asks[0] != asks[1] && all_clear == 1) {
+    error = "--layout auto: some ranks asked to measure the machine and others did not (do their command lines differ?)";
   }
   // Every rank failed at the same stage or passed it; agree on the code too.
   MPI_Allreduce(MPI_IN_PLACE, &failure, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (!all_ranks_passed(error, rank)) return failure;
-  parallel::install_watchdog(MPI_COMM_WORLD, {config.collective_timeout, launch::kExitCollectiveTimeout});
+  if (!parallel::watchdog_installed())
+    parallel::install_watchdog(MPI_COMM_WORLD, {config.collective_timeout, launch::kExitCollectiveTimeout});
 
   // The trainer outlives the try block: were it destroyed while unwinding,
   // its pending communication would wait for ranks that will never join,

@@ -49,4 +49,16 @@ std::string check_partition(const GptConfig& config, int tp, int pp) {
   return text.empty() ? text : text.substr(2);
 }
 
+std::string check_fp8_shapes(const GptConfig& config, int tp, std::int64_t micro_batch_tokens) {
+  const std::pair<const char*, std::int64_t> dims[] = {{"micro-batch x seq-len tokens", micro_batch_tokens},
+                                                       {"n_embd", config.n_embd},
+                                                       {"n_embd / tp", config.n_embd / tp},
+                                                       {"the qkv width / tp", config.qkv_width() / tp},
+                                                       {"the MLP fc width / tp", config.fc_width() / tp},
+                                                       {"the MLP width / tp", config.mlp_width() / tp}};
+  for (const auto& [what, value] : dims)
+    if (value % 16 != 0) return std::string(what) + " is " + std::to_string(value);
+  return "";
+}
+
 }  // namespace model

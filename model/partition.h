@@ -59,4 +59,10 @@ struct TensorParallel {
 // "" or one message naming every problem.
 std::string check_partition(const GptConfig& config, int tp, int pp);
 
+// Under --precision fp8: every dimension of the blocks' FP8 GEMMs a multiple
+// of 16, as cuBLASLt takes them on sm_89/sm_90 (engine/cuda/fp8_gemm.h): the
+// tokens of a micro-batch and each linear layer's widths on one tensor-
+// parallel rank. Returns "" or the first problem ("the MLP width / tp is 40").
+std::string check_fp8_shapes(const GptConfig& config, int tp, std::int64_t micro_batch_tokens);
+
 }  // namespace model

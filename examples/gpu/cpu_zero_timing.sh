@@ -79,7 +79,13 @@ for np in ${CPU_ZERO_NP:-2 4 8}; do
   timeout 90 $MPIRUN -np "$np" "$BUILD/launch/plan" --calibrate --out "$LOGS/cluster_np$np.json" --model gpt-demo \
     --micro-batch 16 --seq-len 128 >"$LOGS/calibrate_np$np.log" 2>&1 ||
     { note "---- np $np: calibration failed (calibrate_np$np.log)"; failures=$((failures + 1)); continue; }
-  timeout "$(( $(left) - 10 ))" bash "$ROOT/examples/scaling/sweep.sh" --build "$BUILD" \
+  sweep_limit=$(( $(left) - 10 ))
+  if [ "$sweep_limit" -lt 30 ]; then
+    note "---- np $np: sweep skipped, out of time"
+    failures=$((failures + 1))
+    continue
+  fi
+  timeout "$sweep_limit" bash "$ROOT/examples/scaling/sweep.sh" --build "$BUILD" \
     --layouts "$ROOT/examples/scaling/layouts_cpu_zero_np$np.txt" --np "$np" --out "$LOGS/sweep_np$np" --steps 6 \
     --data "$LOGS/data/sweep_train_*.bin" --cluster "$LOGS/cluster_np$np.json" --no-plots -- --n-layer 16 --device cpu \
     >"$LOGS/sweep_np$np.log" 2>&1

@@ -1,5 +1,6 @@
 #include "launch/plan/cached_calibration.h"
 
+#include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,8 +32,8 @@ std::string this_host() {
 
 }  // namespace
 
-std::string calibration_cache_key(const std::vector<std::string>& hosts, engine::DeviceType device, int gpus,
-                                  std::int64_t matmul_channels) {
+std::string calibration_cache_key(const std::vector<std::string>& hosts, engine::DeviceType device,
+                                  const std::string& gpus, const std::string& threads, std::int64_t matmul_channels) {
   // Ranks per host, hosts in name order: the same job shape keys the same
   // whichever rank lands on which host.
   std::map<std::string, int> ranks;
@@ -42,7 +43,7 @@ std::string calibration_cache_key(const std::vector<std::string>& hosts, engine:
   for (const auto& [host, count] : ranks) key << " " << host << " x" << count;
   key << "; device " << engine::device_name(device);
   if (device == engine::DeviceType::kCuda) key << " (" << gpus << " visible)";
-  key << "; matmul width " << matmul_channels;
+  key << "; threads per rank " << threads << "; matmul width " << matmul_channels;
   return key.str();
 }
 
@@ -51,12 +52,25 @@ CachedCalibration cached_calibration(MPI_Comm world, std::int64_t matmul_channel
   int rank = 0;
   MPI_Comm_rank(world, &rank);
   parallel::MpiCommunicator control(world, "calibration cache");
+  // Everything in the key is the same on every rank (gathered or reduced),
+  // so every rank makes the same decisions below.
   const std::vector<std::string> hosts = all_gather_strings(control, this_host());
-  // The device calibrate() would choose: CUDA when every rank sees a GPU.
-  const int gpus = engine::built_with_cuda() ? engine::cuda_device_count() : 0;
+  // The device calibrate() would choose: CUDA when every rank sees a GPU
+  // (under --device cpu no GPU is looked for).
+  const bool cpu_asked = device && *device == engine::DeviceType::kCpu;
+  const int gpus = !cpu_asked && engine::built_with_cuda() ? engine::cuda_device_count() : 0;
   const bool gpu_everywhere = all_ranks_ok(control, gpus > 0);
   const engine::DeviceType kind = device ? *device : gpu_everywhere ? engine::DeviceType::kCuda : engine::DeviceType::kCpu;
-  const std::string key = calibration_cache_key(hosts, kind, gpus, matmul_channels);
+  // The figures move with the OpenMP threads per rank (the CPU's peak and
+  // matmul rates) and the GPUs a node shows: their range over the ranks.
+  const auto range = [&](int mine) {
+    int lo = mine, hi = mine;
+    MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_INT, MPI_MIN, world);
+    MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_INT, MPI_MAX, world);
+    return lo == hi ? std::to_string(lo) : std::to_string(lo) + "-" + std::to_string(hi);
+  };
+  const std::string gpu_range = range(gpus), thread_range = range(omp_get_max_threads());
+  const std::string key = calibration_cache_key(hosts, kind, gpu_range, thread_range, matmul_channels);
   const std::string dir = engine_cache_dir();
 
   CachedCalibration result;
@@ -65,11 +79,18 @@ CachedCalibration cached_calibration(MPI_Comm world, std::int64_t matmul_channel
   // Rank 0 reads the cache (its folder may be on rank 0's host only); every
   // rank parses the same text and so plans with the same figures.
   std::string text;
-  if (rank == 0 && !result.path.empty() && std::filesystem::exists(result.path)) {
-    std::ifstream in(result.path, std::ios::binary);
-    std::ostringstream bytes;
-    bytes << in.rdbuf();
-    text = bytes.str();
+  if (rank == 0 && !result.path.empty()) {
+    try {  // nothing here may leave rank 0 early: the others wait in the broadcast
+      std::error_code ec;
+      if (std::filesystem::exists(result.path, ec)) {
+        std::ifstream in(result.path, std::ios::binary);
+        std::ostringstream bytes;
+        bytes << in.rdbuf();
+        text = bytes.str();
+      }
+    } catch (const std::exception&) {
+      text.clear();  // unreadable: measured again, and the write below says why if it fails too
+    }
   }
   text = broadcast_string(control, text);
   std::string why_not;
@@ -94,7 +115,7 @@ CachedCalibration cached_calibration(MPI_Comm world, std::int64_t matmul_channel
   options.seconds = seconds;
   options.matmul_channels = matmul_channels;
   options.device = device;
-  options.name = this_host() + "-calibrated" + tag;
+  options.name = hosts.front() + "-calibrated" + tag;  // rank 0's host, on every rank
   const auto start = std::chrono::steady_clock::now();
   Calibration measured = calibrate(world, options);
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -6,7 +6,8 @@
 // The cache file is
 //   ${ENGINE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/gpt-engine}/cluster-<key hash>.json
 // keyed by what the measurement depends on: the job's hosts and ranks on
-// each, the device kind (and GPUs visible) and the matmul width. The key's
+// each, the device kind (and GPUs visible), the OpenMP threads per rank and
+// the matmul width. The key's
 // hash also ends the cluster's name and is compared on reading, so a file
 // renamed or edited into another key is measured again, as is one that does
 // not read as a cluster file (launch/plan/cluster_file.h checks every figure).
@@ -37,9 +38,10 @@ struct CachedCalibration {
 };
 
 // The key of a calibration: what `cached_calibration` measures depends on.
-// `hosts`: each rank's host name, in rank order.
-std::string calibration_cache_key(const std::vector<std::string>& hosts, engine::DeviceType device, int gpus,
-                                  std::int64_t matmul_channels);
+// `hosts`: each rank's host name, in rank order; `gpus` and `threads`: the
+// GPUs visible and OpenMP threads per rank over the ranks ("8", or "4-8").
+std::string calibration_cache_key(const std::vector<std::string>& hosts, engine::DeviceType device,
+                                  const std::string& gpus, const std::string& threads, std::int64_t matmul_channels);
 
 // Collective over `world` (every rank calls it with the same arguments).
 // `device`: the run's (none: CUDA when a GPU is visible, as calibrate()

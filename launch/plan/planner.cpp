@@ -215,6 +215,8 @@ std::vector<ParallelLayout> enumerate_layouts(const PlanRequest& r) {
                 l.device = r.cluster.device;
                 // As Trainer::keeps_fp8_weight_copies: not under ZeRO-3.
                 l.fp8_weight_copies = r.fp8_matmuls() && r.fp8_weight_cache && l.zero_stage() < 3;
+                // The shapes the FP8 GEMMs refuse, as train refuses them.
+                if (r.precision_flag == "fp8" && !model::check_fp8_shapes(r.model, tp, mb * r.seq_len).empty()) continue;
                 if (pp > 1 && r.virtual_stages > 1 && !can_interleave(r, l)) continue;
                 if (sk == parallel::ScheduleKind::kZeroBubbleV &&
                     !parallel::zero_bubble_v_refusal(pp, r.model.n_layer).empty())
@@ -370,6 +372,7 @@ Prediction predict(const PlanRequest& r, const ParallelLayout& l) {
   // On GPUs the ranks talk over NCCL, whose own buffers count too (at
   // NCCL's default sizes: parallel/nccl_memory.h).
   as_run.nccl = c.device == engine::DeviceType::kCuda;
+  as_run.nccl_buffers = r.nccl_buffers;
   const model::MemoryPlan memory = model::plan_memory(m, as_run);
   p.memory = memory.largest_of_each();
   for (const model::RankMemory& stage : memory.stages) p.stage_activations.push_back(stage.activations);

@@ -90,6 +90,10 @@ struct PlanRequest {
   // modelled until it has been measured (examples/gpu/fp8_check.sh).
   std::string precision_flag = "auto";
   bool fp8_weight_cache = true;  // train's hidden --fp8-weight-cache
+  // NCCL's buffer sizes on GPU clusters (model/memory_plan.h): NCCL's
+  // defaults; `plan` and `train --layout auto` take the job's variables
+  // (NCCL_BUFFSIZE, NCCL_MAX_NCHANNELS, ...), as train's own plan does.
+  parallel::NcclBufferSizes nccl_buffers;
   // The storage precision the layouts run in.
   model::Precision precision() const;
   // The blocks' matmuls in FP8 (fp8, fp8-emulated).

@@ -26,7 +26,8 @@ std::string layout_text(const Prediction& p) {
 }  // namespace
 
 void choose_layout(TrainConfig& c, const std::set<std::string>& given) {
-  ENGINE_CHECK(!c.cluster.empty() || c.calibrate_machine,
+  if (c.cluster.empty() && !c.machine_cluster && c.may_calibrate) throw MachineCalibrationNeeded(c.model.n_embd);
+  ENGINE_CHECK(!c.cluster.empty() || c.machine_cluster,
                "--layout auto needs --cluster FILE, the devices it plans for (measure this "
                "machine with `plan --calibrate --out FILE`, or see examples/scaling/clusters/)");
   ENGINE_CHECK(c.batch_tokens > 0 && c.batch_tokens % c.seq_len == 0, "--layout auto plans for a global batch: give "
@@ -37,7 +38,8 @@ void choose_layout(TrainConfig& c, const std::set<std::string>& given) {
   r.global_batch = c.batch_tokens / c.seq_len;
   r.devices = c.world_size;
   if (c.cluster.empty()) {
-    r.cluster = c.calibrate_machine(c, c.auto_layout.cluster_source);
+    r.cluster = *c.machine_cluster;
+    c.auto_layout.cluster_source = c.machine_cluster_note;
   } else {
     r.cluster = read_cluster_file(c.cluster);
     c.auto_layout.cluster_source = "cluster file " + c.cluster;
@@ -45,6 +47,7 @@ void choose_layout(TrainConfig& c, const std::set<std::string>& given) {
   r.attention = model::parse_attention_flops(c.attention_flops);
   r.precision_flag = c.precision;  // not resolved yet: auto is the cluster's default
   r.fp8_weight_cache = c.fp8_weight_cache;
+  r.nccl_buffers = parallel::NcclBufferSizes::from_environment();
   // What was given by hand is the only choice for that field.
   if (given.count("--tp")) r.tp = {c.tp};
   if (given.count("--pp")) r.pp = {c.pp};

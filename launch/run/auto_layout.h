@@ -5,7 +5,7 @@
 // parallelism for the world size, the global batch (--batch-tokens) and the
 // cluster file (--cluster, from `plan --calibrate` or examples/scaling/
 // clusters/), or without one the job's own machine, measured once and cached
-// (TrainConfig::calibrate_machine, launch/plan/cached_calibration.h). Any of these given by hand is kept and the rest chosen around
+// (TrainConfig::may_calibrate, launch/plan/cached_calibration.h). Any of these given by hand is kept and the rest chosen around
 // it. The choice is the planner's fastest layout that fits in memory; when
 // none fits the refusal names the nearest ones and what they would need.
 #pragma once

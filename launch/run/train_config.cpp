@@ -261,17 +261,9 @@ void TrainConfig::resolve(int cuda_devices, int world) {
   matmul_format = fp8 || fp8_emulated ? engine::ops::MatmulFormat::kFp8E4M3 : engine::ops::MatmulFormat::kNative;
   precision_mode = model::parse_precision(fp8 ? "bf16" : fp8_emulated ? "fp32" : precision);
   if (fp8) {
-    // cuBLASLt's FP8 GEMMs take every dimension as a multiple of 16
-    // (engine/cuda/fp8_gemm.h): the tokens of a micro-batch and each linear
-    // layer's widths on one tensor-parallel rank.
-    const std::int64_t tokens = micro_batch * seq_len;
-    const std::pair<const char*, std::int64_t> dims[] = {
-        {"micro-batch x seq-len tokens", tokens},     {"n_embd", model.n_embd},
-        {"n_embd / tp", model.n_embd / tp},           {"the qkv width / tp", model.qkv_width() / tp},
-        {"the MLP fc width / tp", model.fc_width() / tp}, {"the MLP width / tp", model.mlp_width() / tp}};
-    for (const auto& [what, value] : dims)
-      ENGINE_CHECK(value % 16 == 0, "--precision fp8: ", what, " is ", value,
-                   ", not a multiple of 16 as the FP8 GEMMs need (cuBLASLt on sm_89/sm_90)");
+    const std::string problem = model::check_fp8_shapes(model, tp, micro_batch * seq_len);
+    ENGINE_CHECK(problem.empty(), "--precision fp8: ", problem,
+                 ", not a multiple of 16 as the FP8 GEMMs need (cuBLASLt on sm_89/sm_90)");
   }
   recompute_mode = model::parse_recompute(recompute);
   attention_flops_mode = model::parse_attention_flops(attention_flops);

@@ -5,8 +5,9 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
-#include <functional>
+#include <optional>
 #include <set>
+#include <stdexcept>
 #include <string>
 
 #include "engine/ops.h"
@@ -15,12 +16,20 @@
 #include "model/param_store.h"
 #include "model/recompute.h"
 #include "optim/adamw.h"
-#include "parallel/cluster.h"
-#include "parallel/communicator.h"
 #include "optim/lr_schedule.h"
 #include "optim/onebit_adam.h"
+#include "parallel/cluster.h"
+#include "parallel/communicator.h"
 
 namespace launch {
+
+// Thrown by TrainConfig::resolve under --layout auto when the job's machine
+// must be measured first (TrainConfig::may_calibrate).
+struct MachineCalibrationNeeded : std::runtime_error {
+  explicit MachineCalibrationNeeded(std::int64_t width)
+      : std::runtime_error("--layout auto: this job's machine is to be measured first"), matmul_width(width) {}
+  std::int64_t matmul_width;  // the model's width, the calibration's matmul shape
+};
 
 struct TrainConfig {
   // Model: a preset, optionally overridden per dimension (0 = the preset's).
@@ -148,12 +157,17 @@ struct TrainConfig {
     std::size_t candidates = 0;  // layouts ranked
     std::string cluster_source;  // "cluster file X", or where the job's own calibration came from
   } auto_layout;
-  // --layout auto without --cluster: measures the job's machine and returns
-  // it as a cluster, with a note of where the figures came from. Set by
-  // train's main, which resolves the config on every rank of the job alike
-  // (the measurement is collective: launch/plan/cached_calibration.h); left
-  // empty, --layout auto needs --cluster.
-  std::function<parallel::Cluster(const TrainConfig&, std::string& note)> calibrate_machine;
+  // --layout auto without --cluster plans for the job's own machine, which
+  // must be measured first, by every rank together (launch/plan/
+  // cached_calibration.h). A collective cannot start inside resolve(): a
+  // rank that failed earlier would never join it. So resolve() throws
+  // MachineCalibrationNeeded when may_calibrate is set and machine_cluster
+  // is not; train's main agrees with the other ranks, measures, sets
+  // machine_cluster (and its note) on the configuration as given, and
+  // resolves again. Without may_calibrate --layout auto needs --cluster.
+  bool may_calibrate = false;
+  std::optional<parallel::Cluster> machine_cluster;
+  std::string machine_cluster_note;
   model::GptConfig model;
   optim::LrSchedule lr_schedule;
   optim::AdamWConfig adamw;

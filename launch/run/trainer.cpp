@@ -111,6 +111,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
                  "--precision fp8: ", why);
   }
   host_world_ = std::make_unique<parallel::MpiCommunicator>(world, "world");
+  if (config.device_type == engine::DeviceType::kCuda) gpu_free_before_comms_ = engine::cuda_free_bytes();
   comms_ = make_comms(config, grid_, world);
 
   batch_ = BatchLayout{config.batch_tokens / config.seq_len, grid_.dp_size(), grid_.dp_rank(), config.micro_batch};

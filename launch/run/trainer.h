@@ -191,6 +191,9 @@ class Trainer {
   parallel::GridComms comms_;                           // device traffic (MPI or NCCL)
   std::unique_ptr<parallel::MpiCommunicator> host_world_;  // host scalars, checkpoint coordination, CPU peak
   int gpu_ = 0;  // the GPU this rank uses (launch/run/gpu_assignment.h); 0 on the CPU
+  // Its free bytes before the communicators are made: what NCCL allocates
+  // then is part of the plan's communication estimate, not to be counted twice.
+  std::size_t gpu_free_before_comms_ = 0;
   std::vector<model::StageRange> chunks_;  // this rank's layers: one chunk, or v with the interleaved schedule
   parallel::StagePlacement placement_ = parallel::StagePlacement::kLooped;  // which virtual stage each chunk runs
   model::StageRange range_;                // what the chunks hold together (model::rank_range)

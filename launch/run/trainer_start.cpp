@@ -95,7 +95,7 @@ void Trainer::refuse_if_too_big(const model::RankMemory& planned) const {
   std::size_t needed = planned.total(), available = 0;
   int node_ranks = 1;
   if (gpu) {
-    available = engine::cuda_free_bytes();
+    available = gpu_free_before_comms_;  // NCCL's own memory is in the plan (communication)
   } else {
     available = host_available_bytes();
     MPI_Comm node = MPI_COMM_NULL;

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <future>
 #include <memory>
 #include <thread>
@@ -110,11 +111,13 @@ struct Exercise {
 }  // namespace
 
 TEST(HostCollectiveWorker, RunsJobsInSubmissionOrderWhateverOrderTheyBecomeReady) {
+  // Declared before the worker, so a failed assertion's return joins the
+  // worker before what its jobs touch is freed.
+  std::vector<std::uint64_t> ran;  // written by the worker, read after the word says so
+  std::vector<std::vector<float>> data(3, std::vector<float>(4, static_cast<float>(world_rank() + 1)));
   alignas(8) std::uint64_t word = 99;
   HostCollectiveWorker worker(MPI_COMM_WORLD, "world", &word, WorkerDelays{});
   EXPECT_EQ(worker.completed(), 0u) << "the constructor starts the word at 0";
-  std::vector<std::uint64_t> ran;  // written by the worker, read after the word says so
-  std::vector<std::vector<float>> data(3, std::vector<float>(4, static_cast<float>(world_rank() + 1)));
   std::vector<std::uint64_t> jobs;
   for (int k = 0; k < 3; ++k)
     jobs.push_back(worker.submit([&, k](Communicator& c) {
@@ -138,12 +141,14 @@ TEST(HostCollectiveWorker, RunsJobsInSubmissionOrderWhateverOrderTheyBecomeReady
 
 TEST(HostCollectiveWorker, TwoGroupsIssuedInOppositeOrdersOnAlternateRanksBothFinishWithTheRightResults) {
   const int n = world_size(), rank = world_rank();
+  std::deque<Exercise> exercises;  // before the workers: they are joined first on any return
   alignas(8) std::uint64_t word_a = 0, word_b = 0;
   const WorkerDelays delays{/*max_delay_us=*/800, /*seed=*/static_cast<std::uint64_t>(rank + 1)};
   HostCollectiveWorker a(MPI_COMM_WORLD, "a", &word_a, delays);
   HostCollectiveWorker b(MPI_COMM_WORLD, "b", &word_b, WorkerDelays{800, static_cast<std::uint64_t>(100 + rank)});
   for (int round = 0; round < 4; ++round) {
-    Exercise ea(rank, n, 2 * round), eb(rank, n, 2 * round + 1);
+    Exercise& ea = exercises.emplace_back(rank, n, 2 * round);
+    Exercise& eb = exercises.emplace_back(rank, n, 2 * round + 1);
     const std::uint64_t base_a = a.completed(), base_b = b.completed();
     // Even ranks hand `a` its inputs first, odd ranks `b`: one worker serving
     // both groups in arrival order would deadlock here.
@@ -164,9 +169,9 @@ TEST(HostCollectiveWorker, TwoGroupsIssuedInOppositeOrdersOnAlternateRanksBothFi
 }
 
 TEST(HostCollectiveWorker, AFailedJobStopsTheWorkerAndSaysWhy) {
+  bool later_ran = false;
   alignas(8) std::uint64_t word = 0;
   HostCollectiveWorker worker(MPI_COMM_WORLD, "tp", &word, WorkerDelays{});
-  bool later_ran = false;
   worker.mark_ready(worker.submit([](Communicator&) { ENGINE_FAIL("the staged bytes were short"); }));
   worker.mark_ready(worker.submit([&](Communicator&) { later_ran = true; }));
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
@@ -183,9 +188,9 @@ TEST(HostCollectiveWorker, AFailedJobStopsTheWorkerAndSaysWhy) {
 }
 
 TEST(HostCollectiveWorker, CancelEndsAJobWaitingForAPeerThatNeverArrives) {
+  std::atomic<bool> waiting{false};
   alignas(8) std::uint64_t word = 0;
   auto worker = std::make_unique<HostCollectiveWorker>(MPI_COMM_WORLD, "pp", &word, WorkerDelays{});
-  std::atomic<bool> waiting{false};
   // The job waits the way a transfer waits for its peer: in the watchdog's
   // wait, which a background thread's cancel flag ends.
   worker->mark_ready(worker->submit([&](Communicator&) {

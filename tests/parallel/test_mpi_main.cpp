@@ -30,8 +30,9 @@
 int main(int argc, char** argv) {
   const char* test_comm = std::getenv("ENGINE_TEST_COMM");
   const bool nccl_double = test_comm != nullptr && std::string(test_comm) == "nccl-double";
-  int provided = 0;  // the double's worker threads call MPI beside this one
-  MPI_Init_thread(&argc, &argv, nccl_double ? MPI_THREAD_MULTIPLE : MPI_THREAD_SINGLE, &provided);
+  int provided = 0;  // the double's worker threads call MPI beside this one (as the shared test main decides it)
+  const bool multiple = test_comm != nullptr && *test_comm != '\0';
+  MPI_Init_thread(&argc, &argv, multiple ? MPI_THREAD_MULTIPLE : MPI_THREAD_SINGLE, &provided);
   int world_size = 1, world_rank = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);

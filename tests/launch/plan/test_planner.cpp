@@ -348,6 +348,20 @@ TEST(Planner, PlansInTheRunsPrecision) {
       EXPECT_EQ(with_fp8.memory_bytes_per_device, plain.memory_bytes_per_device);
     }
   }
+  // The shapes FP8's GEMMs refuse are left out, as train refuses them:
+  // 1 x 8 tokens a micro-batch is not a multiple of 16, 2 x 8 is.
+  launch::PlanRequest short_seq = fp8;
+  short_seq.seq_len = 8;
+  short_seq.micro_batch = {1, 2};
+  for (const auto& p : launch::plan(short_seq)) EXPECT_EQ(p.layout.micro_batch, 2) << "an FP8 shape was planned";
+  EXPECT_FALSE(launch::plan(short_seq).empty());
+  // NCCL's buffers at the request's sizes (train and plan take NCCL's variables).
+  launch::PlanRequest fewer_channels = bf16;
+  fewer_channels.nccl_buffers.channels = 4;
+  const auto e = launch::plan(fewer_channels);
+  ASSERT_EQ(e.size(), a.size());
+  EXPECT_EQ(e.front().memory.communication * 4, by_zero(a, e.front().layout.zero).memory.communication)
+      << "tp and dp groups: collective sets, linear in the channels";
   // Refused where the devices cannot run it, or misspelled.
   launch::PlanRequest r = gpt2_request(8);
   r.precision_flag = "fp8-emulated";

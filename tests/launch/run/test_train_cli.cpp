@@ -591,6 +591,31 @@ TEST_F(TrainCli, LayoutAutoWithoutAClusterCalibratesOnceAndCaches) {
   EXPECT_NE(read_text(files.front()).find("-calibrated ["), std::string::npos) << "the damaged file was not replaced";
 }
 
+// --layout auto without --cluster when one rank fails before the others ask
+// for the machine's calibration (a collective): nobody starts it, the job
+// ends with that rank's error instead of waiting for it (two ranks, the second
+// given a broken --init-from folder through mpirun's MPMD form).
+TEST(TrainCliMpi, LayoutAutoCalibrationIsNotStartedWhenARankFailedFirst) {
+  TempDir dir("train_cli_auto_calibration_failure");
+  write_corpus(dir);
+  std::filesystem::create_directories(dir / "broken");
+  std::ofstream(std::filesystem::path(dir / "broken") / "config.json") << "{";
+  const std::string common = " --model gpt-micro --seq-len 16 --batch-tokens 128 --steps 2 --device cpu --peak-tflops 1 "
+                             "--train-data " + (dir / "train_*.bin") + " --layout auto";
+  const std::string log = dir / "out.log";
+  const std::string command = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 ENGINE_CACHE_DIR=" +
+                              (dir / "cache") + " timeout 60 " + std::string(MPIEXEC) + " --oversubscribe -np 1 " +
+                              TRAIN_BIN + common + " : -np 1 " + TRAIN_BIN + common + " --init-from " + (dir / "broken") +
+                              " > " + log + " 2>&1";
+  const int status = std::system(command.c_str());
+  const std::string out = read_text(log);
+  ASSERT_TRUE(WIFEXITED(status)) << out;
+  EXPECT_NE(WEXITSTATUS(status), 124) << "the job hung until the timeout:\n" << out;
+  EXPECT_NE(WEXITSTATUS(status), 0) << out;
+  EXPECT_NE(out.find("config.json' beside the model is not valid JSON"), std::string::npos) << out;
+  EXPECT_EQ(out.find("calibrated now"), std::string::npos) << out;
+}
+
 // --layout auto on a pipeline: the planner chooses the interleaved
 // schedule's chunks per rank (or the zero-bubble schedule) with the rest of
 // the layout, and the run trains with what it chose. Four ranks, pp 4 given.
