@@ -371,7 +371,7 @@ Prediction predict(const PlanRequest& r, const ParallelLayout& l) {
   }
   // On GPUs the ranks talk over NCCL, whose own buffers count too (at
   // NCCL's default sizes: parallel/nccl_memory.h).
-  as_run.nccl = c.device == engine::DeviceType::kCuda;
+  as_run.nccl = c.device == engine::DeviceType::kCuda && r.nccl_comm;
   as_run.nccl_buffers = r.nccl_buffers;
   const model::MemoryPlan memory = model::plan_memory(m, as_run);
   p.memory = memory.largest_of_each();

@@ -94,6 +94,7 @@ struct PlanRequest {
   // defaults; `plan` and `train --layout auto` take the job's variables
   // (NCCL_BUFFSIZE, NCCL_MAX_NCHANNELS, ...), as train's own plan does.
   parallel::NcclBufferSizes nccl_buffers;
+  bool nccl_comm = true;  // on GPU clusters the ranks talk over NCCL (false: train's --comm mpi)
   // The storage precision the layouts run in.
   model::Precision precision() const;
   // The blocks' matmuls in FP8 (fp8, fp8-emulated).

@@ -44,8 +44,14 @@ void choose_layout(TrainConfig& c, const std::set<std::string>& given) {
     r.cluster = read_cluster_file(c.cluster);
     c.auto_layout.cluster_source = "cluster file " + c.cluster;
   }
+  // A plan for other devices' speed and memory would mislead: the run's
+  // device, when given, must be the cluster's (auto takes the cluster's).
+  ENGINE_CHECK(c.device == "auto" || c.device == engine::device_name(r.cluster.device), "--layout auto: --device ",
+               c.device, ", but the plan's ", c.auto_layout.cluster_source, " describes ",
+               engine::device_name(r.cluster.device), " devices");
   r.attention = model::parse_attention_flops(c.attention_flops);
   r.precision_flag = c.precision;  // not resolved yet: auto is the cluster's default
+  r.nccl_comm = c.comm == "auto" || c.comm == "nccl";
   r.fp8_weight_cache = c.fp8_weight_cache;
   r.nccl_buffers = parallel::NcclBufferSizes::from_environment();
   // What was given by hand is the only choice for that field.

@@ -362,6 +362,9 @@ TEST(Planner, PlansInTheRunsPrecision) {
   ASSERT_EQ(e.size(), a.size());
   EXPECT_EQ(e.front().memory.communication * 4, by_zero(a, e.front().layout.zero).memory.communication)
       << "tp and dp groups: collective sets, linear in the channels";
+  launch::PlanRequest over_mpi = bf16;  // train --comm mpi on GPUs: no NCCL, none of its buffers
+  over_mpi.nccl_comm = false;
+  for (const auto& p : launch::plan(over_mpi)) EXPECT_EQ(p.memory.communication, 0u);
   // Refused where the devices cannot run it, or misspelled.
   launch::PlanRequest r = gpt2_request(8);
   r.precision_flag = "fp8-emulated";

@@ -550,6 +550,9 @@ TEST_F(TrainCli, LayoutAutoRefusals) {
                            "--train-data " + (dir_ / "train_*.bin") + " --layout auto";
   write_cpu_cluster(dir_ / "tiny.json", 1e-6);
   expect_refused(args + " --cluster " + (dir_ / "tiny.json"), "--layout auto: no layout fits the ");
+  expect_refused(args + " --cluster " + (dir_ / "tiny.json") + " --device cuda",
+                 "--layout auto: --device cuda, but the plan's cluster file " + (dir_ / "tiny.json") +
+                     " describes cpu devices");
   const Outcome nearest = run_train(dir_, args + " --cluster " + (dir_ / "tiny.json"));
   EXPECT_NE(nearest.output.find("nearest: tp 1 pp 1 dp 1 micro-batch 1"), std::string::npos) << nearest.output;
   expect_refused("--model gpt-micro --seq-len 16 --steps 2 --device cpu --train-data " + (dir_ / "train_*.bin") +
