@@ -57,7 +57,8 @@ std::vector<std::pair<const char*, double*>> floating_options(TrainConfig& c) {
           {"bucket-mb", &c.bucket_mb},
           {"peak-tflops", &c.peak_tflops},
           {"temperature", &c.temperature},
-          {"collective-timeout", &c.collective_timeout}};
+          {"collective-timeout", &c.collective_timeout},
+          {"calibrate-seconds", &c.calibrate_seconds}};
 }
 
 }  // namespace

@@ -104,6 +104,7 @@ struct TrainConfig {
   // by hand (layout_given) for --cluster's devices (launch/run/auto_layout.h).
   std::string layout = "manual";  // manual | auto
   std::string cluster;            // cluster file for layout auto
+  double calibrate_seconds = 1.0;  // each measurement's budget when layout auto measures the machine
   std::set<std::string> layout_given;
   int tp = 1, pp = 1;
   int dp = 0;                     // 0 = world size / (tp x pp)

@@ -144,7 +144,10 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
                  "sequence parallelism not given by hand, for --cluster's devices and --batch-tokens")
       ->group(kPar)->capture_default_str();
   app.add_option("--cluster", c.cluster, "Cluster file --layout auto plans for (plan --calibrate --out FILE, or "
-                 "examples/scaling/clusters/)")->group(kPar);
+                 "examples/scaling/clusters/; without it the job measures its machine once and caches it)")->group(kPar);
+  app.add_option("--calibrate-seconds", c.calibrate_seconds,
+                 "Budget of each measurement when --layout auto measures the machine (about 8 of them)")
+      ->group(kPar)->capture_default_str();
   app.add_option("--tp", c.tp, "Tensor-parallel size (splits heads, MLP and vocabulary)")->group(kPar)->capture_default_str();
   app.add_option("--pp", c.pp, "Pipeline-parallel stages")->group(kPar)->capture_default_str();
   app.add_option("--dp", c.dp, "Data-parallel size (0 = world size / (tp x pp))")->group(kPar)->capture_default_str();

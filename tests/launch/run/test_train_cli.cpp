@@ -550,6 +550,7 @@ TEST_F(TrainCli, LayoutAutoRefusals) {
                            "--train-data " + (dir_ / "train_*.bin") + " --layout auto";
   write_cpu_cluster(dir_ / "tiny.json", 1e-6);
   expect_refused(args + " --cluster " + (dir_ / "tiny.json"), "--layout auto: no layout fits the ");
+  expect_refused(args + " --calibrate-seconds 0", "must be in (0, 600]");
   expect_refused(args + " --cluster " + (dir_ / "tiny.json") + " --device cuda",
                  "--layout auto: --device cuda, but the plan's cluster file " + (dir_ / "tiny.json") +
                      " describes cpu devices");
@@ -568,7 +569,8 @@ TEST_F(TrainCli, LayoutAutoWithoutAClusterCalibratesOnceAndCaches) {
   const std::string cache = dir_ / "cache";
   const std::string command = "ENGINE_CACHE_DIR=" + cache + " timeout 300 " + std::string(TRAIN_BIN) +
                               " --model gpt-micro --seq-len 16 --batch-tokens 128 --steps 2 --device cpu "
-                              "--peak-tflops 1 --train-data " + (dir_ / "train_*.bin") + " --layout auto";
+                              "--peak-tflops 1 --train-data " + (dir_ / "train_*.bin") +
+                              " --layout auto --calibrate-seconds 0.2";
   const auto run = [&](const std::string& name) {
     const std::string log = dir_ / name;
     const int status = std::system((command + " > " + log + " 2>&1").c_str());
