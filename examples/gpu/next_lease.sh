@@ -4,13 +4,14 @@
 # start and a build per call, and a lease is 15 minutes of device time):
 #
 #   1. build   session.sh --stage build with the targets of both rounds
-#   2. FP8     fp8_check.sh (issue 35): test_cuda_fp8 (casts, GEMM, the FP8
+#   2. double  the NCCL test double's first signal (issue 34, first in the
+#              guide's order): the worker test and the communicator suite over
+#              NCCL's stream protocol with four ranks on the GPU
+#              (test_parallel_mpi '*ncclDouble*', 60 s at most; the parity
+#              suites over it are nccl_double_check.sh's)
+#   3. FP8     fp8_check.sh (issue 35): test_cuda_fp8 (casts, GEMM, the FP8
 #              linear ops), fp8_gemm_bench, then --precision fp8 as a training
 #              path (tokens/s against bf16, parity, losses, gradient cosines)
-#   3. double  the NCCL test double's first signal (issue 34): the worker test
-#              and the communicator suite over NCCL's stream protocol with
-#              four ranks on the GPU (test_parallel_mpi '*ncclDouble*', 60 s at
-#              most; the parity suites over it are nccl_double_check.sh's)
 #   4. Llama   llama_check.sh with LLAMA_BUILD=0 (issue 32): the family's CUDA
 #              ops, the model on CUDA against the CPU, qwen2.5-1.5b against
 #              PyTorch, in the time left
@@ -25,7 +26,7 @@
 # packed logs).
 #
 #   NEXT_BUDGET_S   seconds in all (default 580)
-#   NEXT_FP8_S      seconds for step 2 (default 280; the GEMM-search variant of
+#   NEXT_FP8_S      seconds for step 3 (default 280; the GEMM-search variant of
 #                   its benchmark is left out here)
 set -uo pipefail
 
@@ -49,22 +50,10 @@ train prepare test_parity_fp8 test_cuda_ops test_parallel_mpi test_host_collecti
 note "build: rc $?, $(( $(date +%s) - t0 )) s"
 tar -czf "$FINAL/build.tgz" -C "$FINAL" build && rm -rf "$FINAL/build"
 
-# 2. FP8, bounded, its verdict lines kept.
+# 2. The NCCL test double, briefly (issue 34 comes first; a minute at most):
+# its worker, then the communicator suite over it at np 4.
 t0=$(date +%s)
-fp8_budget=${NEXT_FP8_S:-280}
-[ "$(left)" -lt "$fp8_budget" ] && fp8_budget=$(( $(left) - 10 ))
-if [ "$fp8_budget" -gt 30 ]; then
-  OUT=$FINAL FP8_BUDGET_S=$fp8_budget FP8_SEARCH_BENCH=0 timeout $(( fp8_budget + 20 )) bash "$ROOT/examples/gpu/fp8_check.sh" \
-    2>&1 | tee "$FINAL/fp8_check.txt"
-  note "fp8_check: rc ${PIPESTATUS[0]}, $(( $(date +%s) - t0 )) s"
-  grep -E '^(----|====|demo |loss:|!!!!)|tok/s|MFU|worst error|FAILED' "$FINAL/fp8_check.txt" | head -60 >>"$SUMMARY"
-else
-  note "fp8_check: skipped, out of time"
-fi
-
-# 3. The NCCL test double, briefly: the communicator suite over it at np 4.
-t0=$(date +%s)
-if [ "$(left)" -gt 150 ]; then
+if [ "$(left)" -gt 300 ]; then
   (
     # shellcheck source=examples/gpu/carried_env.sh
     source "$ROOT/examples/gpu/carried_env.sh"
@@ -81,6 +70,19 @@ if [ "$(left)" -gt 150 ]; then
   grep -aE '^---- |^\[  FAILED  \]|Failure|error' "$FINAL/double.txt" | head -20 >>"$SUMMARY"
 else
   note "double: skipped, out of time ($(left) s left)"
+fi
+
+# 3. FP8, bounded, its verdict lines kept.
+t0=$(date +%s)
+fp8_budget=${NEXT_FP8_S:-280}
+[ "$(left)" -lt "$fp8_budget" ] && fp8_budget=$(( $(left) - 10 ))
+if [ "$fp8_budget" -gt 30 ]; then
+  OUT=$FINAL FP8_BUDGET_S=$fp8_budget FP8_SEARCH_BENCH=0 timeout $(( fp8_budget + 20 )) bash "$ROOT/examples/gpu/fp8_check.sh" \
+    2>&1 | tee "$FINAL/fp8_check.txt"
+  note "fp8_check: rc ${PIPESTATUS[0]}, $(( $(date +%s) - t0 )) s"
+  grep -E '^(----|====|demo |loss:|!!!!)|tok/s|MFU|worst error|FAILED' "$FINAL/fp8_check.txt" | head -60 >>"$SUMMARY"
+else
+  note "fp8_check: skipped, out of time"
 fi
 
 # 4. Llama in the time left, on the same build.
