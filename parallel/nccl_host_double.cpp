@@ -7,6 +7,7 @@
 
 #include "engine/check.h"
 #include "engine/cuda/host_signal.h"
+#include "parallel/staging_ring.h"
 
 namespace parallel {
 
@@ -46,12 +47,12 @@ void CUDART_CB mark_job_ready(void* note) {
   delete n;
 }
 struct ReleaseNote {
-  std::atomic<std::uint64_t>* released;
-  std::uint64_t bytes;
+  StagingRing* ring;
+  std::uint64_t consumed;
 };
 void CUDART_CB release_staging(void* note) {
   auto* n = static_cast<ReleaseNote*>(note);
-  n->released->fetch_add(n->bytes, std::memory_order_release);
+  n->ring->give_back(n->consumed);
   delete n;
 }
 
@@ -66,36 +67,18 @@ NcclDoubleOptions NcclDoubleOptions::from_environment() {
   return o;
 }
 
-// The staging ring: one pinned block, allocated once (a pinned allocation
-// during a step would be an implicit synchronisation of the device, ordering
-// unrelated streams as NCCL never does), handed out in the order operations
-// are queued and handed back in the same order, by a host function after
-// each operation's last copy on the communicator's one stream.
+// The worker, the mapped counter it writes and the staging ring (one pinned
+// block, parallel/staging_ring.h).
 struct NcclHostDouble::State {
   std::uint64_t* counter = nullptr;  // mapped: the worker writes it, the stream waits on it
   std::unique_ptr<HostCollectiveWorker> worker;
-  char* ring = nullptr;
-  std::uint64_t capacity = 0;
-  std::uint64_t taken = 0;                  // main thread: bytes handed out so far, wasted tails included
-  std::atomic<std::uint64_t> released{0};  // host functions: bytes handed back
+  char* staging = nullptr;
+  std::unique_ptr<StagingRing> ring;
 
   ~State() {
     worker.reset();  // joins the thread before the counter it writes is freed
-    if (ring) cudaFreeHost(ring);
+    if (staging) cudaFreeHost(staging);
     if (counter) cudaFreeHost(counter);
-  }
-
-  // `bytes` of the ring (a multiple of kAlign); `consumed` what to hand back.
-  void* take(std::uint64_t bytes, std::uint64_t& consumed, const std::string& name) {
-    const std::uint64_t at = taken % capacity;
-    const std::uint64_t skip = at + bytes > capacity ? capacity - at : 0;  // never wrap an operation
-    consumed = skip + bytes;
-    const std::uint64_t in_flight = taken - released.load(std::memory_order_acquire);
-    ENGINE_CHECK(bytes <= capacity && in_flight + consumed <= capacity, "the ", name,
-                 " communicator's NCCL test double needs ", bytes, " bytes of staging with ", in_flight, " of its ",
-                 capacity, " in flight: raise ENGINE_NCCL_DOUBLE_STAGING_MB");
-    taken += consumed;
-    return ring + (skip > 0 ? 0 : at);
   }
 };
 
@@ -108,10 +91,12 @@ NcclHostDouble::NcclHostDouble(MPI_Comm group, std::string name, const NcclDoubl
   check_cuda(cudaHostAlloc(&counter, kAlign, cudaHostAllocMapped), "cudaHostAlloc(mapped counter)", name_);
   state_->counter = static_cast<std::uint64_t*>(counter);
   *state_->counter = 0;
-  void* ring = nullptr;
-  state_->capacity = aligned_bytes(static_cast<std::size_t>(options.staging_mb) << 20);
-  check_cuda(cudaHostAlloc(&ring, state_->capacity, cudaHostAllocDefault), "cudaHostAlloc(staging)", name_);
-  state_->ring = static_cast<char*>(ring);
+  void* staging = nullptr;
+  const std::size_t capacity = aligned_bytes(static_cast<std::size_t>(options.staging_mb) << 20);
+  check_cuda(cudaHostAlloc(&staging, capacity, cudaHostAllocDefault), "cudaHostAlloc(staging)", name_);
+  state_->staging = static_cast<char*>(staging);
+  state_->ring = std::make_unique<StagingRing>(
+      capacity, "the " + name_ + " communicator's NCCL test double staging (raise ENGINE_NCCL_DOUBLE_STAGING_MB)");
   // One stream of delays per rank and group, so the groups' workers do not sleep in step.
   random_.seed(random_() ^ std::hash<std::string>{}(name_));
   const WorkerDelays delays{options.max_delay_us, random_()};
@@ -144,8 +129,8 @@ void NcclHostDouble::run(const std::vector<Staged>& tensors, HostWork work, cuda
   ENGINE_CHECK(!aborted_, "the ", name_, " communicator was aborted; it moves nothing more");
   std::size_t total = 0;
   for (const Staged& s : tensors) total += aligned_bytes(s.device.bytes());
-  std::uint64_t consumed = 0;
-  char* staging = static_cast<char*>(state_->take(std::max<std::size_t>(total, kAlign), consumed, name_));
+  const StagingRing::Range range = state_->ring->take(std::max<std::size_t>(total, kAlign));
+  char* staging = state_->staging + range.offset;
   std::vector<Tensor> host;
   std::size_t offset = 0;
   for (const Staged& s : tensors) {
@@ -168,7 +153,7 @@ void NcclHostDouble::run(const std::vector<Staged>& tensors, HostWork work, cuda
       check_cuda(cudaMemcpyAsync(tensors[i].device.data(), host[i].data(), tensors[i].device.bytes(),
                                  cudaMemcpyHostToDevice, stream),
                  "cudaMemcpyAsync(staging out)", name_);
-  check_cuda(cudaLaunchHostFunc(stream, release_staging, new ReleaseNote{&state_->released, consumed}),
+  check_cuda(cudaLaunchHostFunc(stream, release_staging, new ReleaseNote{state_->ring.get(), range.consumed}),
              "cudaLaunchHostFunc", name_);
 }
 
