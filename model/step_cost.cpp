@@ -139,15 +139,33 @@ StageSeconds stage_micro_batch_seconds(const GptConfig& config, const ParallelLa
                             {C / t, C},
                             {C, static_cast<double>(config.fc_width()) / t},
                             {static_cast<double>(config.mlp_width()) / t, C}};
+  // --precision fp8 (engine/cuda/fp8_linear.cu): these four products with
+  // E4M3 operands, at fp8_gemm_speedup times their bf16 rate (1 until
+  // measured), and the casts around each, memory-bound, in bytes: forward,
+  // the input's amax (a bf16 read) and its cast (a read, a one-byte write),
+  // 5 per input value; backward, the output gradient's amax and its cast-
+  // transpose (a read, two one-byte writes), 6 per output value, and the
+  // input's amax and transposed cast for the weight gradient, 5 per input
+  // value. The weights are cast once per optimizer step (the weight cache):
+  // not counted per micro-batch.
+  const bool fp8 = layout.fp8_matmuls;
+  const double fp8_rate = fp8 && cluster.fp8_gemm_speedup > 0 ? cluster.fp8_gemm_speedup : 1.0;
   double linear_forward = 0, linear_backward = 0, weight_grad = 0, linear_rerun = 0;
+  double cast_forward_bytes = 0, cast_backward_bytes = 0, cast_rerun_bytes = 0;
   for (std::size_t i = 0; i < 4; ++i) {
     const Linear& l = linears[i];
-    const double forward = product(tokens, l.out, l.in), wgrad = product(l.out, l.in, tokens);
+    const double forward = product(tokens, l.out, l.in) / fp8_rate, wgrad = product(l.out, l.in, tokens) / fp8_rate;
     linear_forward += forward;
-    linear_backward += product(tokens, l.in, l.out) + wgrad;
+    linear_backward += product(tokens, l.in, l.out) / fp8_rate + wgrad;
     weight_grad += wgrad;
+    const double cast_in = fp8 ? 5.0 * tokens * l.in : 0.0;
+    cast_forward_bytes += cast_in;
+    cast_backward_bytes += fp8 ? 6.0 * tokens * l.out + cast_in : 0.0;
     // Full recomputation reruns the forward up to the MLP projection (model/recompute.h).
-    if (i < 3 || software.rerun_whole_forward) linear_rerun += forward;
+    if (i < 3 || software.rerun_whole_forward) {
+      linear_rerun += forward;
+      cast_rerun_bytes += cast_in;
+    }
   }
   const double core_flops = 4.0 * square * tokens * T * C / t;
   const double core = matmul_seconds(core_flops, cluster);
@@ -180,7 +198,8 @@ StageSeconds stage_micro_batch_seconds(const GptConfig& config, const ParallelLa
   StageSeconds s;
   const double fwd_matmul = blocks * (linear_forward + core) + head_forward;
   const double bwd_matmul = blocks * (linear_backward + 2 * core + recompute) + head_backward;
-  const double fwd_memory = memory_seconds((blocks * forward_values + embedding_values + head_values / 2) * value, cluster);
+  const double fwd_memory = memory_seconds(
+      (blocks * forward_values + embedding_values + head_values / 2) * value + blocks * cast_forward_bytes, cluster);
   const double grad_accumulation = software.grad_accumulation_bytes * stage_parameters(config, layout, pp_rank);
   // A backward split into input and weight passes (ZB-H1) moves more: each
   // block's four matmul output gradients (3C + C + 4C + C per token at tp 1;
@@ -195,7 +214,7 @@ StageSeconds stage_micro_batch_seconds(const GptConfig& config, const ParallelLa
   const double bwd_memory = memory_seconds(
       (blocks * (kBackwardTraffic * forward_values + recompute_values + split_values) + embedding_values +
        head_values / 2) * value +
-          grad_accumulation,
+          grad_accumulation + blocks * (cast_backward_bytes + (full ? cast_rerun_bytes : 0.0)),
       cluster);
   const double recompute_ops = full ? kForwardOpsPerBlock
                                : layout.recompute == Recompute::kSelective ? 1.0

@@ -20,6 +20,11 @@
 //                token (half of the square); the last stage moves 4 values
 //                per logit (write, softmax in place, gradient, read by the
 //                head's backward). Values are the activation dtype's size.
+//   FP8          under --precision fp8 the blocks' four linear layers run at
+//                the cluster's fp8_gemm_speedup times their rate (1 until
+//                measured) and their operands' amax and casts add 5 bytes per
+//                input value forward, 6 per output and 5 per input value
+//                backward (engine/cuda/fp8_linear.cu's passes);
 //   op overhead  op_overhead_seconds per op (a kernel launch or an OpenMP
 //                fork/join): about 10 ops per block forward and 18 backward;
 //   tensor parallel  the collectives Megatron-LM places (Shoeybi et al.

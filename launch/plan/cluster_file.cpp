@@ -54,6 +54,7 @@ const std::vector<Figure>& figures() {
       {"memory_bandwidth_gb_per_s", kGbPerS, &parallel::Cluster::memory_bandwidth, false},
       {"op_overhead_us", kMicroseconds, &parallel::Cluster::op_overhead_seconds, false},
       {"storage_write_gb_per_s", kGbPerS, &parallel::Cluster::storage_write_bandwidth, true},
+      {"fp8_gemm_speedup", kFraction, &parallel::Cluster::fp8_gemm_speedup, true},
   };
   return list;
 }
@@ -280,6 +281,9 @@ void check_cluster(const parallel::Cluster& cluster, const std::string& where) {
   // A fraction of the peak: above 1 the peak itself is wrong.
   ENGINE_CHECK(cluster.gemm_efficiency <= 1, where, ": key 'gemm_efficiency' must be in (0, 1], got ",
                shown(cluster.gemm_efficiency));
+  // FP8 tensor cores peak at twice bf16's; a speedup beyond 4 is a typo.
+  ENGINE_CHECK(cluster.fp8_gemm_speedup <= 4, where, ": key 'fp8_gemm_speedup' must be in [0, 4] (0 = not measured), got ",
+               shown(cluster.fp8_gemm_speedup));
   ENGINE_CHECK(cluster.gemm_rates.size() <= kMostGemmRates, where, ": key 'gemm_rates' holds ",
                cluster.gemm_rates.size(), " entries, more than ", kMostGemmRates);
   for (std::size_t i = 0; i < cluster.gemm_rates.size(); ++i) {
@@ -462,8 +466,9 @@ void write_cluster_file(const std::string& path, const parallel::Cluster& cluste
     }
     root[link] = object;
   }
-  for (const Figure& f : figures())
-    if (f.optional) root[f.key] = file_value(cluster.*f.field, f.unit);
+  for (const Figure& f : figures())  // an unmeasured FP8 speedup is left out (older readers refuse the key)
+    if (f.optional && (cluster.*f.field > 0 || f.field != &parallel::Cluster::fp8_gemm_speedup))
+      root[f.key] = file_value(cluster.*f.field, f.unit);
   if (!cluster.gemm_rates.empty()) {
     Json rates = Json::array();
     for (const parallel::GemmRate& r : cluster.gemm_rates)

@@ -16,6 +16,7 @@
 //                    "all_gather_gb_per_s": 180, "reduce_scatter_gb_per_s": 170},   // the last two optional
 //     "inter_node": {"bandwidth_gb_per_s": 23, "latency_us": 15},
 //     "storage_write_gb_per_s": 2,            // optional; 0 or absent = unknown
+//     "fp8_gemm_speedup": 1.6,                // optional, in [0, 4]: the blocks' linear layers in FP8 over bf16; 0 or absent = not measured
 //     "gemm_rates": [{"m": 8192, "n": 6144, "k": 2048, "efficiency": 0.74}, ...],   // optional
 //     "sources": {"peak_tflops": "why this value, and where it was read", ...}   // optional
 //   }

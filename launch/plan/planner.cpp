@@ -215,6 +215,7 @@ std::vector<ParallelLayout> enumerate_layouts(const PlanRequest& r) {
                 l.device = r.cluster.device;
                 // As Trainer::keeps_fp8_weight_copies: not under ZeRO-3.
                 l.fp8_weight_copies = r.fp8_matmuls() && r.fp8_weight_cache && l.zero_stage() < 3;
+                l.fp8_matmuls = r.fp8_matmuls();
                 // The shapes the FP8 GEMMs refuse, as train refuses them.
                 if (r.precision_flag == "fp8" && !model::check_fp8_shapes(r.model, tp, mb * r.seq_len).empty()) continue;
                 if (pp > 1 && r.virtual_stages > 1 && !can_interleave(r, l)) continue;

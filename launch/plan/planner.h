@@ -86,8 +86,9 @@ struct PlanRequest {
   // uses there), fp32, bf16, fp8 (bf16 storage, the blocks' matmuls in E4M3)
   // or fp8-emulated (its CPU reference). Under fp8 the memory side counts the
   // blocks' FP8 weight copies where the trainer keeps them (below ZeRO-3,
-  // with fp8_weight_cache); the step time is bf16's: FP8's GEMM rate is not
-  // modelled until it has been measured (examples/gpu/fp8_check.sh).
+  // with fp8_weight_cache), and the step time runs their linear layers at
+  // the cluster's fp8_gemm_speedup (1 until measured) with their casts
+  // (model/step_cost.h).
   std::string precision_flag = "auto";
   bool fp8_weight_cache = true;  // train's hidden --fp8-weight-cache
   // NCCL's buffer sizes on GPU clusters (model/memory_plan.h): NCCL's

@@ -284,6 +284,28 @@ TEST(ClusterFile, RefusesNonPositiveFigures) {
   json["storage_write_gb_per_s"] = 0;  // unknown: allowed
   write_text(dir / "ok.json", json.dump());
   EXPECT_EQ(read_cluster_file(dir / "ok.json").storage_write_bandwidth, 0);
+  // The FP8 speedup: optional, in [0, 4] (FP8 tensor cores peak at 2x bf16's).
+  json = selene();
+  json["fp8_gemm_speedup"] = 5;
+  EXPECT_MENTIONS(error_reading(dir, json), "key 'fp8_gemm_speedup' must be in [0, 4] (0 = not measured), got 5");
+  json["fp8_gemm_speedup"] = -1;
+  EXPECT_MENTIONS(error_reading(dir, json), "key 'fp8_gemm_speedup' must be a non-negative number");
+  json["fp8_gemm_speedup"] = 1.6;
+  write_text(dir / "fp8.json", json.dump());
+  const parallel::Cluster fp8 = read_cluster_file(dir / "fp8.json");
+  EXPECT_EQ(fp8.fp8_gemm_speedup, 1.6);
+  // Written when measured, left out when not (a reader before the key refuses it).
+  write_cluster_file(dir / "fp8_out.json", fp8, {});
+  const auto text_of = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  };
+  EXPECT_NE(text_of(dir / "fp8_out.json").find("\"fp8_gemm_speedup\": 1.6"), std::string::npos);
+  EXPECT_EQ(read_cluster_file(dir / "fp8_out.json").fp8_gemm_speedup, 1.6);
+  parallel::Cluster none = fp8;
+  none.fp8_gemm_speedup = 0;
+  write_cluster_file(dir / "none.json", none, {});
+  EXPECT_EQ(text_of(dir / "none.json").find("fp8_gemm_speedup"), std::string::npos);
 }
 
 // A figure so large that the planner's arithmetic reaches inf (1e250 TFLOP/s

@@ -301,7 +301,7 @@ TEST(Planner, BadRequestsAreNamed) {
 
 // The run's --precision: its storage dtypes in every layout, and under fp8
 // the blocks' FP8 weight copies in the memory (where the trainer keeps them:
-// below ZeRO-3) at bf16's step time (FP8's GEMM rate is not modelled yet).
+// below ZeRO-3), and the step time of FP8's linear layers (below).
 TEST(Planner, PlansInTheRunsPrecision) {
   launch::PlanRequest bf16 = gpt2_request(8);
   bf16.tp = {2};
@@ -336,7 +336,7 @@ TEST(Planner, PlansInTheRunsPrecision) {
     EXPECT_EQ(with_fp8.layout.fp8_weight_copies, zero < 3) << "ZeRO " << zero;
     EXPECT_FALSE(no_cache.layout.fp8_weight_copies);
     EXPECT_EQ(no_cache.memory_bytes_per_device, plain.memory_bytes_per_device);
-    EXPECT_DOUBLE_EQ(with_fp8.step_seconds, plain.step_seconds);
+    EXPECT_GT(with_fp8.step_seconds, plain.step_seconds) << "no FP8 speedup measured: bf16's rate plus the casts";
     if (zero < 3) {
       // 2 bytes a block parameter of this tp rank: the E4M3 copy and its transpose (model/gpt_stage.h).
       EXPECT_GT(with_fp8.memory.weights, plain.memory.weights);
@@ -374,6 +374,46 @@ TEST(Planner, PlansInTheRunsPrecision) {
   r.precision_flag = "fp8";
   r.cluster.device = engine::DeviceType::kCpu;
   EXPECT_NE(r.check().find("--precision fp8 runs on GPUs"), std::string::npos) << r.check();
+}
+
+// FP8's linear layers in the step time (model/step_cost.h): their casts as
+// memory traffic (5 bytes per input value forward; 6 per output and 5 per
+// input value backward, recomputation rerunning the forward's), and their
+// products at the cluster's fp8_gemm_speedup, 1 until measured.
+TEST(Planner, Fp8LinearLayersRunAtTheirMeasuredRateWithTheirCasts) {
+  const model::GptConfig gpt = model::gpt_preset("gpt2-350m");
+  parallel::Cluster c = test_gpu_cluster();
+  model::ParallelLayout bf16;
+  bf16.micro_batch = 4;
+  bf16.micro_batches = 1;
+  bf16.seq_len = 1024;
+  bf16.precision = model::Precision::kBf16;
+  bf16.device = engine::DeviceType::kCuda;
+  model::ParallelLayout fp8 = bf16;
+  fp8.fp8_matmuls = true;
+  const model::Software sw = model::engine_software(engine::DeviceType::kCuda);
+  const model::StageSeconds a = model::stage_micro_batch_seconds(gpt, bf16, c, 0, sw);
+  const model::StageSeconds b = model::stage_micro_batch_seconds(gpt, fp8, c, 0, sw);
+  const double tokens = 4 * 1024.0, C = 1024, blocks = 24;
+  const double inputs = C + C + C + 4 * C, outputs = 3 * C + C + 4 * C + C;  // qkv, proj, fc, fc proj
+  EXPECT_NEAR(b.forward - a.forward, blocks * 5 * tokens * inputs / c.memory_bandwidth, 1e-12);
+  EXPECT_NEAR(b.backward - a.backward, blocks * (6 * tokens * outputs + 5 * tokens * inputs) / c.memory_bandwidth,
+              1e-12);
+  EXPECT_DOUBLE_EQ(b.weight_grad, a.weight_grad) << "no speedup measured: bf16's rate";
+  c.fp8_gemm_speedup = 2;
+  const model::StageSeconds d = model::stage_micro_batch_seconds(gpt, fp8, c, 0, sw);
+  EXPECT_DOUBLE_EQ(d.weight_grad, a.weight_grad / 2);
+  EXPECT_LT(d.forward, b.forward);
+  // Full recomputation reruns the forward's first three products and their casts.
+  model::ParallelLayout full = fp8;
+  full.recompute = model::Recompute::kFull;
+  model::ParallelLayout full_bf16 = bf16;
+  full_bf16.recompute = model::Recompute::kFull;
+  const double rerun_casts = blocks * 5 * tokens * (C + C + C) / c.memory_bandwidth;
+  c.fp8_gemm_speedup = 0;
+  EXPECT_NEAR(model::stage_micro_batch_seconds(gpt, full, c, 0, sw).backward -
+                  model::stage_micro_batch_seconds(gpt, full_bf16, c, 0, sw).backward,
+              blocks * (6 * tokens * outputs + 5 * tokens * inputs) / c.memory_bandwidth + rerun_casts, 1e-12);
 }
 
 // Megatron-LM's interleaved 1F1B (Narayanan et al. 2021, section 2.2.2):
