@@ -204,8 +204,8 @@ int run(int argc, char** argv) {
   app.add_option("--schedule", o.schedule, "Only these pipeline schedules (1f1b, afab, zb-h1, zb-v, interleaved with --virtual-stages 0)")->delimiter(',');
   app.add_option("--attention-flops", o.attention, "Attention FLOP convention of MFU: causal or full")->capture_default_str();
   app.add_option("--precision", o.precision,
-                 "The run's --precision: auto (bf16 on GPUs, fp32 on CPUs), fp32, bf16, fp8 (the FP8 weight copies, casts "
-                 "copies; step time as bf16's) or fp8-emulated")->capture_default_str();
+                 "The run's --precision: auto (bf16 on GPUs, fp32 on CPUs), fp32, bf16, fp8 (the FP8 weight copies, "
+                 "the linear layers at the cluster's fp8_gemm_speedup, their casts) or fp8-emulated")->capture_default_str();
   app.add_option("--software", o.software,
                  "Implementation to model: engine (this engine), or megatron-lm-2021 (to check against Narayanan et al. 2021)")
       ->capture_default_str();
