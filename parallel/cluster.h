@@ -72,8 +72,9 @@ struct Cluster {
   Link inter_node;              // between nodes, per device
   double storage_write_bandwidth = 0;  // bytes/s a node writes checkpoints at (0 = unknown)
   // Optional: how many times faster the transformer blocks' linear layers run
-  // with E4M3 operands (--precision fp8) than at their bf16 rate, measured
-  // (examples/benchmarks/fp8_gemm_bench's layer times); 0 = not measured, and
+  // with E4M3 operands (--precision fp8) than at their bf16 rate, measured:
+  // the GEMMs' ratio on fp8_gemm_bench's summary line (its "(1.6x)", casts
+  // apart, since the planner counts those itself); 0 = not measured, and
   // the planner then runs them at the bf16 rate (plus the casts, which it
   // always counts: model/step_cost.h). FP8 tensor cores peak at 2x bf16's.
   double fp8_gemm_speedup = 0;
