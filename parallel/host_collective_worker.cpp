@@ -24,8 +24,6 @@ HostCollectiveWorker::HostCollectiveWorker(MPI_Comm group, std::string name, std
                "with MPI_THREAD_MULTIPLE (the test main does so under ENGINE_TEST_COMM=nccl-double)");
   // Pageable staging: the worker makes no CUDA call (nccl_host_double.h).
   comm_ = std::make_unique<MpiCommunicator>(group, name_, MpiCommunicator::HostStaging::kPageable);
-  size_ = comm_->size();
-  rank_ = comm_->rank();
   std::atomic_ref<std::uint64_t>(*word_).store(0, std::memory_order_release);
   thread_ = std::thread([this] { run(); });
 }

@@ -3,7 +3,7 @@
 // number of the last finished job in a 64-bit completion word.
 //
 // It is the transport of the NCCL test double (parallel/nccl_communicator.h,
-// NcclTransport::kHostDouble): there the jobs are a collective's host-staged
+// CommBackend::kNcclHostDouble): there the jobs are a collective's host-staged
 // bytes, a CUDA host function marks each ready once its device-to-host copies
 // have run, and a kernel on the communicator's stream waits until the
 // completion word reaches the job's number, as NCCL's kernels wait for their
@@ -72,9 +72,6 @@ class HostCollectiveWorker {
   HostCollectiveWorker(const HostCollectiveWorker&) = delete;
   HostCollectiveWorker& operator=(const HostCollectiveWorker&) = delete;
 
-  int size() const { return size_; }
-  int rank() const { return rank_; }
-
   // Queues `job`; returns its number. Any thread.
   std::uint64_t submit(Job job);
   // The job's inputs are in place. Any thread, including a CUDA host function
@@ -97,8 +94,6 @@ class HostCollectiveWorker {
   void publish(std::uint64_t value);
 
   std::string name_;
-  int size_ = 1;
-  int rank_ = 0;
   std::uint64_t* word_;
   WorkerDelays delays_;
   std::unique_ptr<Communicator> comm_;  // used only by the worker thread after construction

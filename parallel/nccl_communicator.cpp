@@ -198,8 +198,9 @@ void watch_device_waits() {
 
 }  // namespace
 
-NcclCommunicator::NcclCommunicator(MPI_Comm group, std::string name, NcclTransport transport)
+NcclCommunicator::NcclCommunicator(MPI_Comm group, std::string name, CommBackend backend)
     : Communicator(std::move(name)) {
+  ENGINE_CHECK(backend != CommBackend::kMpi, "the ", this->name(), " NCCL communicator was asked for MPI's transport");
   check_mpi(MPI_Comm_dup(group, &mpi_comm_), "MPI_Comm_dup", this->name());
   MPI_Comm_size(mpi_comm_, &size_);
   MPI_Comm_rank(mpi_comm_, &rank_);
@@ -217,7 +218,7 @@ NcclCommunicator::NcclCommunicator(MPI_Comm group, std::string name, NcclTranspo
   // A group of one never reaches NCCL (the base class short-circuits it), so
   // it skips NCCL's initialisation, which costs tens of milliseconds.
   if (size_ == 1) return;
-  if (transport == NcclTransport::kHostDouble) {
+  if (backend == CommBackend::kNcclHostDouble) {
     double_ = std::make_unique<NcclHostDouble>(mpi_comm_, this->name(), NcclDoubleOptions::from_environment());
   } else {
     ncclUniqueId id{};
@@ -389,7 +390,7 @@ void NcclCommunicator::do_barrier() {
   check_mpi(MPI_Barrier(mpi_comm_), "MPI_Barrier", name());
 }
 
-GridComms make_nccl_comms(const ProcessGrid& grid, MPI_Comm world, NcclTransport transport) {
+GridComms make_nccl_comms(const ProcessGrid& grid, MPI_Comm world, CommBackend backend) {
   check_grid_matches(grid, world);
   GridComms comms;
   // Same order on every rank: each ncclCommInitRank blocks until its whole
@@ -398,7 +399,7 @@ GridComms make_nccl_comms(const ProcessGrid& grid, MPI_Comm world, NcclTransport
     MPI_Comm group = MPI_COMM_NULL;
     check_mpi(MPI_Comm_split(world, grid.group_color(axis), grid.rank(axis), &group), "MPI_Comm_split",
               axis_name(axis));
-    auto comm = std::make_unique<NcclCommunicator>(group, axis_name(axis), transport);
+    auto comm = std::make_unique<NcclCommunicator>(group, axis_name(axis), backend);
     MPI_Comm_free(&group);  // the communicator keeps its own duplicate
     return comm;
   };

@@ -40,8 +40,8 @@
 //   error; on a timeout the watchdog's roll call names the ranks that did not
 //   arrive, the communicators are aborted (ncclCommAbort) and the job ends
 //   with the watchdog's one line, as for the MPI transport.
-// - Transport. NcclTransport::kNccl moves the bytes with NCCL's kernels.
-//   kHostDouble is the test double (parallel/nccl_host_double.h): everything
+// - Transport. CommBackend::kNccl moves the bytes with NCCL's kernels;
+//   kNcclHostDouble is the test double (parallel/nccl_host_double.h): everything
 //   above stays (streams, events, watchdog waits, asynchronous errors,
 //   abort) but the bytes go through pinned host memory and MPI on a worker
 //   thread, with random delays on both streams, so several ranks can share
@@ -64,13 +64,12 @@ namespace parallel {
 
 class NcclHostDouble;
 
-enum class NcclTransport { kNccl, kHostDouble };
-
 class NcclCommunicator final : public Communicator {
  public:
   // Collective over `group` (every member calls it, in the same order as any
   // other communicator creation).
-  NcclCommunicator(MPI_Comm group, std::string name, NcclTransport transport = NcclTransport::kNccl);
+  // `backend`: kNccl or kNcclHostDouble.
+  NcclCommunicator(MPI_Comm group, std::string name, CommBackend backend = CommBackend::kNccl);
   ~NcclCommunicator() override;
 
   int size() const override { return size_; }
@@ -98,7 +97,7 @@ class NcclCommunicator final : public Communicator {
 
   MPI_Comm mpi_comm_ = MPI_COMM_NULL;  // owned duplicate: id broadcast and barrier
   ncclComm_t comm_ = nullptr;                  // kNccl with more than one rank
-  std::unique_ptr<NcclHostDouble> double_;    // kHostDouble with more than one rank
+  std::unique_ptr<NcclHostDouble> double_;    // kNcclHostDouble with more than one rank
   cudaStream_t stream_ = nullptr;          // owned, non-blocking
   cudaEvent_t ready_ = nullptr;            // owned, reused by every call
   int size_ = 1;
@@ -108,6 +107,6 @@ class NcclCommunicator final : public Communicator {
 // NCCL communicators for the three axes of `grid`, each
 // bootstrapped over the matching MPI_Comm_split of `world`. Collective.
 GridComms make_nccl_comms(const ProcessGrid& grid, MPI_Comm world = MPI_COMM_WORLD,
-                          NcclTransport transport = NcclTransport::kNccl);
+                          CommBackend backend = CommBackend::kNccl);
 
 }  // namespace parallel

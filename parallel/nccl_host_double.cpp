@@ -89,8 +89,7 @@ NcclHostDouble::NcclHostDouble(MPI_Comm group, std::string name, const NcclDoubl
       max_delay_us_(options.max_delay_us) {
   void* counter = nullptr;
   check_cuda(cudaHostAlloc(&counter, kAlign, cudaHostAllocMapped), "cudaHostAlloc(mapped counter)", name_);
-  state_->counter = static_cast<std::uint64_t*>(counter);
-  *state_->counter = 0;
+  state_->counter = static_cast<std::uint64_t*>(counter);  // the worker starts it at 0
   void* staging = nullptr;
   const std::size_t capacity = aligned_bytes(static_cast<std::size_t>(options.staging_mb) << 20);
   check_cuda(cudaHostAlloc(&staging, capacity, cudaHostAllocDefault), "cudaHostAlloc(staging)", name_);
@@ -105,7 +104,7 @@ NcclHostDouble::NcclHostDouble(MPI_Comm group, std::string name, const NcclDoubl
 
 NcclHostDouble::~NcclHostDouble() {
   // After an abort the stream may still hold host functions that name the
-  // worker and the blocks: leave them allocated (the process is failing).
+  // worker and the staging ring: leave them allocated (the process is failing).
   if (aborted_) (void)state_.release();
 }
 

@@ -20,10 +20,7 @@ TiedEmbedding::TiedEmbedding(MPI_Comm world, const ProcessGrid& grid, FlatRange 
                  &group);
   if (!holds_wte) return;
 #ifdef ENGINE_WITH_NCCL
-  if (backend != CommBackend::kMpi)
-    comm_ = std::make_unique<NcclCommunicator>(
-        group, "embedding",
-        backend == CommBackend::kNcclHostDouble ? NcclTransport::kHostDouble : NcclTransport::kNccl);
+  if (backend != CommBackend::kMpi) comm_ = std::make_unique<NcclCommunicator>(group, "embedding", backend);
 #else
   ENGINE_CHECK(backend == CommBackend::kMpi, "the tied embedding's group over NCCL: this engine was built without NCCL");
 #endif

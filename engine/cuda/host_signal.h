@@ -1,5 +1,5 @@
 // Two ways for a stream to wait for the host, for the NCCL test double
-// (parallel/nccl_communicator.h, NcclTransport::kHostDouble), which moves a
+// (parallel/nccl_communicator.h, CommBackend::kNcclHostDouble), which moves a
 // collective's bytes through host memory on a CPU thread while keeping NCCL's
 // stream protocol: the stream stalls until the thread says the bytes are
 // there, as NCCL's own kernels stall until their peers' arrive.

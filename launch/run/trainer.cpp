@@ -54,10 +54,7 @@ int size_of(MPI_Comm world) {
 parallel::GridComms make_comms(const TrainConfig& config, const parallel::ProcessGrid& grid, MPI_Comm world) {
   if (!config.nccl_protocol()) return parallel::make_mpi_comms(grid, world);
 #ifdef ENGINE_WITH_NCCL
-  return parallel::make_nccl_comms(grid, world,
-                                   config.comm_backend() == parallel::CommBackend::kNcclHostDouble
-                                       ? parallel::NcclTransport::kHostDouble
-                                       : parallel::NcclTransport::kNccl);
+  return parallel::make_nccl_comms(grid, world, config.comm_backend());
 #else
   ENGINE_FAIL("--comm ", config.comm, ": this engine was built without NCCL");
 #endif

@@ -62,9 +62,9 @@ int main(int argc, char** argv) {
     std::unique_ptr<parallel::NcclCommunicator> double_world;
     if (nccl_double && engine::cuda_device_count() > 0) {
       engine::cuda_set_device(0);  // every rank on the one GPU: what the double is for
-      double_comms = parallel::make_nccl_comms(grid, MPI_COMM_WORLD, parallel::NcclTransport::kHostDouble);
+      double_comms = parallel::make_nccl_comms(grid, MPI_COMM_WORLD, parallel::CommBackend::kNcclHostDouble);
       double_world = std::make_unique<parallel::NcclCommunicator>(MPI_COMM_WORLD, "world",
-                                                                 parallel::NcclTransport::kHostDouble);
+                                                                 parallel::CommBackend::kNcclHostDouble);
       for (parallel::Communicator* c : {static_cast<parallel::Communicator*>(double_world.get()), double_comms.tp.get(),
                                         double_comms.dp.get(), double_comms.pp.get()})
         parallel_test::comms_under_test().push_back(
