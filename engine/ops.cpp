@@ -45,6 +45,23 @@ void expect_device(const Tensor& t, DeviceType device, const char* what) {
                device_name(device));
 }
 
+// An amax slot (Fp8Options, out_amax): empty, or one f32 on `device`.
+void expect_amax_slot(const Tensor& t, DeviceType device, const char* what) {
+  if (t.empty()) return;
+  ENGINE_CHECK(t.numel() == 1 && t.dtype() == DType::kF32, what, " is ", t.describe(), ", expected one f32");
+  expect_device(t, device, what);
+}
+
+void expect_fp8_slots(const Fp8Options* fp8, DeviceType device, const char* op) {
+  if (fp8 == nullptr) return;
+  const std::string name(op);
+  expect_amax_slot(fp8->inp_amax, device, (name + ": Fp8Options::inp_amax").c_str());
+  expect_amax_slot(fp8->dout_amax, device, (name + ": Fp8Options::dout_amax").c_str());
+  expect_amax_slot(fp8->out_amax, device, (name + ": Fp8Options::out_amax").c_str());
+  expect_amax_slot(fp8->dinp_amax, device, (name + ": Fp8Options::dinp_amax").c_str());
+  ENGINE_CHECK(!fp8->inp_amax_ready || !fp8->inp_amax.empty(), op, ": Fp8Options::inp_amax_ready without an inp_amax");
+}
+
 }  // namespace
 
 void fill(const Tensor& t, double value) {
@@ -126,7 +143,7 @@ void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& do
 }
 
 void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
-                       const Tensor& weight, const Tensor& bias, double eps) {
+                       const Tensor& weight, const Tensor& bias, double eps, const Tensor& out_amax) {
   ScopedOpTimer timer("layernorm_forward");
   const std::int64_t C = inp.dim(-1), N = inp.numel() / C;
   expect_rows(out, N, C, "layernorm_forward: out");
@@ -135,7 +152,8 @@ void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd
   expect_numel(weight, C, "layernorm_forward: weight");
   expect_numel(bias, C, "layernorm_forward: bias");
   ENGINE_CHECK(eps > 0 && std::isfinite(eps), "layernorm_forward: eps must be positive and finite, got ", eps);
-  ENGINE_DISPATCH(out, layernorm_forward, out, mean, rstd, inp, weight, bias, eps);
+  expect_amax_slot(out_amax, out.device(), "layernorm_forward: out_amax");
+  ENGINE_DISPATCH(out, layernorm_forward, out, mean, rstd, inp, weight, bias, eps, out_amax);
 }
 
 void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
@@ -151,7 +169,8 @@ void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor&
   ENGINE_DISPATCH(dout, layernorm_backward, dinp, dweight, dbias, dout, inp, weight, mean, rstd);
 }
 
-void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& weight, double eps) {
+void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& weight, double eps,
+                     const Tensor& out_amax) {
   ScopedOpTimer timer("rmsnorm_forward");
   ENGINE_CHECK(inp.ndim() >= 1 && inp.dim(-1) > 0, "rmsnorm_forward: inp must be (N, C) with C > 0, got ",
                inp.shape().str());
@@ -161,7 +180,8 @@ void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, c
   expect_numel(weight, C, "rmsnorm_forward: weight");
   ENGINE_CHECK(eps > 0, "rmsnorm_forward: eps ", eps, " must be positive");
   for (const Tensor* t : {&rstd, &inp, &weight}) expect_device(*t, out.device(), "rmsnorm_forward: operand");
-  ENGINE_DISPATCH(out, rmsnorm_forward, out, rstd, inp, weight, eps);
+  expect_amax_slot(out_amax, out.device(), "rmsnorm_forward: out_amax");
+  ENGINE_DISPATCH(out, rmsnorm_forward, out, rstd, inp, weight, eps, out_amax);
 }
 
 void rmsnorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dout, const Tensor& inp,
@@ -197,7 +217,10 @@ void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, 
   expect_rows(out, N, OC, "matmul_forward: out");
   if (!bias.empty()) expect_numel(bias, OC, "matmul_forward: bias");
   if (!pre_gelu.empty()) expect_rows(pre_gelu, N, OC, "matmul_forward: pre_gelu");
-  if (format == MatmulFormat::kFp8E4M3) ENGINE_DISPATCH(out, fp8_matmul_forward, out, inp, weight, bias, pre_gelu, fp8);
+  if (format == MatmulFormat::kFp8E4M3) {
+    expect_fp8_slots(fp8, out.device(), "matmul_forward");
+    ENGINE_DISPATCH(out, fp8_matmul_forward, out, inp, weight, bias, pre_gelu, fp8);
+  }
   else ENGINE_DISPATCH(out, matmul_forward, out, inp, weight, bias, pre_gelu);
 }
 
@@ -217,7 +240,10 @@ void matmul_forward_add(const Tensor& out, const Tensor& inp, const Tensor& weig
   const char* r = static_cast<const char*>(residual.data());
   ENGINE_CHECK(o + out.bytes() <= r || r + residual.bytes() <= o, "matmul_forward_add: out ", out.describe(),
                " overlaps residual ", residual.describe());
-  if (format == MatmulFormat::kFp8E4M3) ENGINE_DISPATCH(out, fp8_matmul_forward_add, out, inp, weight, bias, residual, fp8);
+  if (format == MatmulFormat::kFp8E4M3) {
+    expect_fp8_slots(fp8, out.device(), "matmul_forward_add");
+    ENGINE_DISPATCH(out, fp8_matmul_forward_add, out, inp, weight, bias, residual, fp8);
+  }
   else ENGINE_DISPATCH(out, matmul_forward_add, out, inp, weight, bias, residual);
 }
 
@@ -233,8 +259,10 @@ void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& db
   if (!dweight.empty()) expect_shape(dweight, weight.shape(), "matmul_backward: dweight");
   if (!dbias.empty()) expect_numel(dbias, OC, "matmul_backward: dbias");
   if (!gelu_pre.empty()) expect_rows(gelu_pre, N, C, "matmul_backward: gelu_pre");
-  if (format == MatmulFormat::kFp8E4M3)
+  if (format == MatmulFormat::kFp8E4M3) {
+    expect_fp8_slots(fp8, dout.device(), "matmul_backward");
     ENGINE_DISPATCH(dout, fp8_matmul_backward, dinp, dweight, dbias, dout, inp, weight, gelu_pre, fp8);
+  }
   else ENGINE_DISPATCH(dout, matmul_backward, dinp, dweight, dbias, dout, inp, weight, gelu_pre);
 }
 
@@ -248,8 +276,10 @@ void matmul_weight_grad(const Tensor& dweight, const Tensor& dbias, const Tensor
   if (!dbias.empty()) expect_numel(dbias, OC, "matmul_weight_grad: dbias");
   // The backends read `weight` only for the input gradient, which is not
   // asked for here: dweight stands in for its shape.
-  if (format == MatmulFormat::kFp8E4M3)
+  if (format == MatmulFormat::kFp8E4M3) {
+    expect_fp8_slots(fp8, dout.device(), "matmul_weight_grad");
     ENGINE_DISPATCH(dout, fp8_matmul_backward, Tensor{}, dweight, dbias, dout, inp, dweight, Tensor{}, fp8);
+  }
   else ENGINE_DISPATCH(dout, matmul_backward, Tensor{}, dweight, dbias, dout, inp, dweight, Tensor{});
 }
 

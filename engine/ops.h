@@ -50,8 +50,12 @@ void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& do
 //   out (N,C), mean (N), rstd (N), inp (N,C), weight (C), bias (C)
 // Statistics (mean, rstd, losses, attention's saved state) are f32, or f64 on
 // the CPU's fp64 reference path; weights may be f32 while activations are bf16.
+// out_amax (one f32 on out's device), if given: set to max |out| over the
+// values as stored (NaN if any is NaN), computed as the rows are written, so
+// an FP8 matmul reading out need not read it once more for its amax
+// (Fp8Options::inp_amax; issue 35).
 void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
-                       const Tensor& weight, const Tensor& bias, double eps);
+                       const Tensor& weight, const Tensor& bias, double eps, const Tensor& out_amax = {});
 // dinp ACCUMULATES (+=); dweight, dbias accumulate.
 void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                         const Tensor& inp, const Tensor& weight, const Tensor& mean, const Tensor& rstd);
@@ -60,7 +64,9 @@ void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor&
 // out = inp * rstd * weight, rstd = 1 / sqrt(mean_c(inp^2) + eps); no mean is
 // subtracted and there is no bias (Hugging Face's LlamaRMSNorm / Qwen2RMSNorm).
 //   out (N,C), rstd (N) statistics dtype, inp (N,C), weight (C)
-void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& weight, double eps);
+// out_amax: as layernorm_forward's.
+void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& weight, double eps,
+                     const Tensor& out_amax = {});
 // dinp ACCUMULATES (+=) like layernorm_backward's; dweight accumulates.
 void rmsnorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dout, const Tensor& inp,
                       const Tensor& weight, const Tensor& rstd);
@@ -107,10 +113,34 @@ std::size_t fp8_weight_cache_bytes(DeviceType device, std::int64_t out_features,
 // operands are shards. Every rank of the group must make the same calls
 // (they do: each runs the same ops). weight_cache, if set, keeps the weight's
 // FP8 form between uses (above).
+//
+// The amax slots let an op skip the pass that reads a whole tensor only for
+// its amax (issue 35: each operand's amax computed where it is produced).
+// They change no number, only which kernel finds the maximum. Each is one f32
+// on the op's device, or empty (the op then computes what it needs in its own
+// scratch). They describe one call: model::TransformerBlock sets them on a
+// copy of the layer's options.
+//   inp_amax   inp's amax slot. With inp_amax_ready it holds the amax inp is
+//              scaled by, final (a shard's already max-reduced over the
+//              group): written by the kernel that produced inp, or by this
+//              layer's forward; the op reads inp only to cast it. Without,
+//              the op computes that amax (reduced for a shard) and leaves it
+//              there, where the backward finds it ready.
+//   dout_amax  backward: dout's amax, final and ready, or empty.
+//   out_amax   forward: set to max |out| over this rank's out, by the kernel
+//              that applies bias and GELU (with pre_gelu; else a pass of its
+//              own). Not reduced: the caller max-reduces it when the next
+//              layer reads out as a shard.
+//   dinp_amax  backward: set to max |dinp| over this rank's dinp, by the kernel
+//              that finishes dinp (the GELU backward, with gelu_pre; else a
+//              pass of its own). Not reduced, as out_amax.
 struct Fp8Options {
   std::function<void(const Tensor& amax)> reduce_max;
   bool inp = false, weight = false, dout = false;
   Fp8WeightCache* weight_cache = nullptr;
+  Tensor inp_amax;
+  bool inp_amax_ready = false;
+  Tensor dout_amax, out_amax, dinp_amax;
 };
 
 // out = inp @ weight^T + bias.            out (N,OC), inp (N,C), weight (OC,C), bias (OC) or empty

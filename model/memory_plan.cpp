@@ -99,7 +99,7 @@ StageFootprint stage_footprint(const GptConfig& config, const ParallelLayout& la
   f.fixed.grads = bytes(zero >= 2 ? shard : whole, master);
   f.fixed.optimizer = kAdamMoments * bytes(zero >= 1 ? shard : whole, master);
   if (zero >= 2) f.fixed.staging = parallel::ZeroUnitShards::staging_bound(zero, flat.units, working, master);
-  const ActivationShape shape{layout.micro_batch, layout.seq_len, working};
+  const ActivationShape shape{layout.micro_batch, layout.seq_len, working, layout.fp8_matmuls};
   if (chunks.size() > 1) {
     // One GptStage per chunk (launch/run/trainer.cpp), each with its own
     // slots and scratch: their bytes, summed; the slots are in already.

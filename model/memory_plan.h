@@ -64,7 +64,8 @@ struct ParallelLayout {
   // steps (model::GptStage::set_fp8_weight_cache): counted under weights.
   bool fp8_weight_copies = false;
   // --precision fp8 (or fp8-emulated): the blocks' linear layers in E4M3, for
-  // the step time (model/step_cost.h: their rate and their casts).
+  // the step time (model/step_cost.h: their rate and their casts) and the
+  // activations' amax slots (model::ActivationShape::fp8_amax).
   bool fp8_matmuls = false;
   // The ranks talk over NCCL (CUDA, --comm nccl): its buffers are counted
   // under communication, at these sizes.

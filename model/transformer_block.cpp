@@ -32,6 +32,7 @@ BlockActivations allocate_weight_inputs(engine::Arena& arena, const GptConfig& c
   a.atty = arena.allocate(Shape{B, T, Cl}, s.dtype, "atty");
   a.ln2 = arena.allocate(Shape{B, T, C}, s.dtype, "ln2");
   a.fc_gelu = arena.allocate(Shape{B, T, config.mlp_width() / tp.size}, s.dtype, "fc_gelu");
+  if (s.fp8_amax) a.fp8_amax = arena.allocate(Shape{4}, engine::DType::kF32, "fp8_amax");
   return a;
 }
 
@@ -56,6 +57,7 @@ BlockActivations allocate_block_activations(engine::Arena& arena, const GptConfi
   a.ln2_rstd = arena.allocate(Shape{N}, st, "ln2_rstd");
   a.fc_pre = arena.allocate(Shape{B, T, config.fc_width() / tp.size}, dt, "fc_pre");
   if (keeps_weight_inputs) a.fc_gelu = arena.allocate(Shape{B, T, config.mlp_width() / tp.size}, dt, "fc_gelu");
+  if (keeps_weight_inputs && s.fp8_amax) a.fp8_amax = arena.allocate(Shape{4}, engine::DType::kF32, "fp8_amax");
   return a;
 }
 
@@ -99,6 +101,7 @@ BlockScratch allocate_block_scratch(engine::Arena& arena, const GptConfig& confi
   b.d_atty = arena.allocate(Shape{B, T, Cl}, s.dtype, "d_atty");
   b.d_qkv = arena.allocate(Shape{B, T, config.qkv_width() / tp.size}, s.dtype, "d_qkv");
   b.d_fc = arena.allocate(Shape{B, T, config.fc_width() / tp.size}, s.dtype, "d_fc");
+  if (s.fp8_amax) b.d_fc_amax = arena.allocate(Shape{1}, engine::DType::kF32, "d_fc_amax");
   if (config.is_llama()) {
     b.d_act = arena.allocate(Shape{B, T, config.mlp_width() / tp.size}, s.dtype, "d_act");
     b.rope_inv_freq = arena.allocate(Shape{config.head_size() / 2}, engine::DType::kF32, "rope_inv_freq");
@@ -125,10 +128,19 @@ void TransformerBlock::set_fp8_weight_caches(const std::array<engine::ops::Fp8We
   for (int k = 0; k < 4; ++k) fp8_[k].weight_cache = caches[k];
 }
 
+ops::Fp8Options TransformerBlock::fp8_call(Linear layer, const Tensor& amaxes, bool inp_ready) const {
+  ops::Fp8Options call = fp8_[layer];
+  if (!uses_fp8() || amaxes.empty()) return call;
+  // The slots are indexed like Linear: ln1, atty, ln2, fc_gelu.
+  call.inp_amax = amaxes.flat_slice(layer, 1);
+  call.inp_amax_ready = inp_ready;
+  return call;
+}
+
 void TransformerBlock::norm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& in,
-                                    const Tensor& w, const Tensor& b) const {
-  if (config_.is_llama()) ops::rmsnorm_forward(out, rstd, in, w, config_.norm_eps);
-  else ops::layernorm_forward(out, mean, rstd, in, w, b, config_.norm_eps);
+                                    const Tensor& w, const Tensor& b, const Tensor& out_amax) const {
+  if (config_.is_llama()) ops::rmsnorm_forward(out, rstd, in, w, config_.norm_eps, out_amax);
+  else ops::layernorm_forward(out, mean, rstd, in, w, b, config_.norm_eps, out_amax);
 }
 
 void TransformerBlock::norm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& db, const Tensor& dout,
@@ -138,15 +150,19 @@ void TransformerBlock::norm_backward(const Tensor& dinp, const Tensor& dw, const
   else ops::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd);
 }
 
-void TransformerBlock::layernorm_gathered(const Tensor& out_full, const Tensor& mean, const Tensor& rstd,
+bool TransformerBlock::layernorm_gathered(const Tensor& out_full, const Tensor& mean, const Tensor& rstd,
                                           const Tensor& in, const Tensor& w, const Tensor& b,
-                                          const BlockScratch& s) const {
+                                          const BlockScratch& s, const Tensor& amax) const {
   if (!tp_.splits_tokens()) {
-    norm_forward(out_full, mean, rstd, in, w, b);
-    return;
+    const bool fused = uses_fp8() && !amax.empty();
+    norm_forward(out_full, mean, rstd, in, w, b, fused ? amax : Tensor{});
+    return fused;
   }
+  // The chunk's amax would need a max all-reduce of its own; the matmul
+  // finds the gathered tensor's without one.
   norm_forward(s.ln_chunk, mean, rstd, in, w, b);   // (n,C)
   tp_comm_->all_gather(s.ln_chunk, out_full.view(Shape{out_full.numel()}));  // f: (B,T,C)
+  return false;
 }
 
 Tensor TransformerBlock::reduce_branch(const BlockScratch& s) const {
@@ -160,15 +176,16 @@ Tensor TransformerBlock::reduce_branch(const BlockScratch& s) const {
 }
 
 void TransformerBlock::project_and_add(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
-                                       const Tensor& residual, const BlockScratch& s, Linear layer) const {
+                                       const Tensor& residual, const BlockScratch& s,
+                                       const ops::Fp8Options* fp8) const {
   if (tp_.size == 1) {
     // One GEMM writes residual + inp W^T + b: the branch is never stored.
-    ops::matmul_forward_add(out, inp, weight, bias, residual, matmul_format_, fp8(layer));  // (B,T,C)
+    ops::matmul_forward_add(out, inp, weight, bias, residual, matmul_format_, fp8);  // (B,T,C)
     return;
   }
   // Row-parallel: each rank's partial product is summed across the group
   // (g) before the residual can be added.
-  ops::matmul_forward(s.branch, inp, weight, bias, Tensor{}, matmul_format_, fp8(layer));  // (B,T,C) partial
+  ops::matmul_forward(s.branch, inp, weight, bias, Tensor{}, matmul_format_, fp8);  // (B,T,C) partial
   ops::add(out, residual, reduce_branch(s));         // g; (B,T,C) or (n,C)
 }
 
@@ -196,20 +213,32 @@ Tensor TransformerBlock::reduce_ln_grad(const BlockScratch& s) const {
 void TransformerBlock::forward_saved(const BlockParams& w, const Tensor& x, const BlockActivations& a,
                                      const BlockScratch& scratch) const {
   const bool adds_bias = tp_.rank == 0;  // row-parallel biases enter the all-reduced sum once
+  // FP8: each matmul's input amax lands in a.fp8_amax, made by the norm or
+  // GELU that wrote the input where it can be, else by the matmul itself.
+  const Tensor& amax = a.fp8_amax;
   // Attention half: r = x + proj(attention(qkv(ln_1(x))))
-  layernorm_gathered(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b, scratch);  // (B,T,C)
-  ops::matmul_forward(a.qkv, a.ln1, w.qkv_w, w.qkv_b, Tensor{}, matmul_format_, fp8(kQkv));  // (B,T,(H+2KV)D/tp)
+  const auto slot = [&](Linear layer) { return amax.empty() ? Tensor{} : amax.flat_slice(layer, 1); };
+  const bool ln1_amax = layernorm_gathered(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b, scratch,
+                                           slot(kQkv));  // (B,T,C)
+  const ops::Fp8Options qkv = fp8_call(kQkv, amax, ln1_amax);
+  ops::matmul_forward(a.qkv, a.ln1, w.qkv_w, w.qkv_b, Tensor{}, matmul_format_, &qkv);  // (B,T,(H+2KV)D/tp)
   if (config_.is_llama())  // q and k rotated in place; attention and its backward see the rotated ones
     ops::rope_forward(a.qkv, scratch.rope_inv_freq, local_heads(), local_kv_heads());
   ops::attention_forward(a.atty, a.att_saved, a.qkv, local_heads(), local_kv_heads());  // (B,T,C/tp)
-  project_and_add(a.residual2, a.atty, w.proj_w, adds_bias ? w.proj_b : Tensor{}, x, scratch, kProj);  // (B,T,C) or (n,C)
+  const ops::Fp8Options proj = fp8_call(kProj, amax, false);
+  project_and_add(a.residual2, a.atty, w.proj_w, adds_bias ? w.proj_b : Tensor{}, x, scratch, &proj);  // (B,T,C) or (n,C)
   // MLP half up to its output projection: gelu(mlp.fc(ln_2(r))) or silu(gate) * up
-  layernorm_gathered(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2_w, w.ln2_b, scratch);
+  const bool ln2_amax = layernorm_gathered(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2_w, w.ln2_b, scratch,
+                                           slot(kFc));
+  ops::Fp8Options fc = fp8_call(kFc, amax, ln2_amax);
   if (config_.is_llama()) {
-    ops::matmul_forward(a.fc_pre, a.ln2, w.fc_w, Tensor{}, Tensor{}, matmul_format_, fp8(kFc));  // (B,T,2F/tp) [gate | up]
+    ops::matmul_forward(a.fc_pre, a.ln2, w.fc_w, Tensor{}, Tensor{}, matmul_format_, &fc);  // (B,T,2F/tp) [gate | up]
     ops::swiglu_forward(a.fc_gelu, a.fc_pre);               // (B,T,F/tp)
   } else {
-    ops::matmul_forward(a.fc_gelu, a.ln2, w.fc_w, w.fc_b, a.fc_pre, matmul_format_, fp8(kFc));  // (B,T,4C/tp), GELU fused
+    if (uses_fp8()) fc.out_amax = slot(kFcProj);  // mlp.proj's input, from the GELU epilogue
+    ops::matmul_forward(a.fc_gelu, a.ln2, w.fc_w, w.fc_b, a.fc_pre, matmul_format_, &fc);  // (B,T,4C/tp), GELU fused
+    // This rank's part of mlp.proj's input only: its amax is made whole here.
+    if (!fc.out_amax.empty() && tp_.size > 1) tp_comm_->all_reduce(fc.out_amax, parallel::ReduceOp::kMax);
   }
 }
 
@@ -218,7 +247,8 @@ void TransformerBlock::forward(const BlockParams& w, const Tensor& y, const Tens
   forward_saved(w, x, a, scratch);
   // y = r + mlp.proj(gelu(...))
   const bool adds_bias = tp_.rank == 0;
-  project_and_add(y, a.fc_gelu, w.fcproj_w, adds_bias ? w.fcproj_b : Tensor{}, a.residual2, scratch, kFcProj);
+  const ops::Fp8Options fcproj = fp8_call(kFcProj, a.fp8_amax, keeps_fc_out_amax());
+  project_and_add(y, a.fc_gelu, w.fcproj_w, adds_bias ? w.fcproj_b : Tensor{}, a.residual2, scratch, &fcproj);
 }
 
 void TransformerBlock::recompute(const BlockParams& w, const Tensor& x, const BlockActivations& a,
@@ -271,7 +301,14 @@ void TransformerBlock::backward(const BlockParams& w, const BlockParams& g, cons
     ops::copy(defer->atty, a.atty);
     ops::copy(defer->ln2, a.ln2);
     ops::copy(defer->fc_gelu, a.fc_gelu);
+    if (!a.fp8_amax.empty()) ops::copy(defer->fp8_amax, a.fp8_amax);
   }
+  // FP8: every input's amax as forward scaled it (a.fp8_amax), but SwiGLU's
+  // output's (keeps_fc_out_amax); mlp.fc's output gradient's from the GELU
+  // backward that makes it.
+  const ops::Fp8Options fcproj = fp8_call(kFcProj, a.fp8_amax, keeps_fc_out_amax());
+  ops::Fp8Options fc = fp8_call(kFc, a.fp8_amax, true);
+  const ops::Fp8Options proj = fp8_call(kProj, a.fp8_amax, true), qkv = fp8_call(kQkv, a.fp8_amax, true);
   // MLP half. dres = dy = d(mlp branch output) = dr (so far); it is the same on
   // every tensor-parallel rank, so each computes the replicated bias gradient.
   // Under sequence parallelism dres holds this rank's tokens and the layer
@@ -280,35 +317,46 @@ void TransformerBlock::backward(const BlockParams& w, const BlockParams& g, cons
   const Tensor d_fcproj_out = gather_grad(dres, s, defer ? defer->d_fcproj_out : Tensor{});
   if (config_.is_llama()) {
     ops::matmul_backward(s.d_act, now(g.fcproj_w), Tensor{}, d_fcproj_out, a.fc_gelu, w.fcproj_w, Tensor{},
-                         matmul_format_, fp8(kFcProj));  // (B,T,F/tp)
+                         matmul_format_, &fcproj);  // (B,T,F/tp)
     ops::swiglu_backward(d_fc, s.d_act, a.fc_pre);                                                 // (B,T,2F/tp)
   } else {
     // d fc_pre = (dy @ W_fcproj) * gelu'(fc_pre): the GELU backward is fused into the dgrad.
+    ops::Fp8Options fcproj_dgrad = fcproj;
+    if (uses_fp8()) fcproj_dgrad.dinp_amax = s.d_fc_amax;  // made by the GELU backward, read by mlp.fc's
     ops::matmul_backward(d_fc, now(g.fcproj_w), now(g.fcproj_b), d_fcproj_out, a.fc_gelu, w.fcproj_w, a.fc_pre,
-                         matmul_format_, fp8(kFcProj));
+                         matmul_format_, &fcproj_dgrad);
+    if (!fcproj_dgrad.dinp_amax.empty()) {
+      // This rank's part of mlp.fc's output gradient only: made whole here.
+      if (tp_.size > 1) tp_comm_->all_reduce(s.d_fc_amax, parallel::ReduceOp::kMax);
+      fc.dout_amax = s.d_fc_amax;
+    }
   }
   ops::matmul_backward(s.d_c, now(g.fc_w), now(g.fc_b), d_fc, a.ln2, w.fc_w, Tensor{}, matmul_format_,
-                       fp8(kFc));  // d ln2, partial
+                       &fc);  // d ln2, partial
   norm_backward(dres, d_ln2_w, d_ln2_b, reduce_ln_grad(s), a.residual2, w.ln2_w, a.ln2_mean, a.ln2_rstd);  // f
   // dres is now dr. Attention half.
   const Tensor d_proj_out = gather_grad(dres, s, defer ? defer->d_proj_out : Tensor{});
   ops::matmul_backward(s.d_atty, now(g.proj_w), now(g.proj_b), d_proj_out, a.atty, w.proj_w, Tensor{},
-                       matmul_format_, fp8(kProj));  // (B,T,C/tp)
+                       matmul_format_, &proj);  // (B,T,C/tp)
   ops::attention_backward(d_qkv, s.d_atty, a.qkv, a.atty, a.att_saved, local_heads(), local_kv_heads());
   if (config_.is_llama())  // the gradient of the unrotated q and k
     ops::rope_backward(d_qkv, s.rope_inv_freq, local_heads(), local_kv_heads());
   ops::matmul_backward(s.d_c, now(g.qkv_w), now(g.qkv_b), d_qkv, a.ln1, w.qkv_w, Tensor{}, matmul_format_,
-                       fp8(kQkv));  // d ln1
+                       &qkv);  // d ln1
   norm_backward(dres, d_ln1_w, d_ln1_b, reduce_ln_grad(s), x, w.ln1_w, a.ln1_mean, a.ln1_rstd);  // f
   // dres is now dx.
 }
 
 void TransformerBlock::backward_weight(const BlockParams& g, const WeightGradStash& k) const {
-  // The order of the fused backward, so the sums come out the same.
-  ops::matmul_weight_grad(g.fcproj_w, g.fcproj_b, k.d_fcproj_out, k.fc_gelu, matmul_format_, fp8(kFcProj));
-  ops::matmul_weight_grad(g.fc_w, g.fc_b, k.d_fc, k.ln2, matmul_format_, fp8(kFc));
-  ops::matmul_weight_grad(g.proj_w, g.proj_b, k.d_proj_out, k.atty, matmul_format_, fp8(kProj));
-  ops::matmul_weight_grad(g.qkv_w, g.qkv_b, k.d_qkv, k.ln1, matmul_format_, fp8(kQkv));
+  // The order of the fused backward, so the sums come out the same; the
+  // inputs' amaxes as forward scaled them (k.fp8_amax), as there.
+  const ops::Fp8Options fcproj = fp8_call(kFcProj, k.fp8_amax, keeps_fc_out_amax());
+  const ops::Fp8Options fc = fp8_call(kFc, k.fp8_amax, true), proj = fp8_call(kProj, k.fp8_amax, true),
+                        qkv = fp8_call(kQkv, k.fp8_amax, true);
+  ops::matmul_weight_grad(g.fcproj_w, g.fcproj_b, k.d_fcproj_out, k.fc_gelu, matmul_format_, &fcproj);
+  ops::matmul_weight_grad(g.fc_w, g.fc_b, k.d_fc, k.ln2, matmul_format_, &fc);
+  ops::matmul_weight_grad(g.proj_w, g.proj_b, k.d_proj_out, k.atty, matmul_format_, &proj);
+  ops::matmul_weight_grad(g.qkv_w, g.qkv_b, k.d_qkv, k.ln1, matmul_format_, &qkv);
   for (const auto& [grad, kept] : {std::pair{g.ln2_w, k.d_ln2_w}, std::pair{g.ln2_b, k.d_ln2_b},
                                    std::pair{g.ln1_w, k.d_ln1_w}, std::pair{g.ln1_b, k.d_ln1_b}})
     if (!grad.empty()) ops::accumulate(grad, kept);

@@ -62,6 +62,11 @@ struct BlockActivations {
   engine::Tensor ln2, ln2_mean, ln2_rstd;  // (B,T,C), (B*T), (B*T)
   engine::Tensor fc_pre;                   // (B,T,4C/tp) before GELU; llama: (B,T,2F/tp) [gate | up]
   engine::Tensor fc_gelu;                  // (B,T,4C/tp) after GELU; llama: (B,T,F/tp) silu(gate) * up
+  // (4) f32, under --precision fp8 (ActivationShape::fp8_amax): the amax each linear layer's
+  // input (ln1, atty, ln2, fc_gelu) was scaled by in forward, so that the
+  // weight gradient's cast of that input need not read it again
+  // (engine::ops::Fp8Options::inp_amax). Kept with the four inputs.
+  engine::Tensor fp8_amax;
 };
 
 // Buffers shared by all blocks of a stage and reused by every micro-batch:
@@ -78,6 +83,7 @@ struct BlockScratch {
   engine::Tensor d_qkv;   // (B,T,(H+2KV)D/tp)
   engine::Tensor d_fc;    // (B,T,4C/tp); llama: (B,T,2F/tp)
   engine::Tensor d_act;   // llama: (B,T,F/tp) gradient of silu(gate) * up
+  engine::Tensor d_fc_amax;  // (1) f32, FP8 only: max |d_fc|, from the GELU backward to mlp.fc's backward
   // llama: RoPE's frequencies (D/2) f32, filled by fill_rope_frequencies
   // (model/rope.h) once the arena is real; shared by every block.
   engine::Tensor rope_inv_freq;
@@ -109,6 +115,7 @@ struct WeightGradStash {
   engine::Tensor atty, d_proj_out;
   engine::Tensor ln2, d_fc;
   engine::Tensor fc_gelu, d_fcproj_out;
+  engine::Tensor fp8_amax;  // the four inputs' amaxes (BlockActivations::fp8_amax)
   engine::Tensor norms;  // (4C) gains and biases of ln_1 and ln_2, (2C) RMSNorm gains; the gradients' dtype
   engine::Tensor d_ln1_w, d_ln1_b, d_ln2_w, d_ln2_b;  // views of norms (no biases for RMSNorm)
 };
@@ -119,6 +126,9 @@ struct ActivationShape {
   std::int64_t batch;  // B, sequences per micro-batch
   std::int64_t seq;    // T
   engine::DType dtype;
+  // --precision fp8: the blocks keep their FP8 matmuls' amax slots
+  // (BlockActivations::fp8_amax, BlockScratch::d_fc_amax).
+  bool fp8_amax = false;
   // Statistics (norm mean/rstd, losses) are f32, or f64 on the fp64 path.
   engine::DType stat_dtype() const {
     return dtype == engine::DType::kF64 ? engine::DType::kF64 : engine::DType::kF32;
@@ -129,13 +139,13 @@ struct ActivationShape {
 // recomputation keeps one shared att_saved per stage instead of one per block
 // and micro-batch (allocate_attention_saved). keeps_weight_inputs = false
 // leaves the four matmul inputs a weight pass reads (ln1, atty, ln2,
-// fc_gelu) empty: a split backward keeps them in sets of their own, alive
+// fc_gelu, with their fp8_amax) empty: a split backward keeps them in sets of their own, alive
 // until the weight pass, while the rest is free after the input pass
 // (allocate_weight_inputs).
 BlockActivations allocate_block_activations(engine::Arena& arena, const GptConfig& config, ActivationShape s,
                                             TensorParallel tp, bool with_attention_saved = true,
                                             bool keeps_weight_inputs = true);
-// Only ln1, atty, ln2 and fc_gelu.
+// Only ln1, atty, ln2, fc_gelu and fp8_amax.
 BlockActivations allocate_weight_inputs(engine::Arena& arena, const GptConfig& config, ActivationShape s,
                                         TensorParallel tp);
 
@@ -154,6 +164,7 @@ Kept with_weight_inputs(Kept to, const BlockActivations& inputs) {
   to.atty = inputs.atty;
   to.ln2 = inputs.ln2;
   to.fc_gelu = inputs.fc_gelu;
+  to.fp8_amax = inputs.fp8_amax;
   return to;
 }
 BlockScratch allocate_block_scratch(engine::Arena& arena, const GptConfig& config, ActivationShape s,
@@ -218,26 +229,30 @@ class TransformerBlock {
   // Without sequence parallelism: f = identity / all-reduce, g = all-reduce /
   // identity. With it: f = all-gather / reduce-scatter, g = reduce-scatter /
   // all-gather, over the flattened tokens.
-  // Layer norm of this rank's tokens, made whole for the column-parallel matmul.
-  void layernorm_gathered(const engine::Tensor& out_full, const engine::Tensor& mean, const engine::Tensor& rstd,
+  // Layer norm of this rank's tokens, made whole for the column-parallel
+  // matmul. Returns whether `amax` (FP8 only) now holds max |out_full|: made
+  // by the norm, unless the tokens are split (the norm would see only this
+  // rank's; the matmul then computes it from the gathered tensor instead).
+  bool layernorm_gathered(const engine::Tensor& out_full, const engine::Tensor& mean, const engine::Tensor& rstd,
                           const engine::Tensor& in, const engine::Tensor& w, const engine::Tensor& b,
-                          const BlockScratch& s) const;
+                          const BlockScratch& s, const engine::Tensor& amax) const;
   // The row-parallel output's partial sums, reduced: all of them, or this rank's tokens.
   engine::Tensor reduce_branch(const BlockScratch& s) const;
   // out = residual + g(inp W^T + b): a block half's output projection and its
   // residual connection, in one GEMM when nothing needs reducing in between.
   void project_and_add(const engine::Tensor& out, const engine::Tensor& inp, const engine::Tensor& weight,
                        const engine::Tensor& bias, const engine::Tensor& residual, const BlockScratch& s,
-                       Linear layer) const;
+                       const engine::ops::Fp8Options* fp8) const;
   // The gradient of a block half's output, whole (the matmul backward needs
   // every token); copied into `keep` when that is given (a deferred weight pass reads it).
   engine::Tensor gather_grad(const engine::Tensor& dres, const BlockScratch& s,
                              const engine::Tensor& keep = {}) const;
   // The gradient of a layer norm's output, from its partial sums (in s.d_c).
   engine::Tensor reduce_ln_grad(const BlockScratch& s) const;
-  // LayerNorm (gpt2) or RMSNorm (llama; mean unused, bias empty).
+  // LayerNorm (gpt2) or RMSNorm (llama; mean unused, bias empty); max |out| into out_amax if given.
   void norm_forward(const engine::Tensor& out, const engine::Tensor& mean, const engine::Tensor& rstd,
-                    const engine::Tensor& in, const engine::Tensor& w, const engine::Tensor& b) const;
+                    const engine::Tensor& in, const engine::Tensor& w, const engine::Tensor& b,
+                    const engine::Tensor& out_amax = {}) const;
   void norm_backward(const engine::Tensor& dinp, const engine::Tensor& dw, const engine::Tensor& db,
                      const engine::Tensor& dout, const engine::Tensor& inp, const engine::Tensor& w,
                      const engine::Tensor& mean, const engine::Tensor& rstd) const;
@@ -254,6 +269,18 @@ class TransformerBlock {
   // and each layer's weight cache, if kept.
   std::array<engine::ops::Fp8Options, 4> fp8_;
   const engine::ops::Fp8Options* fp8(Linear layer) const { return &fp8_[layer]; }
+  bool uses_fp8() const { return matmul_format_ == engine::ops::MatmulFormat::kFp8E4M3; }
+  // One call's options for `layer`: the layer's, with its input's amax slot
+  // (k of `amaxes`, a BlockActivations' or stash's fp8_amax), ready or to be
+  // filled (engine::ops::Fp8Options::inp_amax). The layer's own under native
+  // matmuls, or when no slots were allocated (the ops then find every amax
+  // themselves).
+  engine::ops::Fp8Options fp8_call(Linear layer, const engine::Tensor& amaxes, bool inp_ready) const;
+  // Whether the forward leaves mlp.proj's input amax in fp8_amax for the
+  // backward: GELU's epilogue makes it inside the part of the forward that
+  // full recomputation reruns (forward_saved); SwiGLU's output amax is found
+  // by mlp.proj's forward, outside it, so it is not trusted later.
+  bool keeps_fc_out_amax() const { return !config_.is_llama(); }
 };
 
 }  // namespace model

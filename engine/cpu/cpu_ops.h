@@ -21,7 +21,7 @@ void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wt
 void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens,
                         std::int64_t vocab_start, std::int64_t position_start);
 void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
-                       const Tensor& weight, const Tensor& bias, double eps);
+                       const Tensor& weight, const Tensor& bias, double eps, const Tensor& out_amax);
 void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                         const Tensor& inp, const Tensor& weight, const Tensor& mean, const Tensor& rstd);
 void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
@@ -38,9 +38,14 @@ void fp8_matmul_forward_add(const Tensor& out, const Tensor& inp, const Tensor& 
 void fp8_matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                          const Tensor& inp, const Tensor& weight, const Tensor& gelu_pre,
                          const ops::Fp8Options* fp8);
+// *amax_slot (one f32) = max |x| of an f32 tensor, NaN if any element is
+// (fp8_e4m3.h's e4m3_amax): the norms' out_amax and the FP8 ops' amax slots.
+// A no-op for an empty slot.
+void write_amax(const Tensor& amax_slot, const Tensor& x, const char* what);
 void gelu_forward(const Tensor& out, const Tensor& inp);
 void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout);  // dinp = dout * gelu'(inp)
-void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& weight, double eps);
+void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& weight, double eps,
+                     const Tensor& out_amax);
 void rmsnorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dout, const Tensor& inp,
                       const Tensor& weight, const Tensor& rstd);
 void swiglu_forward(const Tensor& out, const Tensor& inp);

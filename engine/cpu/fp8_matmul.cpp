@@ -27,18 +27,46 @@
 namespace engine::cpu {
 namespace {
 
-// The dequantised E4M3 image of the f32 tensor t in `out` (n floats). A
-// shard's amax is max-reduced over its group first (`sharded`;
-// ops::Fp8Options), so it is quantised on the whole tensor's grid.
-void write_image(const Tensor& t, float* out, const char* what, const ops::Fp8Options* fp8, bool sharded) {
+void expect_f32(const Tensor& t, const char* what) {
   ENGINE_CHECK(t.dtype() == DType::kF32, what, " is ", t.describe(),
                ": the CPU's FP8 reference quantises f32 tensors (--precision fp8-emulated runs in fp32)");
+}
+
+// Where an operand's amax comes from (ops::Fp8Options' slots): `slot` ready
+// (read it), or computed here from the tensor, max-reduced over the group for
+// a shard (`sharded`), and left in `slot` when one is given.
+struct AmaxSource {
+  Tensor slot;
+  bool ready = false;
+  bool sharded = false;
+};
+AmaxSource inp_source(const ops::Fp8Options* fp8) {
+  if (fp8 == nullptr) return {};
+  return {fp8->inp_amax, fp8->inp_amax_ready, fp8->inp};
+}
+AmaxSource dout_source(const ops::Fp8Options* fp8) {
+  if (fp8 == nullptr) return {};
+  return {fp8->dout_amax, !fp8->dout_amax.empty(), fp8->dout};
+}
+
+float operand_amax(const Tensor& t, const ops::Fp8Options* fp8, const AmaxSource& source) {
+  if (source.ready) return *source.slot.data_as<const float>();
+  float amax = e4m3_amax(t.data_as<const float>(), t.numel());
+  if (source.sharded && fp8 != nullptr && fp8->reduce_max)
+    fp8->reduce_max(Tensor(&amax, Shape{1}, DType::kF32, DeviceType::kCpu));
+  if (!source.slot.empty()) *source.slot.data_as<float>() = amax;
+  return amax;
+}
+
+// The dequantised E4M3 image of the f32 tensor t in `out` (n floats), scaled
+// by the amax `source` gives: a shard's is the whole tensor's, so it is
+// quantised on the whole tensor's grid.
+void write_image(const Tensor& t, float* out, const char* what, const ops::Fp8Options* fp8,
+                 const AmaxSource& source) {
+  expect_f32(t, what);
   const std::int64_t n = t.numel();
   const float* x = t.data_as<const float>();
-  float amax = e4m3_amax(x, n);
-  if (sharded && fp8 != nullptr && fp8->reduce_max)
-    fp8->reduce_max(Tensor(&amax, Shape{1}, DType::kF32, DeviceType::kCpu));
-  const float scale = e4m3_scale(amax);
+  const float scale = e4m3_scale(operand_amax(t, fp8, source));
   const float scale_inv = e4m3_scale_inv(scale);
 #pragma omp parallel for schedule(static) if (n > 32768)
   for (std::int64_t i = 0; i < n; ++i) out[i] = e4m3_to_float(e4m3_from_float(x[i] * scale)) * scale_inv;
@@ -55,9 +83,10 @@ float* image_storage(Role role, std::int64_t n) {
 }
 
 // The image of an activation or gradient.
-Tensor quantized_image(const Tensor& t, Role role, const char* what, const ops::Fp8Options* fp8, bool sharded) {
+Tensor quantized_image(const Tensor& t, Role role, const char* what, const ops::Fp8Options* fp8,
+                       const AmaxSource& source) {
   float* image = image_storage(role, t.numel());
-  write_image(t, image, what, fp8, sharded);
+  write_image(t, image, what, fp8, source);
   return Tensor(image, t.shape(), DType::kF32, DeviceType::kCpu);
 }
 
@@ -65,12 +94,13 @@ Tensor quantized_image(const Tensor& t, Role role, const char* what, const ops::
 // first use, ops::Fp8WeightCache), else like any operand.
 Tensor weight_image(const Tensor& w, const char* what, const ops::Fp8Options* fp8) {
   ops::Fp8WeightCache* cache = fp8 != nullptr ? fp8->weight_cache : nullptr;
-  if (cache == nullptr) return quantized_image(w, kWeight, what, fp8, fp8 != nullptr && fp8->weight);
+  const AmaxSource own{Tensor{}, false, fp8 != nullptr && fp8->weight};
+  if (cache == nullptr) return quantized_image(w, kWeight, what, fp8, own);
   ENGINE_CHECK(cache->storage.bytes() >= ops::fp8_weight_cache_bytes(DeviceType::kCpu, w.dim(0), w.dim(1)), what,
                ": its FP8 cache holds ", cache->storage.bytes(), " bytes, too few for ", w.describe());
   float* image = cache->storage.data_as<float>();
   if (!cache->cast) {
-    write_image(w, image, what, fp8, fp8->weight);
+    write_image(w, image, what, fp8, own);
     cache->scaled = cache->cast = cache->transposed = true;  // the CPU's matmuls read the one image either way
   }
   return Tensor(image, w.shape(), DType::kF32, DeviceType::kCpu);
@@ -78,18 +108,26 @@ Tensor weight_image(const Tensor& w, const char* what, const ops::Fp8Options* fp
 
 }  // namespace
 
+void write_amax(const Tensor& amax_slot, const Tensor& x, const char* what) {
+  if (amax_slot.empty()) return;
+  expect_f32(x, what);
+  *amax_slot.data_as<float>() = e4m3_amax(x.data_as<const float>(), x.numel());
+}
+
 void fp8_matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
                         const Tensor& pre_gelu, const ops::Fp8Options* fp8) {
-  const Tensor q_inp = quantized_image(inp, kInput, "fp8 matmul_forward: inp", fp8, fp8 && fp8->inp);
+  const Tensor q_inp = quantized_image(inp, kInput, "fp8 matmul_forward: inp", fp8, inp_source(fp8));
   const Tensor q_weight = weight_image(weight, "fp8 matmul_forward: weight", fp8);
   matmul_forward(out, q_inp, q_weight, bias, pre_gelu);
+  if (fp8 != nullptr) write_amax(fp8->out_amax, out, "fp8 matmul_forward: out");
 }
 
 void fp8_matmul_forward_add(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
                             const Tensor& residual, const ops::Fp8Options* fp8) {
-  const Tensor q_inp = quantized_image(inp, kInput, "fp8 matmul_forward_add: inp", fp8, fp8 && fp8->inp);
+  const Tensor q_inp = quantized_image(inp, kInput, "fp8 matmul_forward_add: inp", fp8, inp_source(fp8));
   const Tensor q_weight = weight_image(weight, "fp8 matmul_forward_add: weight", fp8);
   matmul_forward_add(out, q_inp, q_weight, bias, residual);
+  if (fp8 != nullptr) write_amax(fp8->out_amax, out, "fp8 matmul_forward_add: out");
 }
 
 void fp8_matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
@@ -99,13 +137,14 @@ void fp8_matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor
   if (!dbias.empty()) matmul_backward(Tensor{}, Tensor{}, dbias, dout, inp, weight, Tensor{});
   if (dinp.empty() && dweight.empty()) return;
   // In CUDA's order (fp8_linear.cu): dout, then the weight for dinp, then the input for dweight.
-  const Tensor q_dout = quantized_image(dout, kOutputGrad, "fp8 matmul_backward: dout", fp8, fp8 && fp8->dout);
+  const Tensor q_dout = quantized_image(dout, kOutputGrad, "fp8 matmul_backward: dout", fp8, dout_source(fp8));
   // Only what each asked-for product reads: the weight-gradient pass passes
   // dweight as a stand-in for the weight, which must not be quantised.
   const Tensor q_weight = dinp.empty() ? weight : weight_image(weight, "fp8 matmul_backward: weight", fp8);
   const Tensor q_inp =
-      dweight.empty() ? inp : quantized_image(inp, kInput, "fp8 matmul_backward: inp", fp8, fp8 && fp8->inp);
+      dweight.empty() ? inp : quantized_image(inp, kInput, "fp8 matmul_backward: inp", fp8, inp_source(fp8));
   matmul_backward(dinp, dweight, Tensor{}, q_dout, q_inp, q_weight, gelu_pre);
+  if (fp8 != nullptr && !dinp.empty()) write_amax(fp8->dinp_amax, dinp, "fp8 matmul_backward: dinp");
 }
 
 }  // namespace engine::cpu

@@ -115,11 +115,13 @@ void layernorm_backward_impl(const Tensor& dinp_t, const Tensor& dweight_t, cons
 }  // namespace
 
 void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
-                       const Tensor& weight, const Tensor& bias, double eps) {
+                       const Tensor& weight, const Tensor& bias, double eps, const Tensor& out_amax) {
   expect_dtypes("layernorm_forward", inp.dtype(), {&out, &mean, &rstd, &weight, &bias});
   dispatch_float(inp.dtype(), "layernorm_forward", [&](auto tag) {
     layernorm_forward_impl<decltype(tag)>(out, mean, rstd, inp, weight, bias, eps);
   });
+  // A pass of its own here: the CPU is the reference, CUDA fuses it into the rows' loop.
+  write_amax(out_amax, out, "layernorm_forward: out");
 }
 
 void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,

@@ -85,11 +85,13 @@ void rmsnorm_backward_impl(const Tensor& dinp_t, const Tensor& dweight_t, const 
 
 }  // namespace
 
-void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& weight, double eps) {
+void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& weight, double eps,
+                     const Tensor& out_amax) {
   expect_dtypes("rmsnorm_forward", inp.dtype(), {&out, &rstd, &weight});
   dispatch_float(inp.dtype(), "rmsnorm_forward", [&](auto tag) {
     rmsnorm_forward_impl<decltype(tag)>(out, rstd, inp, weight, eps);
   });
+  write_amax(out_amax, out, "rmsnorm_forward: out");  // as layernorm_forward's
 }
 
 void rmsnorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dout, const Tensor& inp,

@@ -39,6 +39,7 @@ inline Fp8Scale fp8_scale_at(float* p) { return {p, p + 1, p + 2}; }
 // *s.amax = max_i |x[i]|, i < n (0 for n == 0). Resets *s.amax itself first
 // (stream-ordered), then one pass over x: 16-byte loads when x is 16-byte
 // aligned, per-block reduction and one atomicMax on the float's bits per block.
+// Only s.amax is used (the others may be null).
 void fp8_amax(const __nv_bfloat16* x, std::int64_t n, const Fp8Scale& s, cudaStream_t stream);
 
 // q[i] = e4m3(x[i] * scale), i < n, with scale from *s.amax; also writes

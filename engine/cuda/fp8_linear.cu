@@ -18,8 +18,15 @@
 // without one, at every use. The bias, the residual add and GELU are not
 // epilogues of the FP8 GEMM yet: the GEMM writes bf16, then one elementwise
 // pass adds bias and residual in f32 (a second rounding to bf16, far inside
-// E4M3's), and GELU's forward and backward run as gelu.cu's kernels. The bias
-// gradient sums the bf16 dout itself (column_sums.cu), as the bf16 path does.
+// E4M3's), or bias and GELU (the roundings of gelu.cu's forward), and the
+// GELU backward is one in-place pass over dinp. The bias gradient sums the
+// bf16 dout itself (column_sums.cu), as the bf16 path does.
+//
+// Amaxes not read twice (ops::Fp8Options' slots): an operand whose amax is
+// ready in the caller's slot (made by the norm that produced it, by this
+// layer's forward for the backward's weight gradient, or by the previous
+// layer's GELU backward) is only cast; the elementwise passes above fold
+// max |out| or max |dinp| into the next layer's slot as they write (amax.cuh).
 //
 // Under tensor parallelism the amax of a shard is max-reduced over the group
 // between its amax and its cast (ops::Fp8Options): a 4-byte all-reduce on the
@@ -32,6 +39,7 @@
 
 #include <cstdint>
 
+#include "engine/cuda/amax.cuh"
 #include "engine/cuda/column_sums.h"
 #include "engine/cuda/common.cuh"
 #include "engine/cuda/cuda_ops.h"
@@ -43,24 +51,82 @@ namespace {
 
 using e4m3 = __nv_fp8_e4m3;
 
-// y = bf16(y + bias[col] + residual), in f32, in place; bias (OC) and residual (N, OC) may be null.
+// y = bf16(y + bias[col] + residual), in f32, in place; bias (OC) and
+// residual (N, OC) may be null. max |y| into amax_slot when it is not null.
 __global__ void add_bias_residual_kernel(bf16* __restrict__ y, const bf16* __restrict__ bias,
-                                         const bf16* __restrict__ residual, std::int64_t n, std::int64_t oc) {
+                                         const bf16* __restrict__ residual, std::int64_t n, std::int64_t oc,
+                                         unsigned* __restrict__ amax_slot) {
+  unsigned m = 0;
   for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
        i += std::int64_t{gridDim.x} * blockDim.x) {
     float v = __bfloat162float(y[i]);
     if (bias != nullptr) v += __bfloat162float(bias[i % oc]);
     if (residual != nullptr) v += __bfloat162float(residual[i]);
-    y[i] = __float2bfloat16_rn(v);
+    const bf16 r = __float2bfloat16_rn(v);
+    y[i] = r;
+    m = max(m, amax_bits(__bfloat162float(r)));
   }
+  publish_warp_amax(m, amax_slot);
 }
 
-void add_bias_residual(const Tensor& y, const Tensor& bias, const Tensor& residual, std::int64_t oc) {
-  if (bias.empty() && residual.empty()) return;
-  const std::int64_t n = y.numel();
-  add_bias_residual_kernel<<<grid_for(n), kThreads, 0, current_stream()>>>(
-      y.data_as<bf16>(), bias.empty() ? nullptr : bias.data_as<const bf16>(),
-      residual.empty() ? nullptr : residual.data_as<const bf16>(), n, oc);
+// The GELU epilogue: pre = bf16(pre + bias[col]) in place (bias may be null),
+// out = bf16(gelu(pre)), max |out| into amax_slot when it is not null: the
+// roundings of add_bias_residual then gelu.cu's forward, in one pass.
+__global__ void bias_gelu_kernel(bf16* __restrict__ out, bf16* __restrict__ pre, const bf16* __restrict__ bias,
+                                 std::int64_t n, std::int64_t oc, unsigned* __restrict__ amax_slot) {
+  unsigned m = 0;
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::int64_t{gridDim.x} * blockDim.x) {
+    bf16 p = pre[i];
+    if (bias != nullptr) {
+      p = __float2bfloat16_rn(__bfloat162float(p) + __bfloat162float(bias[i % oc]));
+      pre[i] = p;
+    }
+    const bf16 r = __float2bfloat16_rn(gelu(__bfloat162float(p)));
+    out[i] = r;
+    m = max(m, amax_bits(__bfloat162float(r)));
+  }
+  publish_warp_amax(m, amax_slot);
+}
+
+// dinp = bf16(dinp * gelu'(gelu_pre)) in place, max |dinp| into amax_slot when
+// it is not null: gelu.cu's backward with the amax folded in.
+__global__ void gelu_backward_amax_kernel(bf16* __restrict__ dinp, const bf16* __restrict__ gelu_pre,
+                                          std::int64_t n, unsigned* __restrict__ amax_slot) {
+  unsigned m = 0;
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::int64_t{gridDim.x} * blockDim.x) {
+    const bf16 r = __float2bfloat16_rn(__bfloat162float(dinp[i]) * gelu_grad(__bfloat162float(gelu_pre[i])));
+    dinp[i] = r;
+    m = max(m, amax_bits(__bfloat162float(r)));
+  }
+  publish_warp_amax(m, amax_slot);
+}
+
+// The slot of an Fp8Options amax output, or null (none asked for).
+unsigned* amax_output(const ops::Fp8Options* fp8, Tensor ops::Fp8Options::*slot, cudaStream_t stream) {
+  return fp8 != nullptr ? reset_amax_slot(fp8->*slot, stream) : nullptr;
+}
+
+// The forward's epilogue on the GEMM's bf16 output y (N, OC): bias and
+// residual added, or with pre_gelu (then y is pre_gelu) bias and GELU into
+// out; max |out| into fp8->out_amax when asked. Nothing runs when there is
+// nothing to do.
+void forward_epilogue(const Tensor& out, const Tensor& pre_gelu, const Tensor& bias, const Tensor& residual,
+                      std::int64_t oc, const ops::Fp8Options* fp8) {
+  const cudaStream_t stream = current_stream();
+  unsigned* const amax_slot = amax_output(fp8, &ops::Fp8Options::out_amax, stream);
+  const std::int64_t n = out.numel();
+  const bf16* b = bias.empty() ? nullptr : bias.data_as<const bf16>();
+  if (!pre_gelu.empty()) {
+    bias_gelu_kernel<<<grid_for(n), kThreads, 0, stream>>>(out.data_as<bf16>(), pre_gelu.data_as<bf16>(), b, n, oc,
+                                                          amax_slot);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
+  if (b == nullptr && residual.empty() && amax_slot == nullptr) return;
+  add_bias_residual_kernel<<<grid_for(n), kThreads, 0, stream>>>(
+      out.data_as<bf16>(), b, residual.empty() ? nullptr : residual.data_as<const bf16>(), n, oc, amax_slot);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -107,6 +173,19 @@ void amax(const Tensor& x, const Fp8Scale& s, const ops::Fp8Options* fp8, bool s
     fp8->reduce_max(Tensor(s.amax, Shape{1}, DType::kF32, DeviceType::kCuda));
 }
 
+// The amax an operand is scaled by, in s.amax: from the caller's slot when it
+// is ready (then s.amax points there and nothing is read), else computed,
+// into the slot when one is given (so the backward finds it ready).
+void operand_amax(const Tensor& x, Fp8Scale& s, const ops::Fp8Options* fp8, const Tensor& slot, bool ready,
+                  bool sharded, cudaStream_t stream) {
+  if (!slot.empty()) s.amax = slot.data_as<float>();
+  if (!ready) amax(x, s, fp8, sharded, stream);
+}
+void input_amax(const Tensor& inp, Fp8Scale& s, const ops::Fp8Options* fp8, cudaStream_t stream) {
+  if (fp8 == nullptr) amax(inp, s, fp8, false, stream);
+  else operand_amax(inp, s, fp8, fp8->inp_amax, fp8->inp_amax_ready, fp8->inp, stream);
+}
+
 // A weight's FP8 cache (ops::Fp8WeightCache) laid out in its storage as
 // ops::fp8_weight_cache_bytes counts it: the scaling state, the E4M3 copy of
 // W (OC, C), the E4M3 copy of W^T (C, OC), each 256-byte aligned.
@@ -147,9 +226,9 @@ void forward_gemm(const Tensor& gemm_out, const Tensor& inp, const Tensor& weigh
   const cudaStream_t stream = current_stream();
   const CachedWeight cached = cached_weight(weight, fp8, "fp8 matmul_forward: weight");
   Fp8Scratch<2> s({N * C, cached.cache != nullptr ? 0 : OC * C});
-  const Fp8Copy& qx = s.copies[0];
+  Fp8Copy qx = s.copies[0];
   const Fp8Copy qw = cached.cache != nullptr ? cached.w : s.copies[1];
-  amax(inp, qx.scale, fp8, fp8 && fp8->inp, stream);
+  input_amax(inp, qx.scale, fp8, stream);
   fp8_cast(inp.data_as<const bf16>(), N * C, qx.scale, qx.data, stream);
   weight_scale(weight, qw.scale, cached.cache, fp8, stream);
   if (cached.cache == nullptr) {
@@ -176,8 +255,7 @@ void fp8_matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weig
   // The tensor the GEMM writes: out, or pre_gelu when GELU is applied after.
   const Tensor& gemm_out = pre_gelu.empty() ? out : pre_gelu;
   forward_gemm(gemm_out, inp, weight, fp8);
-  add_bias_residual(gemm_out, bias, Tensor{}, OC);
-  if (!pre_gelu.empty()) gelu_forward(out, pre_gelu);
+  forward_epilogue(out, pre_gelu, bias, Tensor{}, OC, fp8);
 }
 
 void fp8_matmul_forward_add(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
@@ -190,7 +268,7 @@ void fp8_matmul_forward_add(const Tensor& out, const Tensor& inp, const Tensor& 
   const std::int64_t OC = weight.dim(0), C = weight.dim(1), N = inp.numel() / C;
   if (N == 0 || OC == 0) return;
   forward_gemm(out, inp, weight, fp8);
-  add_bias_residual(out, bias, residual, OC);
+  forward_epilogue(out, Tensor{}, bias, residual, OC, fp8);
 }
 
 void fp8_matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
@@ -221,11 +299,12 @@ void fp8_matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor
   Fp8Scratch<4> s({wants_dinp ? N * OC : 0, wants_dweight ? OC * N : 0,
                     wants_dinp && cached.cache == nullptr ? C * OC : 0, wants_dweight ? C * N : 0});
   Fp8Copy q_dout = s.copies[0], q_dout_t = s.copies[1];
-  q_dout_t.scale = q_dout.scale;  // the transposed copy is dequantised by the same scale
   const Fp8Copy q_weight_t = cached.cache != nullptr ? cached.w_t : s.copies[2];
-  const Fp8Copy& q_inp_t = s.copies[3];
+  Fp8Copy q_inp_t = s.copies[3];
   const bf16* d = dout.data_as<const bf16>();
-  amax(dout, q_dout.scale, fp8, fp8 && fp8->dout, stream);
+  if (fp8 == nullptr) amax(dout, q_dout.scale, fp8, false, stream);
+  else operand_amax(dout, q_dout.scale, fp8, fp8->dout_amax, !fp8->dout_amax.empty(), fp8->dout, stream);
+  q_dout_t.scale = q_dout.scale;  // the transposed copy is dequantised by the same scale
   if (wants_dweight) fp8_cast_transpose(d, N, OC, q_dout.scale, wants_dinp ? q_dout.data : nullptr, q_dout_t.data, stream);
   else fp8_cast(d, N * OC, q_dout.scale, q_dout.data, stream);
 
@@ -236,10 +315,17 @@ void fp8_matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor
       if (cached.cache != nullptr) cached.cache->transposed = true;
     }
     fp8_gemm(dinp.data(), DType::kBF16, q_dout.operand(), q_weight_t.operand(), N, C, OC, Fp8GemmOptions{}, stream);
-    if (!gelu_pre.empty()) gelu_backward(dinp, gelu_pre, dinp);  // in place: dinp *= gelu'(gelu_pre)
+    unsigned* const dinp_amax = amax_output(fp8, &ops::Fp8Options::dinp_amax, stream);
+    if (!gelu_pre.empty()) {  // in place: dinp *= gelu'(gelu_pre), its amax on the way
+      gelu_backward_amax_kernel<<<grid_for(N * C), kThreads, 0, stream>>>(
+          dinp.data_as<bf16>(), gelu_pre.data_as<const bf16>(), N * C, dinp_amax);
+      CUDA_CHECK_LAUNCH();
+    } else if (dinp_amax != nullptr) {
+      fp8_amax(dinp.data_as<const bf16>(), N * C, Fp8Scale{fp8->dinp_amax.data_as<float>(), nullptr, nullptr}, stream);
+    }
   }
   if (wants_dweight) {
-    amax(inp, q_inp_t.scale, fp8, fp8 && fp8->inp, stream);
+    input_amax(inp, q_inp_t.scale, fp8, stream);
     fp8_cast_transpose(inp.data_as<const bf16>(), N, C, q_inp_t.scale, nullptr, q_inp_t.data, stream);
     Fp8GemmOptions accumulate;
     accumulate.accumulate = true;

@@ -11,7 +11,8 @@
 // When the operands share a dtype, are 16-byte aligned and a row is a whole
 // number of 16-byte packs, rows are read and written with 16-byte accesses
 // (the forward keeps a row of up to 16 packs a lane in registers, the fused
-// backward up to 8); every other case runs the scalar kernels.
+// backward up to 8); every other case runs the scalar kernels. The forward
+// folds max |out| into an amax slot as it writes, when asked (amax.cuh).
 //
 // Backward, deterministic (every summation order a function of N and C):
 //   dinp += rstd * (g - norm * mean_c(g * norm)), norm = x * rstd, g = weight * dout
@@ -22,6 +23,7 @@
 #include <cstdint>
 #include <initializer_list>
 
+#include "engine/cuda/amax.cuh"
 #include "engine/cuda/column_sums.h"
 #include "engine/cuda/common.cuh"
 #include "engine/cuda/cuda_ops.h"
@@ -37,8 +39,9 @@ namespace {
 // One warp per row.
 template <typename O, typename I, typename W>
 __global__ void rmsnorm_forward_kernel(O* __restrict__ out, float* __restrict__ rstd, const I* __restrict__ inp,
-                                       const W* __restrict__ weight, std::int64_t N, int C, float eps) {
-  // out (N, C), rstd (N), inp (N, C), weight (C)
+                                       const W* __restrict__ weight, std::int64_t N, int C, float eps,
+                                       unsigned* __restrict__ amax_slot) {
+  // out (N, C), rstd (N), inp (N, C), weight (C); amax_slot: see amax.cuh, or null
   const int lane = threadIdx.x % 32;
   const std::int64_t n = blockIdx.x * std::int64_t{kWarpsPerBlock} + threadIdx.x / 32;
   if (n >= N) return;
@@ -51,15 +54,22 @@ __global__ void rmsnorm_forward_kernel(O* __restrict__ out, float* __restrict__ 
   const float s = rsqrtf(warp_sum(sq) / C + eps);
   O* o = out + n * C;  // (C)
   // (x * rstd) * weight: Hugging Face's order, and the CPU backend's.
-  for (int c = lane; c < C; c += 32) o[c] = from_float<O>((to_float(x[c]) * s) * to_float(weight[c]));
+  unsigned row_amax = 0;
+  for (int c = lane; c < C; c += 32) {
+    const O r = from_float<O>((to_float(x[c]) * s) * to_float(weight[c]));
+    o[c] = r;
+    row_amax = max(row_amax, amax_bits(to_float(r)));
+  }
+  publish_warp_amax(row_amax, amax_slot);
   if (lane == 0) rstd[n] = s;
 }
 
 // The row in registers (pack layout: layernorm_common.cuh), 16-byte accesses.
 template <typename T, int K>
 __global__ void rmsnorm_forward_vec_kernel(T* __restrict__ out, float* __restrict__ rstd, const T* __restrict__ inp,
-                                           const T* __restrict__ weight, std::int64_t N, int C, float eps) {
-  // out (N, C), rstd (N), inp (N, C), weight (C)
+                                           const T* __restrict__ weight, std::int64_t N, int C, float eps,
+                                           unsigned* __restrict__ amax_slot) {
+  // out (N, C), rstd (N), inp (N, C), weight (C); amax_slot: see amax.cuh, or null
   constexpr int V = Pack16<T>::kSize;
   const int lane = threadIdx.x % 32;
   const std::int64_t n = blockIdx.x * std::int64_t{kWarpsPerBlock} + threadIdx.x / 32;
@@ -82,6 +92,7 @@ __global__ void rmsnorm_forward_vec_kernel(T* __restrict__ out, float* __restric
   }
   const float s = rsqrtf(warp_sum(sq) / C + eps);
   T* o = out + n * C;  // (C)
+  unsigned row_amax = 0;
 #pragma unroll
   for (int j = 0; j < K; ++j) {
     const int p = lane + 32 * j;
@@ -89,10 +100,14 @@ __global__ void rmsnorm_forward_vec_kernel(T* __restrict__ out, float* __restric
       const Pack16<T> w = load16(weight + p * V);
       Pack16<T> r;
 #pragma unroll
-      for (int k = 0; k < V; ++k) r.v[k] = from_float<T>((to_float(row[j].v[k]) * s) * to_float(w.v[k]));
+      for (int k = 0; k < V; ++k) {
+        r.v[k] = from_float<T>((to_float(row[j].v[k]) * s) * to_float(w.v[k]));
+        row_amax = max(row_amax, amax_bits(to_float(r.v[k])));
+      }
       store16(o + p * V, r);
     }
   }
+  publish_warp_amax(row_amax, amax_slot);
   if (lane == 0) rstd[n] = s;
 }
 
@@ -271,10 +286,12 @@ __global__ void __launch_bounds__(32 * kFusedWarps)
 
 }  // namespace
 
-void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& weight, double eps) {
+void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& weight, double eps,
+                     const Tensor& out_amax) {
   for (const Tensor* t : {&out, &rstd, &inp, &weight}) expect_cuda(*t, "rmsnorm_forward: operand");
   expect_f32(rstd, "rmsnorm_forward: rstd");
   const std::int64_t C = inp.dim(-1), N = inp.numel() / C;
+  unsigned* const amax_slot = reset_amax_slot(out_amax, current_stream());  // 0 for an empty out
   if (N == 0) return;
   const float eps_f = static_cast<float>(eps);
   // Rows of up to 16 packs per lane (4096 bf16, 2048 f32) in registers.
@@ -287,7 +304,7 @@ void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, c
         rmsnorm_forward_vec_kernel<T, decltype(packs)::value>
             <<<ceil_div(N, kWarpsPerBlock), 32 * kWarpsPerBlock, 0, current_stream()>>>(
                 out.data_as<T>(), rstd.data_as<float>(), inp.data_as<const T>(), weight.data_as<const T>(), N,
-                static_cast<int>(C), eps_f);
+                static_cast<int>(C), eps_f, amax_slot);
         CUDA_CHECK_LAUNCH();
       });
     });
@@ -301,7 +318,7 @@ void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, c
         using W = decltype(w_tag);
         rmsnorm_forward_kernel<<<ceil_div(N, kWarpsPerBlock), 32 * kWarpsPerBlock, 0, current_stream()>>>(
             out.data_as<O>(), rstd.data_as<float>(), inp.data_as<const I>(), weight.data_as<const W>(), N,
-            static_cast<int>(C), eps_f);
+            static_cast<int>(C), eps_f, amax_slot);
         CUDA_CHECK_LAUNCH();
       });
     });

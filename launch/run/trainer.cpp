@@ -160,7 +160,8 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
                                       config.virtual_stages);
   bubble_theory_ = parallel::equal_pass_bubble_fraction(schedule, grid_.pp_size(), batch_.micro_batches(),
                                                         config.virtual_stages);
-  const model::ActivationShape shape{config.micro_batch, config.seq_len, model::activation_dtype(config.precision_mode)};
+  const model::ActivationShape shape{config.micro_batch, config.seq_len, model::activation_dtype(config.precision_mode),
+                                     config.matmul_format == engine::ops::MatmulFormat::kFp8E4M3};
   engine::Arena plan = engine::Arena::planning(config.device_type);
   for (std::size_t c = 0; c < chunks_.size(); ++c) {
     const int slots = std::max(1, parallel::peak_in_flight(schedule_, static_cast<int>(c)));

@@ -74,6 +74,7 @@ model::ParallelLayout Trainer::parallel_layout() const {
   l.precision = config_.precision_mode;
   l.device = config_.device_type;
   l.fp8_weight_copies = keeps_fp8_weight_copies();
+  l.fp8_matmuls = config_.matmul_format == engine::ops::MatmulFormat::kFp8E4M3;
   l.nccl = config_.comm_backend() == parallel::CommBackend::kNccl;  // the test double's staging is host memory
   if (l.nccl) l.nccl_buffers = parallel::NcclBufferSizes::from_environment();
   return l;

@@ -179,6 +179,112 @@ TEST_F(Fp8MatmulCase, SplitBackwardEqualsTheFusedOneBitForBit) {
   EXPECT_EQ(db_split, db_fused);
 }
 
+// ---- amax slots (ops::Fp8Options::inp_amax, dout_amax, out_amax, dinp_amax) -----
+
+float max_abs(const std::vector<float>& x) { return cpu::e4m3_amax(x.data(), static_cast<std::int64_t>(x.size())); }
+
+// A slot filled by the op holds the operand's amax; a ready slot is what the
+// op scales by: the true amax gives the very numbers the op finds by itself,
+// a wrong one other numbers (so the slot is really read, not recomputed).
+TEST_F(Fp8MatmulCase, ForwardFillsTheInputSlotAndScalesByAReadyOne) {
+  std::vector<float> own(N * OC);
+  ops::matmul_forward(view(own, {N, OC}), view(inp, {N, C}), view(weight, {OC, C}), view(bias, {OC}), Tensor{}, kFp8);
+
+  std::vector<float> slot{-1.f};
+  ops::Fp8Options fill;
+  fill.inp_amax = view(slot, {1});
+  std::vector<float> filled(N * OC);
+  ops::matmul_forward(view(filled, {N, OC}), view(inp, {N, C}), view(weight, {OC, C}), view(bias, {OC}), Tensor{},
+                      kFp8, &fill);
+  EXPECT_EQ(slot[0], max_abs(inp));
+  EXPECT_EQ(filled, own);
+
+  ops::Fp8Options ready = fill;
+  ready.inp_amax_ready = true;
+  std::vector<float> from_slot(N * OC);
+  ops::matmul_forward(view(from_slot, {N, OC}), view(inp, {N, C}), view(weight, {OC, C}), view(bias, {OC}), Tensor{},
+                      kFp8, &ready);
+  EXPECT_EQ(from_slot, own);
+  slot[0] *= 3.f;  // a coarser grid
+  ops::matmul_forward(view(from_slot, {N, OC}), view(inp, {N, C}), view(weight, {OC, C}), view(bias, {OC}), Tensor{},
+                      kFp8, &ready);
+  EXPECT_NE(from_slot, own) << "a ready slot was not read";
+}
+
+TEST_F(Fp8MatmulCase, ForwardWritesTheOutputsAmaxForTheNextLayer) {
+  std::vector<float> out(N * OC), pre(N * OC);
+  std::vector<float> slot{-1.f};
+  ops::Fp8Options options;
+  options.out_amax = view(slot, {1});
+  ops::matmul_forward(view(out, {N, OC}), view(inp, {N, C}), view(weight, {OC, C}), view(bias, {OC}),
+                      view(pre, {N, OC}), kFp8, &options);
+  EXPECT_EQ(slot[0], max_abs(out));  // of GELU's output, not its input
+  EXPECT_NE(slot[0], max_abs(pre));
+  std::vector<float> res = spread_values(N * OC, 15, 2.0);
+  ops::matmul_forward_add(view(out, {N, OC}), view(inp, {N, C}), view(weight, {OC, C}), view(bias, {OC}),
+                          view(res, {N, OC}), kFp8, &options);
+  EXPECT_EQ(slot[0], max_abs(out));
+}
+
+TEST_F(Fp8MatmulCase, BackwardReadsReadySlotsAndWritesTheInputGradientsAmax) {
+  std::vector<float> gelu_pre = spread_values(N * C, 16, 2.0);
+  std::vector<float> dinp_own(N * C), dw_own(OC * C, 0.f);
+  ops::matmul_backward(view(dinp_own, {N, C}), view(dw_own, {OC, C}), Tensor{}, view(dout, {N, OC}),
+                       view(inp, {N, C}), view(weight, {OC, C}), view(gelu_pre, {N, C}), kFp8);
+
+  std::vector<float> inp_slot{max_abs(inp)}, dout_slot{max_abs(dout)}, dinp_slot{-1.f};
+  ops::Fp8Options options;
+  options.inp_amax = view(inp_slot, {1});
+  options.inp_amax_ready = true;
+  options.dout_amax = view(dout_slot, {1});
+  options.dinp_amax = view(dinp_slot, {1});
+  std::vector<float> dinp(N * C), dw(OC * C, 0.f);
+  ops::matmul_backward(view(dinp, {N, C}), view(dw, {OC, C}), Tensor{}, view(dout, {N, OC}), view(inp, {N, C}),
+                       view(weight, {OC, C}), view(gelu_pre, {N, C}), kFp8, &options);
+  EXPECT_EQ(dinp, dinp_own);
+  EXPECT_EQ(dw, dw_own);
+  EXPECT_EQ(dinp_slot[0], max_abs(dinp));  // after the GELU gradient
+
+  // Each ready slot is read: a wrong one moves the products it scales.
+  dout_slot[0] *= 3.f;
+  std::fill(dw.begin(), dw.end(), 0.f);
+  ops::matmul_backward(view(dinp, {N, C}), view(dw, {OC, C}), Tensor{}, view(dout, {N, OC}), view(inp, {N, C}),
+                       view(weight, {OC, C}), view(gelu_pre, {N, C}), kFp8, &options);
+  EXPECT_NE(dinp, dinp_own) << "dout's ready slot was not read";
+  dout_slot[0] = max_abs(dout);
+  inp_slot[0] *= 3.f;
+  std::fill(dw.begin(), dw.end(), 0.f);
+  ops::matmul_weight_grad(view(dw, {OC, C}), Tensor{}, view(dout, {N, OC}), view(inp, {N, C}), kFp8, &options);
+  EXPECT_NE(dw, dw_own) << "the input's ready slot was not read by the weight gradient";
+}
+
+TEST(Fp8Matmul, RefusesMalformedSlotsAndNormsFillTheirs) {
+  std::vector<float> inp(16 * 32, 0.5f), weight(8 * 32, 0.5f), out(16 * 8);
+  std::vector<float> two(2);
+  ops::Fp8Options options;
+  options.inp_amax = view(two, {2});
+  EXPECT_THROW(ops::matmul_forward(view(out, {16, 8}), view(inp, {16, 32}), view(weight, {8, 32}), Tensor{}, Tensor{},
+                                   kFp8, &options),
+               engine::Error);
+  options.inp_amax = Tensor{};
+  options.inp_amax_ready = true;  // ready, but no slot
+  EXPECT_THROW(ops::matmul_forward(view(out, {16, 8}), view(inp, {16, 32}), view(weight, {8, 32}), Tensor{}, Tensor{},
+                                   kFp8, &options),
+               engine::Error);
+
+  // The norms' out_amax: max |out| as written, whatever the normalisation.
+  const std::int64_t R = 6, W = 40;
+  std::vector<float> x = spread_values(R * W, 21, 4.0), gain = spread_values(W, 22, 1.5),
+                     shift = spread_values(W, 23, 0.3);
+  std::vector<float> y(R * W), mean(R), rstd(R);
+  std::vector<float> slot{-1.f};
+  ops::layernorm_forward(view(y, {R, W}), view(mean, {R}), view(rstd, {R}), view(x, {R, W}), view(gain, {W}),
+                         view(shift, {W}), 1e-5, view(slot, {1}));
+  EXPECT_EQ(slot[0], max_abs(y));
+  ops::rmsnorm_forward(view(y, {R, W}), view(rstd, {R}), view(x, {R, W}), view(gain, {W}), 1e-6, view(slot, {1}));
+  EXPECT_EQ(slot[0], max_abs(y));
+}
+
 // A tensor of zeros has amax 0: its scale is 1 and the product is exactly 0.
 TEST(Fp8Matmul, ZeroOperandGivesAnExactZero) {
   std::vector<float> inp(16 * 32, 0.f), weight(8 * 32, 0.5f), out(16 * 8, 7.f);

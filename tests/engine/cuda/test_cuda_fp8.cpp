@@ -18,6 +18,9 @@
 //     FP8 tensor cores: refused with a clear error.
 //   the FP8 linear layers (ops::MatmulFormat::kFp8E4M3): against the CPU's
 //     quantise-dequantise ops on the same bf16 values (see CudaFp8Linear).
+//   the amax slots (CudaFp8AmaxSlots): an amax made in the kernel that writes
+//     the tensor (norms, GELU epilogues) equal bit for bit to the tensor's
+//     amax, the outputs unchanged; a ready slot read, not recomputed.
 // Every test skips without a GPU, like test_cuda_ops.
 #include <gtest/gtest.h>
 
@@ -589,6 +592,106 @@ TEST(CudaFp8Linear, RefusesF32ActivationsNamingThem) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("take bf16 activations"), std::string::npos) << e.what();
   }
+}
+
+// ---- amax slots (ops::Fp8Options; the norms' out_amax; engine/cuda/amax.cuh) ----
+// An amax made inside the kernel that writes a tensor must be the one
+// fp8_amax finds reading it back, bit for bit, and must change nothing the
+// kernel writes; a ready slot must be what the op scales by.
+
+// The amax of a device tensor's values as the CPU reference finds it.
+float host_amax(const DevTensor& d) {
+  const std::vector<float> v = d.host();
+  return cpu::e4m3_amax(v.data(), static_cast<std::int64_t>(v.size()));
+}
+
+struct AmaxSlot {
+  std::vector<float> init{-1.0f};
+  DevTensor d{init, Shape{1}, DType::kF32};
+  float value() const { return d.host()[0]; }
+  void set(float v) {
+    std::vector<float> h{v};
+    ops::copy(d.t, cpu_view(h, {1}));
+  }
+};
+
+TEST(CudaFp8AmaxSlots, NormsWriteTheAmaxOfWhatTheyWrite) {
+  if (!gpu_visible()) GTEST_SKIP() << "no GPU";
+  std::mt19937 rng(31);
+  // 768: the vectorised kernels (a row in registers); 100: the scalar ones.
+  // 37 rows: the last block of 8 warps only partly filled.
+  for (const std::int64_t C : {768, 100}) {
+    SCOPED_TRACE("C " + std::to_string(C));
+    const std::int64_t N = 37;
+    std::vector<float> x = random_vector(N * C, rng, 2.0f), g = random_vector(C, rng, 1.0f),
+                       b = random_vector(C, rng, 0.2f), zeros(N * C, 0.0f), stats(N, 0.0f);
+    DevTensor d_x(x, {N, C}), d_g(g, {C}), d_b(b, {C}), y_plain(zeros, {N, C}), y_slot(zeros, {N, C}),
+        mean(stats, {N}, DType::kF32), rstd(stats, {N}, DType::kF32);
+    AmaxSlot slot;
+    ops::layernorm_forward(y_plain.t, mean.t, rstd.t, d_x.t, d_g.t, d_b.t, 1e-5);
+    ops::layernorm_forward(y_slot.t, mean.t, rstd.t, d_x.t, d_g.t, d_b.t, 1e-5, slot.d.t);
+    EXPECT_EQ(y_slot.host(), y_plain.host()) << "layernorm: the slot changed the output";
+    EXPECT_EQ(bits(slot.value()), bits(host_amax(y_slot))) << "layernorm";
+    slot.set(1e30f);  // the kernel resets it: a leftover larger value must not survive
+    ops::rmsnorm_forward(y_plain.t, rstd.t, d_x.t, d_g.t, 1e-6);
+    ops::rmsnorm_forward(y_slot.t, rstd.t, d_x.t, d_g.t, 1e-6, slot.d.t);
+    EXPECT_EQ(y_slot.host(), y_plain.host()) << "rmsnorm: the slot changed the output";
+    EXPECT_EQ(bits(slot.value()), bits(host_amax(y_slot))) << "rmsnorm";
+  }
+}
+
+TEST(CudaFp8AmaxSlots, LinearLayersFillTheSlotsAndScaleByReadyOnes) {
+  if (!gpu_visible()) GTEST_SKIP() << "no GPU";
+  if (!fp8_gemm_available()) GTEST_SKIP() << "no FP8 tensor cores (refusal checked)";
+  constexpr auto kFp8 = ops::MatmulFormat::kFp8E4M3;
+  const std::int64_t N = 256, C = 768, OC = 1024;
+  std::mt19937 rng(32);
+  std::vector<float> inp = random_vector(N * C, rng, 1.0f), w = random_vector(OC * C, rng, 0.02f),
+                     b = random_vector(OC, rng, 0.1f), res = random_vector(N * OC, rng, 1.0f),
+                     dout = random_vector(N * OC, rng, 1e-3f), gp = random_vector(N * C, rng, 1.5f),
+                     z_out(N * OC, 0.0f), z_in(N * C, 0.0f), z_w(OC * C, 0.0f);
+  DevTensor d_inp(inp, {N, C}), d_w(w, {OC, C}), d_b(b, {OC}), d_res(res, {N, OC}), d_dout(dout, {N, OC}),
+      d_gp(gp, {N, C}), out_own(z_out, {N, OC}), pre_own(z_out, {N, OC}), out(z_out, {N, OC}), pre(z_out, {N, OC}),
+      dinp_own(z_in, {N, C}), dinp(z_in, {N, C}), dw_own(z_w, {OC, C}, DType::kF32), dw(z_w, {OC, C}, DType::kF32);
+  AmaxSlot inp_slot, out_slot, dout_slot, dinp_slot;
+
+  // Forward: the input's slot filled, the GELU output's amax for the next layer.
+  ops::matmul_forward(out_own.t, d_inp.t, d_w.t, d_b.t, pre_own.t, kFp8);
+  ops::Fp8Options fwd;
+  fwd.inp_amax = inp_slot.d.t;
+  fwd.out_amax = out_slot.d.t;
+  ops::matmul_forward(out.t, d_inp.t, d_w.t, d_b.t, pre.t, kFp8, &fwd);
+  EXPECT_EQ(out.host(), out_own.host());
+  EXPECT_EQ(pre.host(), pre_own.host());
+  EXPECT_EQ(bits(inp_slot.value()), bits(host_amax(d_inp)));
+  EXPECT_EQ(bits(out_slot.value()), bits(host_amax(out))) << "the GELU epilogue's amax";
+  ops::matmul_forward_add(out.t, d_inp.t, d_w.t, d_b.t, d_res.t, kFp8, &fwd);
+  EXPECT_EQ(bits(out_slot.value()), bits(host_amax(out))) << "the residual epilogue's amax";
+  // Ready: read, not recomputed (a wrong value moves the output).
+  fwd.inp_amax_ready = true;
+  fwd.out_amax = Tensor{};
+  ops::matmul_forward(out.t, d_inp.t, d_w.t, d_b.t, pre.t, kFp8, &fwd);
+  EXPECT_EQ(out.host(), out_own.host()) << "scaled by the ready slot";
+  inp_slot.set(3.0f * host_amax(d_inp));
+  ops::matmul_forward(out.t, d_inp.t, d_w.t, d_b.t, pre.t, kFp8, &fwd);
+  EXPECT_NE(out.host(), out_own.host()) << "a ready slot was not read";
+  inp_slot.set(host_amax(d_inp));
+
+  // Backward: dout's and the input's amax ready, dinp's written by the GELU backward.
+  ops::matmul_backward(dinp_own.t, dw_own.t, Tensor{}, d_dout.t, d_inp.t, d_w.t, d_gp.t, kFp8);
+  dout_slot.set(host_amax(d_dout));
+  ops::Fp8Options bwd;
+  bwd.inp_amax = inp_slot.d.t;
+  bwd.inp_amax_ready = true;
+  bwd.dout_amax = dout_slot.d.t;
+  bwd.dinp_amax = dinp_slot.d.t;
+  ops::matmul_backward(dinp.t, dw.t, Tensor{}, d_dout.t, d_inp.t, d_w.t, d_gp.t, kFp8, &bwd);
+  EXPECT_EQ(dinp.host(), dinp_own.host());
+  EXPECT_EQ(dw.host(), dw_own.host());
+  EXPECT_EQ(bits(dinp_slot.value()), bits(host_amax(dinp))) << "the GELU backward's amax";
+  // Without GELU the amax is a pass of its own, the same number.
+  ops::matmul_backward(dinp.t, Tensor{}, Tensor{}, d_dout.t, d_inp.t, d_w.t, Tensor{}, kFp8, &bwd);
+  EXPECT_EQ(bits(dinp_slot.value()), bits(host_amax(dinp)));
 }
 
 #else   // a build without CUDA

@@ -9,6 +9,7 @@
 #include <set>
 #include <tuple>
 
+#include "engine/buffer.h"
 #include "launch/plan/planner.h"
 #include "model/gpt_stage.h"
 #include "model/step_cost.h"
@@ -335,7 +336,15 @@ TEST(Planner, PlansInTheRunsPrecision) {
     EXPECT_EQ(with_fp8.layout.precision, model::Precision::kBf16);
     EXPECT_EQ(with_fp8.layout.fp8_weight_copies, zero < 3) << "ZeRO " << zero;
     EXPECT_FALSE(no_cache.layout.fp8_weight_copies);
-    EXPECT_EQ(no_cache.memory_bytes_per_device, plain.memory_bytes_per_device);
+    // FP8 without weight copies costs only the activations' amax slots: one
+    // arena allocation per block and micro-batch kept, and one of scratch
+    // (model::ActivationShape::fp8_amax).
+    EXPECT_EQ(no_cache.memory.weights, plain.memory.weights);
+    const std::size_t amax_slots = no_cache.memory.activations - plain.memory.activations;
+    EXPECT_GT(no_cache.memory.activations, plain.memory.activations);
+    EXPECT_LE(amax_slots, static_cast<std::size_t>(bf16.model.n_layer * no_cache.layout.micro_batches + 1) *
+                              engine::Arena::kAlignment);
+    EXPECT_EQ(no_cache.memory_bytes_per_device - amax_slots, plain.memory_bytes_per_device);
     EXPECT_GT(with_fp8.step_seconds, plain.step_seconds) << "no FP8 speedup measured: bf16's rate plus the casts";
     if (zero < 3) {
       // 2 bytes a block parameter of this tp rank: the E4M3 copy and its transpose (model/gpt_stage.h).
@@ -345,7 +354,7 @@ TEST(Planner, PlansInTheRunsPrecision) {
                     model::fp8_weight_copy_bytes_per_block(bf16.model, model::TensorParallel{0, 2, false},
                                                            engine::DeviceType::kCuda));
     } else {
-      EXPECT_EQ(with_fp8.memory_bytes_per_device, plain.memory_bytes_per_device);
+      EXPECT_EQ(with_fp8.memory_bytes_per_device, no_cache.memory_bytes_per_device);
     }
   }
   // The shapes FP8's GEMMs refuse are left out, as train refuses them:
