@@ -12,13 +12,19 @@
 // value): w's scale_inv times x's, computed on the stream just before (B's
 // own scale pointer is not used: see build()).
 //
+// An epilogue (Fp8GemmOptions: bias, GELU with its aux output, a residual as
+// C with beta 1) runs on the f32 product before the one rounding to bf16, as
+// matmul.cu's bf16 epilogues do; the bias and aux types default to D's
+// (bf16), which cuBLASLt allows for FP8 operands with a bf16 D.
+//
 // The algorithm is cached per problem (shape, output type, accumulation,
-// alignment classes, device), like matmul.cu: the heuristic's first, or with
+// epilogue, alignment classes, device), like matmul.cu: the heuristic's first, or with
 // ENGINE_GEMM_SEARCH=N the fastest of its first N timed on the first call's
 // operands (gemm_search.h), so that bf16 and FP8 can be compared on equal terms.
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -54,9 +60,16 @@ cudaDataType_t out_type(DType dtype) {
 // CUBLAS_STATUS_NOT_SUPPORTED at cublasLtMatmul, after its heuristic had
 // offered algorithms, whenever B's scale pointer was set (alone or with A's).
 // Per-tensor scales multiply, so one pointer carries both.
+// The epilogue Fp8GemmOptions asks for.
+cublasLtEpilogue_t epilogue_of(const Fp8GemmOptions& options) {
+  if (options.gelu_aux != nullptr)
+    return options.bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+  return options.bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+}
+
 void build(LtDescriptors& desc, DType out_dtype, std::int64_t n, std::int64_t m, std::int64_t k,
            const Fp8GemmOptions& options, const float* combined_scale, std::uint32_t align_w, std::uint32_t align_x,
-           std::uint32_t align_out) {
+           std::uint32_t align_out, std::uint32_t align_c) {
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t op_a = CUBLAS_OP_T, op_b = CUBLAS_OP_N;
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
@@ -66,6 +79,18 @@ void build(LtDescriptors& desc, DType out_dtype, std::int64_t n, std::int64_t m,
                                               sizeof(fast_accum)));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &combined_scale,
                                               sizeof(combined_scale)));
+  const cublasLtEpilogue_t epilogue = epilogue_of(options);
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+  if (options.bias != nullptr)
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &options.bias,
+                                                sizeof(options.bias)));
+  if (options.gelu_aux != nullptr) {
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &options.gelu_aux,
+                                                sizeof(options.gelu_aux)));
+    const std::int64_t aux_ld = m;  // (n, m) row-major: m x n column-major, like D
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
+                                                sizeof(aux_ld)));
+  }
   const auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.a, CUDA_R_8F_E4M3, u(k), u(m), k));  // w: k x m, ld k
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.b, CUDA_R_8F_E4M3, u(k), u(n), k));  // x: k x n, ld k
@@ -80,7 +105,7 @@ void build(LtDescriptors& desc, DType out_dtype, std::int64_t n, std::int64_t m,
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_x,
                                                     sizeof(align_x)));
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                                    &align_out, sizeof(align_out)));
+                                                    &align_c, sizeof(align_c)));
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                     &align_out, sizeof(align_out)));
   // As in matmul.cu: split-K partial sums only in f32, never in the bf16 output type.
@@ -114,7 +139,7 @@ struct Chosen {
   cublasLtMatmulAlgo_t algo{};
   float waves = 0.0f;
 };
-using Key = std::array<std::int64_t, 10>;
+using Key = std::array<std::int64_t, 14>;
 
 // Chosen algorithms by problem, for the life of the process.
 std::mutex g_cache_mutex;
@@ -163,8 +188,20 @@ Chosen heuristic(const LtDescriptors& desc, int candidates, Launch&& launch) {
 
 Key key_of(DType out_dtype, std::int64_t n, std::int64_t m, std::int64_t k, const Fp8GemmOptions& options,
            std::uint32_t align_w, std::uint32_t align_x, std::uint32_t align_out) {
-  return {context().device(), static_cast<std::int64_t>(out_dtype), n, m, k, options.accumulate, options.fast_accum,
-          align_w, align_x, align_out};
+  return {context().device(),
+          static_cast<std::int64_t>(out_dtype),
+          n,
+          m,
+          k,
+          options.accumulate,
+          options.fast_accum,
+          align_w,
+          align_x,
+          align_out,
+          static_cast<std::int64_t>(epilogue_of(options)),
+          lt_alignment_of(options.bias),
+          lt_alignment_of(options.gelu_aux),
+          options.residual != nullptr ? static_cast<std::int64_t>(lt_alignment_of(options.residual)) : -1};
 }
 
 void check_shape(DType out_dtype, std::int64_t n, std::int64_t m, std::int64_t k, const Fp8GemmOptions& options) {
@@ -172,6 +209,8 @@ void check_shape(DType out_dtype, std::int64_t n, std::int64_t m, std::int64_t k
                dtype_name(out_dtype), " is not supported (bf16 or f32)");
   ENGINE_CHECK(!options.accumulate || out_dtype == DType::kF32,
                "fp8_gemm: accumulating needs an f32 output (weight gradients), got ", dtype_name(out_dtype));
+  ENGINE_CHECK(!options.has_epilogue() || (out_dtype == DType::kBF16 && !options.accumulate),
+               "fp8_gemm: bias, GELU and residual epilogues take a bf16 output that does not accumulate");
   ENGINE_CHECK(n > 0 && m > 0 && k > 0, "fp8_gemm: (n, m, k) = (", n, ", ", m, ", ", k, ") must be positive");
   const char* bad = k % 16 != 0 ? "k" : m % 16 != 0 ? "m" : n % 16 != 0 ? "n" : nullptr;
   ENGINE_CHECK(bad == nullptr, "fp8_gemm: out (", n, ", ", m, ") = x (", n, ", ", k, ") @ w (", m, ", ", k,
@@ -233,8 +272,13 @@ void check_fp8_device(int device) {
   ENGINE_CHECK(why.empty(), why);
 }
 
-void fp8_gemm(void* out, DType out_dtype, const Fp8Operand& x, const Fp8Operand& w, std::int64_t n, std::int64_t m,
-              std::int64_t k, const Fp8GemmOptions& options, cudaStream_t stream) {
+namespace {
+
+// fp8_gemm and try_fp8_gemm: false (nothing enqueued) when cuBLASLt has no
+// algorithm and `may_decline`; an error naming the problem otherwise.
+bool run_fp8_gemm(void* out, DType out_dtype, const Fp8Operand& x, const Fp8Operand& w, std::int64_t n,
+                  std::int64_t m, std::int64_t k, const Fp8GemmOptions& options, cudaStream_t stream,
+                  bool may_decline) {
   Context& ctx = context();
   check_fp8_device(ctx.device());
   check_shape(out_dtype, n, m, k, options);
@@ -245,22 +289,28 @@ void fp8_gemm(void* out, DType out_dtype, const Fp8Operand& x, const Fp8Operand&
                "fp8_gemm: out, x and w must be 16-byte aligned (cuBLASLt's FP8 GEMM), got ", out, ", ",
                static_cast<const void*>(x.data), ", ", static_cast<const void*>(w.data));
   ENGINE_CHECK(aligned(x.scale_inv, 4) && aligned(w.scale_inv, 4), "fp8_gemm: scale_inv pointers must be 4-byte aligned");
+  for (const void* p : {options.bias, static_cast<const void*>(options.gelu_aux), options.residual})
+    ENGINE_CHECK(p == nullptr || aligned(p, 16), "fp8_gemm: the epilogue's bias, aux and residual must be 16-byte "
+                 "aligned, got ", p);
   const std::uint32_t align_w = lt_alignment_of(w.data), align_x = lt_alignment_of(x.data),
                       align_out = lt_alignment_of(out);
+  // C: the residual when there is one (beta 1), else D itself (beta 1 when accumulating, else unread).
+  const void* c = options.residual != nullptr ? options.residual : out;
   LtDescriptors desc;
   float* combined_scale = combined_scale_slot(stream);
-  combine_scales_kernel<<<1, 1, 0, stream>>>(w.scale_inv, x.scale_inv, combined_scale);
-  CUDA_CHECK_LAUNCH();
-  build(desc, out_dtype, n, m, k, options, combined_scale, align_w, align_x, align_out);
-  const float alpha = 1.0f, beta = options.accumulate ? 1.0f : 0.0f;
+  build(desc, out_dtype, n, m, k, options, combined_scale, align_w, align_x, align_out, lt_alignment_of(c));
+  const float alpha = 1.0f, beta = options.accumulate || options.residual != nullptr ? 1.0f : 0.0f;
   const Key key = key_of(out_dtype, n, m, k, options, align_w, align_x, align_out);
   Chosen chosen;
   if (!cached(key, &chosen)) {
     // A search (ENGINE_GEMM_SEARCH) runs the candidates on the real operands.
-    // They overwrite out, which the real call below overwrites again, except
-    // when accumulating: that must not touch out, so the candidates write a
-    // stream-ordered scratch copy (as matmul.cu does; outside the memory
-    // accounting; where it cannot be had, no search: the heuristic's first).
+    // They overwrite out (and an epilogue's aux), which the real call below
+    // overwrites again, except when accumulating: that must not touch out, so
+    // the candidates write a stream-ordered scratch copy (as matmul.cu does;
+    // outside the memory accounting; where it cannot be had, no search: the
+    // heuristic's first). The candidates need the combined scale too.
+    combine_scales_kernel<<<1, 1, 0, stream>>>(w.scale_inv, x.scale_inv, combined_scale);
+    CUDA_CHECK_LAUNCH();
     int candidates = gemm_search_candidates();
     struct StreamOrderedScratch {
       void* p = nullptr;
@@ -280,19 +330,46 @@ void fp8_gemm(void* out, DType out_dtype, const Fp8Operand& x, const Fp8Operand&
         candidates = 1;
       }
     }
+    const void* search_c = options.residual != nullptr ? options.residual : search_out;
     chosen = heuristic(desc, candidates, [&](const cublasLtMatmulAlgo_t& algo) {
-      return cublasLtMatmul(ctx.lt(), desc.op, &alpha, w.data, desc.a, x.data, desc.b, &beta, search_out, desc.d,
+      return cublasLtMatmul(ctx.lt(), desc.op, &alpha, w.data, desc.a, x.data, desc.b, &beta, search_c, desc.d,
                             search_out, desc.d, &algo, ctx.lt_workspace(), ctx.lt_workspace_bytes(),
                             stream) == CUBLAS_STATUS_SUCCESS;
     });
     remember(key, chosen);
   }
+  if (!chosen.found && may_decline) return false;
   ENGINE_CHECK(chosen.found, "fp8_gemm: cuBLASLt found no FP8 algorithm for out (", n, ", ", m, ") ",
                dtype_name(out_dtype), " = x (", n, ", ", k, ") @ w (", m, ", ", k, ")^T in E4M3",
-               options.accumulate ? ", accumulating" : "", " (alignments x ", align_x, ", w ", align_w, ", out ",
-               align_out, " bytes)");
-  CUBLAS_CHECK(cublasLtMatmul(ctx.lt(), desc.op, &alpha, w.data, desc.a, x.data, desc.b, &beta, out, desc.d, out,
+               options.accumulate ? ", accumulating" : "", " (epilogue ", static_cast<int>(epilogue_of(options)),
+               options.residual != nullptr ? " with a residual" : "", "; alignments x ", align_x, ", w ", align_w,
+               ", out ", align_out, " bytes)");
+  combine_scales_kernel<<<1, 1, 0, stream>>>(w.scale_inv, x.scale_inv, combined_scale);
+  CUDA_CHECK_LAUNCH();
+  CUBLAS_CHECK(cublasLtMatmul(ctx.lt(), desc.op, &alpha, w.data, desc.a, x.data, desc.b, &beta, c, desc.d, out,
                               desc.d, &chosen.algo, ctx.lt_workspace(), ctx.lt_workspace_bytes(), stream));
+  return true;
+}
+
+}  // namespace
+
+void fp8_gemm(void* out, DType out_dtype, const Fp8Operand& x, const Fp8Operand& w, std::int64_t n, std::int64_t m,
+              std::int64_t k, const Fp8GemmOptions& options, cudaStream_t stream) {
+  run_fp8_gemm(out, out_dtype, x, w, n, m, k, options, stream, /*may_decline=*/false);
+}
+
+bool try_fp8_gemm(void* out, DType out_dtype, const Fp8Operand& x, const Fp8Operand& w, std::int64_t n,
+                  std::int64_t m, std::int64_t k, const Fp8GemmOptions& options, cudaStream_t stream) {
+  return run_fp8_gemm(out, out_dtype, x, w, n, m, k, options, stream, /*may_decline=*/true);
+}
+
+bool fp8_gemm_epilogues_enabled() {
+  const char* env = std::getenv("ENGINE_FP8_EPILOGUES");
+  if (env == nullptr || *env == '\0') return true;
+  const std::string value(env);
+  ENGINE_CHECK(value == "0" || value == "1", "ENGINE_FP8_EPILOGUES=", value, ": expected 1 (fuse bias, GELU and "
+               "residual into the FP8 GEMMs; the default) or 0 (an elementwise pass after them)");
+  return value == "1";
 }
 
 std::string fp8_gemm_algorithm(DType out_dtype, std::int64_t n, std::int64_t m, std::int64_t k,
@@ -303,7 +380,7 @@ std::string fp8_gemm_algorithm(DType out_dtype, std::int64_t n, std::int64_t m, 
   // Placeholder scale pointers (any device address; the heuristic reads none).
   const auto* placeholder = static_cast<const float*>(ctx.lt_workspace());
   LtDescriptors desc;
-  build(desc, out_dtype, n, m, k, options, placeholder, 256, 256, 256);
+  build(desc, out_dtype, n, m, k, options, placeholder, 256, 256, 256, 256);
   const Key key = key_of(out_dtype, n, m, k, options, 256, 256, 256);
   Chosen chosen;
   if (!cached(key, &chosen)) {  // not yet run: the heuristic's first, untimed
@@ -332,7 +409,7 @@ std::string fp8_block_scaling_report(std::int64_t n, std::int64_t m, std::int64_
   const auto* placeholder = static_cast<const float*>(ctx.lt_workspace());
   for (const Combo& c : combos) {
     LtDescriptors desc;
-    build(desc, DType::kBF16, n, m, k, Fp8GemmOptions{}, placeholder, 256, 256, 256);
+    build(desc, DType::kBF16, n, m, k, Fp8GemmOptions{}, placeholder, 256, 256, 256, 256);
     const std::int32_t a_mode = c.w_mode, b_mode = c.x_mode;  // A is w, B is x
     cublasStatus_t st =
         cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof(a_mode));

@@ -47,6 +47,18 @@ struct Fp8GemmOptions {
   // cores' partial sums to f32 registers (DeepSeek-V3 report, sec. 3.3.2:
   // Hopper's FP8 MMA accumulates with about 14 bits); on is faster and less exact.
   bool fast_accum = false;
+  // The epilogue, for a bf16 output that does not accumulate (all null: none),
+  // applied to the f32 product before the one rounding to bf16:
+  //   bias      (m) bf16, added to every row of out       (CUBLASLT_EPILOGUE_BIAS)
+  //   gelu_aux  (n, m) bf16: out = gelu(product + bias), and gelu_aux = the
+  //             pre-activation, which GELU's backward reads (GELU_AUX[_BIAS];
+  //             cuBLASLt's GELU is the tanh approximation, as gelu.cu's)
+  //   residual  (n, m) bf16, added too: cuBLASLt's C with beta 1
+  // Each 16-byte aligned.
+  const void* bias = nullptr;
+  void* gelu_aux = nullptr;
+  const void* residual = nullptr;
+  bool has_epilogue() const { return bias != nullptr || gelu_aux != nullptr || residual != nullptr; }
 };
 
 // out (n, m) row-major = (x (n, k) @ w (m, k)^T) * (*x.scale_inv) * (*w.scale_inv)
@@ -58,6 +70,18 @@ struct Fp8GemmOptions {
 // multiples of 16, on misaligned pointers, and when cuBLASLt has no algorithm.
 void fp8_gemm(void* out, DType out_dtype, const Fp8Operand& x, const Fp8Operand& w, std::int64_t n, std::int64_t m,
               std::int64_t k, const Fp8GemmOptions& options, cudaStream_t stream);
+// fp8_gemm, but returns false, running no GEMM, where cuBLASLt offers no
+// algorithm for the problem (an epilogue it does not fuse with FP8 operands
+// on this GPU, say), so the caller can run the plain GEMM and an elementwise
+// pass instead. The answer is cached per problem, as the algorithm is.
+bool try_fp8_gemm(void* out, DType out_dtype, const Fp8Operand& x, const Fp8Operand& w, std::int64_t n,
+                  std::int64_t m, std::int64_t k, const Fp8GemmOptions& options, cudaStream_t stream);
+
+// Whether the FP8 linear layers ask fp8_gemm for epilogues (bias, GELU,
+// residual) instead of an elementwise pass after it: ENGINE_FP8_EPILOGUES,
+// "1" (default) or "0" (to measure what the fusion saves, or to step around a
+// fused kernel that turns out slower). Any other value is an error naming it.
+bool fp8_gemm_epilogues_enabled();
 
 // Whether `device` has FP8 tensor cores that this code is written for:
 // compute capability 8.9 (Ada) or 9.x (Hopper). When not, *why (if given)

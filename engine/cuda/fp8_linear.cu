@@ -15,12 +15,14 @@
 // since Hopper's FP8 GEMM takes only operands with K contiguous (fp8_gemm.h).
 // A weight with an ops::Fp8WeightCache (the trainer keeps one per layer) is
 // scaled, cast and cast-transposed once per optimizer step, into the cache;
-// without one, at every use. The bias, the residual add and GELU are not
-// epilogues of the FP8 GEMM yet: the GEMM writes bf16, then one elementwise
-// pass adds bias and residual in f32 (a second rounding to bf16, far inside
-// E4M3's), or bias and GELU (the roundings of gelu.cu's forward), and the
-// GELU backward is one in-place pass over dinp. The bias gradient sums the
-// bf16 dout itself (column_sums.cu), as the bf16 path does.
+// without one, at every use. The forward's bias, GELU and residual add are
+// the FP8 GEMM's epilogue (fp8_gemm.h: applied to the f32 product, one
+// rounding to bf16), unless cuBLASLt offers no such algorithm or
+// ENGINE_FP8_EPILOGUES=0: then the GEMM writes bf16 and one elementwise pass
+// adds bias and residual in f32 (a second rounding to bf16, far inside
+// E4M3's), or bias and GELU (the roundings of gelu.cu's forward). The GELU
+// backward is one in-place pass over dinp. The bias gradient sums the bf16
+// dout itself (column_sums.cu), as the bf16 path does.
 //
 // Amaxes not read twice (ops::Fp8Options' slots): an operand whose amax is
 // ready in the caller's slot (made by the norm that produced it, by this
@@ -103,30 +105,39 @@ __global__ void gelu_backward_amax_kernel(bf16* __restrict__ dinp, const bf16* _
   publish_warp_amax(m, amax_slot);
 }
 
-// The slot of an Fp8Options amax output, or null (none asked for).
+// The slot of an Fp8Options amax output, zeroed on the stream for a kernel
+// to fold into (amax.cuh), or null (none asked for).
 unsigned* amax_output(const ops::Fp8Options* fp8, Tensor ops::Fp8Options::*slot, cudaStream_t stream) {
   return fp8 != nullptr ? reset_amax_slot(fp8->*slot, stream) : nullptr;
 }
 
-// The forward's epilogue on the GEMM's bf16 output y (N, OC): bias and
-// residual added, or with pre_gelu (then y is pre_gelu) bias and GELU into
-// out; max |out| into fp8->out_amax when asked. Nothing runs when there is
-// nothing to do.
+// *slot = max |x| (n bf16) by a pass of its own, when a slot is asked for.
+void amax_pass(const Tensor& x, std::int64_t n, const ops::Fp8Options* fp8, Tensor ops::Fp8Options::*slot,
+               cudaStream_t stream) {
+  if (fp8 == nullptr || (fp8->*slot).empty()) return;
+  fp8_amax(x.data_as<const bf16>(), n, Fp8Scale{(fp8->*slot).data_as<float>(), nullptr, nullptr}, stream);
+}
+
+// The forward's elementwise pass over the plain GEMM's bf16 output: bias and
+// residual added into out, or with pre_gelu (which the GEMM then wrote) bias
+// and GELU into out; max |out| into fp8->out_amax when asked, on the way.
 void forward_epilogue(const Tensor& out, const Tensor& pre_gelu, const Tensor& bias, const Tensor& residual,
                       std::int64_t oc, const ops::Fp8Options* fp8) {
   const cudaStream_t stream = current_stream();
-  unsigned* const amax_slot = amax_output(fp8, &ops::Fp8Options::out_amax, stream);
   const std::int64_t n = out.numel();
   const bf16* b = bias.empty() ? nullptr : bias.data_as<const bf16>();
+  if (pre_gelu.empty() && b == nullptr && residual.empty()) {  // nothing to add: at most the amax
+    amax_pass(out, n, fp8, &ops::Fp8Options::out_amax, stream);
+    return;
+  }
+  unsigned* const amax_slot = amax_output(fp8, &ops::Fp8Options::out_amax, stream);
   if (!pre_gelu.empty()) {
     bias_gelu_kernel<<<grid_for(n), kThreads, 0, stream>>>(out.data_as<bf16>(), pre_gelu.data_as<bf16>(), b, n, oc,
                                                           amax_slot);
-    CUDA_CHECK_LAUNCH();
-    return;
+  } else {
+    add_bias_residual_kernel<<<grid_for(n), kThreads, 0, stream>>>(
+        out.data_as<bf16>(), b, residual.empty() ? nullptr : residual.data_as<const bf16>(), n, oc, amax_slot);
   }
-  if (b == nullptr && residual.empty() && amax_slot == nullptr) return;
-  add_bias_residual_kernel<<<grid_for(n), kThreads, 0, stream>>>(
-      out.data_as<bf16>(), b, residual.empty() ? nullptr : residual.data_as<const bf16>(), n, oc, amax_slot);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -219,15 +230,20 @@ void weight_scale(const Tensor& weight, const Fp8Scale& scale, ops::Fp8WeightCac
   if (cache != nullptr) cache->scaled = true;
 }
 
-// The forward GEMM into `gemm_out` (N, OC) bf16: E4M3 images of inp and
-// weight (the weight's from its cache when kept, made there on first use), then qx @ qw^T.
-void forward_gemm(const Tensor& gemm_out, const Tensor& inp, const Tensor& weight, const ops::Fp8Options* fp8) {
+// The forward's E4M3 operands: the input cast under its amax, the weight's
+// copy (from its cache when kept, made there on first use). In the op's
+// scratch, valid until its next scratch() call.
+struct ForwardOperands {
+  Fp8Copy qx, qw;
+};
+ForwardOperands forward_operands(const Tensor& inp, const Tensor& weight, const ops::Fp8Options* fp8) {
   const std::int64_t OC = weight.dim(0), C = weight.dim(1), N = inp.numel() / C;
   const cudaStream_t stream = current_stream();
   const CachedWeight cached = cached_weight(weight, fp8, "fp8 matmul_forward: weight");
   Fp8Scratch<2> s({N * C, cached.cache != nullptr ? 0 : OC * C});
-  Fp8Copy qx = s.copies[0];
-  const Fp8Copy qw = cached.cache != nullptr ? cached.w : s.copies[1];
+  ForwardOperands operands{s.copies[0], cached.cache != nullptr ? cached.w : s.copies[1]};
+  Fp8Copy& qx = operands.qx;
+  const Fp8Copy& qw = operands.qw;
   input_amax(inp, qx.scale, fp8, stream);
   fp8_cast(inp.data_as<const bf16>(), N * C, qx.scale, qx.data, stream);
   weight_scale(weight, qw.scale, cached.cache, fp8, stream);
@@ -238,7 +254,36 @@ void forward_gemm(const Tensor& gemm_out, const Tensor& inp, const Tensor& weigh
     fp8_cast_transpose(weight.data_as<const bf16>(), OC, C, qw.scale, qw.data, cached.w_t.data, stream);
     cached.cache->cast = cached.cache->transposed = true;
   }
-  fp8_gemm(gemm_out.data(), DType::kBF16, qx.operand(), qw.operand(), N, OC, C, Fp8GemmOptions{}, stream);
+  return operands;
+}
+
+// out (N, OC) = qx @ qw^T + bias [+ residual], or with pre_gelu: pre_gelu =
+// qx @ qw^T + bias and out = gelu(pre_gelu); max |out| into fp8->out_amax when
+// asked. Bias, GELU and residual are the FP8 GEMM's epilogue where cuBLASLt
+// offers one (fp8_gemm.h; one rounding to bf16, from f32), else one
+// elementwise pass after the plain GEMM (forward_epilogue).
+void forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias, const Tensor& pre_gelu,
+             const Tensor& residual, const ops::Fp8Options* fp8) {
+  const std::int64_t OC = weight.dim(0), C = weight.dim(1), N = inp.numel() / C;
+  const cudaStream_t stream = current_stream();
+  const ForwardOperands operands = forward_operands(inp, weight, fp8);
+  const Fp8Operand x = operands.qx.operand(), w = operands.qw.operand();
+  Fp8GemmOptions fused;
+  fused.bias = bias.empty() ? nullptr : bias.data();
+  fused.gelu_aux = pre_gelu.empty() ? nullptr : pre_gelu.data();
+  fused.residual = residual.empty() ? nullptr : residual.data();
+  const bool aligned_16 = aligned(out.data(), 16) && (fused.bias == nullptr || aligned(fused.bias, 16)) &&
+                          (fused.gelu_aux == nullptr || aligned(fused.gelu_aux, 16)) &&
+                          (fused.residual == nullptr || aligned(fused.residual, 16));
+  if (fused.has_epilogue() && aligned_16 && fp8_gemm_epilogues_enabled() &&
+      try_fp8_gemm(out.data(), DType::kBF16, x, w, N, OC, C, fused, stream)) {
+    amax_pass(out, N * OC, fp8, &ops::Fp8Options::out_amax, stream);  // cuBLASLt gives no bf16 D's amax
+    return;
+  }
+  // The tensor the GEMM writes: out, or pre_gelu when GELU is applied after.
+  const Tensor& gemm_out = pre_gelu.empty() ? out : pre_gelu;
+  fp8_gemm(gemm_out.data(), DType::kBF16, x, w, N, OC, C, Fp8GemmOptions{}, stream);
+  forward_epilogue(out, pre_gelu, bias, residual, OC, fp8);
 }
 
 }  // namespace
@@ -252,10 +297,7 @@ void fp8_matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weig
   expect_bf16(pre_gelu, "fp8 matmul_forward: pre_gelu");
   const std::int64_t OC = weight.dim(0), C = weight.dim(1), N = inp.numel() / C;
   if (N == 0 || OC == 0) return;
-  // The tensor the GEMM writes: out, or pre_gelu when GELU is applied after.
-  const Tensor& gemm_out = pre_gelu.empty() ? out : pre_gelu;
-  forward_gemm(gemm_out, inp, weight, fp8);
-  forward_epilogue(out, pre_gelu, bias, Tensor{}, OC, fp8);
+  forward(out, inp, weight, bias, pre_gelu, Tensor{}, fp8);
 }
 
 void fp8_matmul_forward_add(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
@@ -267,8 +309,7 @@ void fp8_matmul_forward_add(const Tensor& out, const Tensor& inp, const Tensor& 
   expect_bf16(residual, "fp8 matmul_forward_add: residual");
   const std::int64_t OC = weight.dim(0), C = weight.dim(1), N = inp.numel() / C;
   if (N == 0 || OC == 0) return;
-  forward_gemm(out, inp, weight, fp8);
-  forward_epilogue(out, Tensor{}, bias, residual, OC, fp8);
+  forward(out, inp, weight, bias, Tensor{}, residual, fp8);
 }
 
 void fp8_matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
@@ -315,13 +356,13 @@ void fp8_matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor
       if (cached.cache != nullptr) cached.cache->transposed = true;
     }
     fp8_gemm(dinp.data(), DType::kBF16, q_dout.operand(), q_weight_t.operand(), N, C, OC, Fp8GemmOptions{}, stream);
-    unsigned* const dinp_amax = amax_output(fp8, &ops::Fp8Options::dinp_amax, stream);
-    if (!gelu_pre.empty()) {  // in place: dinp *= gelu'(gelu_pre), its amax on the way
+    if (gelu_pre.empty()) {
+      amax_pass(dinp, N * C, fp8, &ops::Fp8Options::dinp_amax, stream);
+    } else {  // in place: dinp *= gelu'(gelu_pre), its amax on the way
+      unsigned* const dinp_amax = amax_output(fp8, &ops::Fp8Options::dinp_amax, stream);
       gelu_backward_amax_kernel<<<grid_for(N * C), kThreads, 0, stream>>>(
           dinp.data_as<bf16>(), gelu_pre.data_as<const bf16>(), N * C, dinp_amax);
       CUDA_CHECK_LAUNCH();
-    } else if (dinp_amax != nullptr) {
-      fp8_amax(dinp.data_as<const bf16>(), N * C, Fp8Scale{fp8->dinp_amax.data_as<float>(), nullptr, nullptr}, stream);
     }
   }
   if (wants_dweight) {

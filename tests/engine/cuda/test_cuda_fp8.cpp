@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -481,13 +482,57 @@ struct LinearShape {
   std::int64_t N, C, OC;
 };
 
+// Sets an environment variable for a scope, restoring what was there.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_) setenv(name_, old_.c_str(), 1);
+    else unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+// Needs no GPU: the switch only reads its variable.
+TEST(CudaFp8, EpilogueSwitchReadsItsVariable) {
+  {
+    ScopedEnv env("ENGINE_FP8_EPILOGUES", "");
+    EXPECT_TRUE(cuda::fp8_gemm_epilogues_enabled());
+  }
+  {
+    ScopedEnv env("ENGINE_FP8_EPILOGUES", "0");
+    EXPECT_FALSE(cuda::fp8_gemm_epilogues_enabled());
+  }
+  ScopedEnv env("ENGINE_FP8_EPILOGUES", "off");
+  try {
+    cuda::fp8_gemm_epilogues_enabled();
+    ADD_FAILURE() << "ENGINE_FP8_EPILOGUES=off was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ENGINE_FP8_EPILOGUES=off"), std::string::npos) << e.what();
+  }
+}
+
 TEST(CudaFp8Linear, ForwardOpsMatchTheCpuReference) {
   if (!gpu_visible()) GTEST_SKIP() << "no GPU";
   if (!fp8_gemm_available()) GTEST_SKIP() << "no FP8 tensor cores (refusal checked)";
   constexpr auto kFp8 = ops::MatmulFormat::kFp8E4M3;
   std::mt19937 rng(21);
+  // Bias, GELU and residual as the GEMM's epilogue, then as the elementwise
+  // pass after a plain GEMM (ENGINE_FP8_EPILOGUES=0): both within the tolerance.
+  for (const char* epilogues : {"1", "0"})
   for (const LinearShape& s : {LinearShape{64, 96, 80}, LinearShape{256, 768, 2304}}) {
-    SCOPED_TRACE("N " + std::to_string(s.N) + ", C " + std::to_string(s.C) + ", OC " + std::to_string(s.OC));
+    ScopedEnv env("ENGINE_FP8_EPILOGUES", epilogues);
+    SCOPED_TRACE(std::string("ENGINE_FP8_EPILOGUES=") + epilogues + ", N " + std::to_string(s.N) + ", C " +
+                 std::to_string(s.C) + ", OC " + std::to_string(s.OC));
     std::vector<float> inp = random_vector(s.N * s.C, rng, 1.0f), w = random_vector(s.OC * s.C, rng, 0.02f),
                        b = random_vector(s.OC, rng, 0.1f), res = random_vector(s.N * s.OC, rng, 1.0f);
     DevTensor d_inp(inp, {s.N, s.C}), d_w(w, {s.OC, s.C}), d_b(b, {s.OC}), d_res(res, {s.N, s.OC});
