@@ -19,6 +19,7 @@ bool cuda_fp8_supported(int, std::string* why) {
   if (why != nullptr) *why = "the engine was built without CUDA";
   return false;
 }
+bool cuda_fp8_block_scaling_supported(int index, std::string* why) { return cuda_fp8_supported(index, why); }
 void* device_malloc(std::size_t) { ENGINE_FAIL("device memory needs an engine built with CUDA"); }
 void device_free(void*) {}
 void device_synchronize() {}

@@ -31,6 +31,9 @@ std::size_t cuda_device_memory_bytes(int index);
 // (compute capability 8.9 or 9.x; engine/cuda/fp8_gemm.h). When not, *why
 // (if given) names the GPU and what it has; false in a CPU-only build.
 bool cuda_fp8_supported(int index, std::string* why = nullptr);
+// Whether GPU `index` and the cuBLASLt loaded run block-scaled FP8 GEMMs
+// (--fp8-scaling block: Hopper and cuBLAS 12.9 or later; engine/cuda/fp8_gemm.h).
+bool cuda_fp8_block_scaling_supported(int index, std::string* why = nullptr);
 
 // Bytes free on the current GPU now (cudaMemGetInfo): what a run's memory
 // plan must fit in.

@@ -200,12 +200,27 @@ void rmsnorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& d
   ENGINE_DISPATCH(dout, rmsnorm_backward, dinp, dweight, dout, inp, weight, rstd);
 }
 
+const char* fp8_scaling_name(Fp8Scaling scaling) { return scaling == Fp8Scaling::kBlock ? "block" : "tensor"; }
+
+Fp8Scaling parse_fp8_scaling(const std::string& name) {
+  if (name == "tensor") return Fp8Scaling::kTensor;
+  if (name == "block") return Fp8Scaling::kBlock;
+  ENGINE_FAIL("--fp8-scaling ", name, ": expected tensor (one current scale per tensor) or block (DeepSeek-V3's "
+              "1 x 128 activation tiles and 128 x 128 weight blocks)");
+}
+
 std::size_t fp8_weight_cache_bytes(DeviceType device, std::int64_t out_features, std::int64_t in_features) {
   const auto aligned = [](std::size_t bytes) { return (bytes + 255) / 256 * 256; };
   const std::size_t elements = static_cast<std::size_t>(out_features * in_features);
   // CUDA (fp8_linear.cu): the scaling state, the E4M3 copy and the transposed
-  // copy, each 256-byte aligned; the CPU: the dequantised f32 image.
-  return device == DeviceType::kCpu ? aligned(elements * sizeof(float)) : 256 + 2 * aligned(elements);
+  // copy, each 256-byte aligned, then the 128 x 128 block factors of each
+  // (block scaling, cuda/fp8_block.h: rows/128 x pad4(cols/128) floats); the
+  // CPU: the dequantised f32 image.
+  const auto blocks = [](std::int64_t n) { return (n + kFp8BlockSize - 1) / kFp8BlockSize; };
+  const auto pad4 = [](std::int64_t n) { return (n + 3) / 4 * 4; };
+  const std::size_t factors = aligned(static_cast<std::size_t>(blocks(out_features) * pad4(blocks(in_features))) * 4) +
+                              aligned(static_cast<std::size_t>(blocks(in_features) * pad4(blocks(out_features))) * 4);
+  return device == DeviceType::kCpu ? aligned(elements * sizeof(float)) : 256 + 2 * aligned(elements) + factors;
 }
 
 void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,

@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <string>
 
 #include "engine/tensor.h"
 
@@ -101,6 +102,23 @@ struct Fp8WeightCache {
 };
 std::size_t fp8_weight_cache_bytes(DeviceType device, std::int64_t out_features, std::int64_t in_features);
 
+// How FP8 operands are scaled. kTensor: one current scale per tensor (its
+// amax now; Transformer Engine's current scaling). kBlock: DeepSeek-V3's
+// fine-grained scaling (technical report, sec. 3.3.1): activations and output
+// gradients per 1 x kFp8BlockSize tile along the reduction dimension of the
+// GEMM that reads them, so a tensor two GEMMs read along different dimensions
+// is quantised twice (dout along OC for dinp, along the tokens for dweight;
+// the input along C forward, along the tokens for dweight), and weights per
+// kFp8BlockSize x kFp8BlockSize block (one set of scales serves W and W^T).
+// Each block's scale is its own block's amax: no amax slot or group reduction
+// is used. Under tensor parallelism a rank's blocks are cut from its own
+// shard, so they are the whole tensor's blocks only where each shard's width
+// along the cut is a multiple of kFp8BlockSize.
+enum class Fp8Scaling : std::uint8_t { kTensor, kBlock };
+inline constexpr std::int64_t kFp8BlockSize = 128;
+const char* fp8_scaling_name(Fp8Scaling scaling);  // "tensor" | "block"
+Fp8Scaling parse_fp8_scaling(const std::string& name);  // throws naming the value
+
 // How the FP8 ops treat one layer's operands.
 // Under tensor parallelism a rank holds only a shard of some of them (a
 // column- or row-parallel weight, a row-parallel layer's input, a
@@ -135,6 +153,7 @@ std::size_t fp8_weight_cache_bytes(DeviceType device, std::int64_t out_features,
 //              that finishes dinp (the GELU backward, with gelu_pre; else a
 //              pass of its own). Not reduced, as out_amax.
 struct Fp8Options {
+  Fp8Scaling scaling = Fp8Scaling::kTensor;
   std::function<void(const Tensor& amax)> reduce_max;
   bool inp = false, weight = false, dout = false;
   Fp8WeightCache* weight_cache = nullptr;

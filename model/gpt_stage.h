@@ -92,6 +92,10 @@ class GptStage {
   // (the memory plan counts it under weights). Off: cast at every use (the
   // tests compare the two). Set both this and the format before allocate().
   void set_fp8_weight_cache(bool keep) { keeps_fp8_weights_ = keep; }
+  // Per-tensor or block scaling of the FP8 operands (engine::ops::Fp8Scaling).
+  void set_fp8_scaling(engine::ops::Fp8Scaling scaling) {
+    for (TransformerBlock& block : blocks_) block.set_fp8_scaling(scaling);
+  }
   std::size_t fp8_weight_copy_bytes() const { return fp8_weight_buffer_.bytes(); }
   // The weights changed (an optimizer step): every cached FP8 weight is stale.
   void weights_changed() {

@@ -128,9 +128,13 @@ void TransformerBlock::set_fp8_weight_caches(const std::array<engine::ops::Fp8We
   for (int k = 0; k < 4; ++k) fp8_[k].weight_cache = caches[k];
 }
 
+void TransformerBlock::set_fp8_scaling(engine::ops::Fp8Scaling scaling) {
+  for (engine::ops::Fp8Options& layer : fp8_) layer.scaling = scaling;
+}
+
 ops::Fp8Options TransformerBlock::fp8_call(Linear layer, const Tensor& amaxes, bool inp_ready) const {
   ops::Fp8Options call = fp8_[layer];
-  if (!uses_fp8() || amaxes.empty()) return call;
+  if (!uses_amax_slots() || amaxes.empty()) return call;
   // The slots are indexed like Linear: ln1, atty, ln2, fc_gelu.
   call.inp_amax = amaxes.flat_slice(layer, 1);
   call.inp_amax_ready = inp_ready;
@@ -154,7 +158,7 @@ bool TransformerBlock::layernorm_gathered(const Tensor& out_full, const Tensor& 
                                           const Tensor& in, const Tensor& w, const Tensor& b,
                                           const BlockScratch& s, const Tensor& amax) const {
   if (!tp_.splits_tokens()) {
-    const bool fused = uses_fp8() && !amax.empty();
+    const bool fused = uses_amax_slots() && !amax.empty();
     norm_forward(out_full, mean, rstd, in, w, b, fused ? amax : Tensor{});
     return fused;
   }
@@ -235,7 +239,7 @@ void TransformerBlock::forward_saved(const BlockParams& w, const Tensor& x, cons
     ops::matmul_forward(a.fc_pre, a.ln2, w.fc_w, Tensor{}, Tensor{}, matmul_format_, &fc);  // (B,T,2F/tp) [gate | up]
     ops::swiglu_forward(a.fc_gelu, a.fc_pre);               // (B,T,F/tp)
   } else {
-    if (uses_fp8()) fc.out_amax = slot(kFcProj);  // mlp.proj's input, from the GELU epilogue
+    if (uses_amax_slots()) fc.out_amax = slot(kFcProj);  // mlp.proj's input, from the GELU epilogue
     ops::matmul_forward(a.fc_gelu, a.ln2, w.fc_w, w.fc_b, a.fc_pre, matmul_format_, &fc);  // (B,T,4C/tp), GELU fused
     // This rank's part of mlp.proj's input only: its amax is made whole here.
     if (!fc.out_amax.empty() && tp_.size > 1) tp_comm_->all_reduce(fc.out_amax, parallel::ReduceOp::kMax);
@@ -322,7 +326,7 @@ void TransformerBlock::backward(const BlockParams& w, const BlockParams& g, cons
   } else {
     // d fc_pre = (dy @ W_fcproj) * gelu'(fc_pre): the GELU backward is fused into the dgrad.
     ops::Fp8Options fcproj_dgrad = fcproj;
-    if (uses_fp8()) fcproj_dgrad.dinp_amax = s.d_fc_amax;  // made by the GELU backward, read by mlp.fc's
+    if (uses_amax_slots()) fcproj_dgrad.dinp_amax = s.d_fc_amax;  // made by the GELU backward, read by mlp.fc's
     ops::matmul_backward(d_fc, now(g.fcproj_w), now(g.fcproj_b), d_fcproj_out, a.fc_gelu, w.fcproj_w, a.fc_pre,
                          matmul_format_, &fcproj_dgrad);
     if (!fcproj_dgrad.dinp_amax.empty()) {

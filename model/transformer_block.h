@@ -190,6 +190,8 @@ class TransformerBlock {
   // Where the four weights' FP8 forms are kept (qkv, attn.proj, mlp.fc,
   // mlp.proj; owned by model::GptStage), or null entries to cast at every use.
   void set_fp8_weight_caches(const std::array<engine::ops::Fp8WeightCache*, 4>& caches);
+  // How the FP8 operands are scaled (per tensor, or in blocks: engine::ops::Fp8Scaling).
+  void set_fp8_scaling(engine::ops::Fp8Scaling scaling);
 
   // x (B,T,C) -> y (B,T,C); y must not alias x.
   void forward(const BlockParams& w, const engine::Tensor& y, const engine::Tensor& x, BlockActivations& act,
@@ -270,6 +272,8 @@ class TransformerBlock {
   std::array<engine::ops::Fp8Options, 4> fp8_;
   const engine::ops::Fp8Options* fp8(Linear layer) const { return &fp8_[layer]; }
   bool uses_fp8() const { return matmul_format_ == engine::ops::MatmulFormat::kFp8E4M3; }
+  // Per-tensor scaling reads the amax slots; block scaling finds each block's amax in its cast.
+  bool uses_amax_slots() const { return uses_fp8() && fp8_[0].scaling == engine::ops::Fp8Scaling::kTensor; }
   // One call's options for `layer`: the layer's, with its input's amax slot
   // (k of `amaxes`, a BlockActivations' or stash's fp8_amax), ready or to be
   // filled (engine::ops::Fp8Options::inp_amax). The layer's own under native

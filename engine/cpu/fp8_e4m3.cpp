@@ -4,8 +4,9 @@
 // bits), both held to an exhaustive nearest-code search by the tests.
 #include "engine/cpu/fp8_e4m3.h"
 
-#include <cfloat>
+#include <algorithm>
 #include <array>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -93,6 +94,30 @@ void e4m3_quantize(const float* x, std::int64_t n, float scale, std::uint8_t* q)
     const float scaled = x[i] * scale;  // rounded to f32, as on the GPU
     q[i] = e4m3_from_float(scaled);
   }
+}
+
+void e4m3_block_image(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t block_rows,
+                      std::int64_t block_cols, float* out) {
+  const std::int64_t row_blocks = (rows + block_rows - 1) / block_rows, col_blocks = (cols + block_cols - 1) / block_cols;
+#pragma omp parallel for schedule(static) collapse(2) if (rows * cols > 32768)
+  for (std::int64_t rb = 0; rb < row_blocks; ++rb)
+    for (std::int64_t cb = 0; cb < col_blocks; ++cb) {
+      const std::int64_t r0 = rb * block_rows, r1 = std::min(rows, r0 + block_rows);
+      const std::int64_t c0 = cb * block_cols, c1 = std::min(cols, c0 + block_cols);
+      float amax = 0.0f;  // NaN if the block holds one, as e4m3_amax's
+      for (std::int64_t r = r0; r < r1; ++r) {
+        const float row = e4m3_amax(x + r * cols + c0, c1 - c0);
+        if (std::isnan(row)) {
+          amax = row;
+          break;
+        }
+        amax = std::max(amax, row);
+      }
+      const float scale = e4m3_scale(amax), scale_inv = e4m3_scale_inv(scale);
+      for (std::int64_t r = r0; r < r1; ++r)
+        for (std::int64_t c = c0; c < c1; ++c)
+          out[r * cols + c] = e4m3_to_float(e4m3_from_float(x[r * cols + c] * scale)) * scale_inv;
+    }
 }
 
 void e4m3_quantize_transpose(const float* x, std::int64_t rows, std::int64_t cols, float scale, std::uint8_t* qt) {

@@ -47,4 +47,14 @@ void e4m3_quantize(const float* x, std::int64_t n, float scale, std::uint8_t* q)
 // (rows, cols) row-major x -> (cols, rows) row-major qt, qt[c][r] = e4m3(x[r][c] * scale).
 void e4m3_quantize_transpose(const float* x, std::int64_t rows, std::int64_t cols, float scale, std::uint8_t* qt);
 
+// Block scaling (DeepSeek-V3 technical report, sec. 3.3.1: activations per
+// 1 x 128 tile along the reduction dimension, weights per 128 x 128 block):
+// the same rule as above within each block, whose own amax gives its scale.
+// x (rows, cols) row-major is cut into blocks of block_rows x block_cols
+// starting at (0, 0), those at the right and bottom edges smaller; out (rows,
+// cols) = each element's E4M3 image dequantised, e4m3(x * s) * (1 / s) with s
+// = e4m3_scale(amax of its block). out may not alias x.
+void e4m3_block_image(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t block_rows,
+                      std::int64_t block_cols, float* out);
+
 }  // namespace engine::cpu

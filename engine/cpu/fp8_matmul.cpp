@@ -12,6 +12,11 @@
 //
 // which is what the tensor cores compute (E4M3 x E4M3 products are exact in
 // f32, the scales applied to the f32 sum) up to the order of the f32 sums.
+// Under block scaling (ops::Fp8Scaling::kBlock) each image is cut into its
+// blocks along the reduction of the GEMM that reads it, each block under its
+// own scale (fp8_e4m3.h, e4m3_block_image): the forward's input in 1 x 128
+// tiles along C, dout along OC for dinp, dout and the input in 128 x 1 tiles
+// along the tokens for dweight, the weight in 128 x 128 blocks.
 // Each tensor's scale is its own amax, whichever GEMM reads it: dout's one
 // scale serves both of its backward GEMMs, as on CUDA, where the cast and its
 // transposed copy share one Fp8Scale. A weight with an Fp8WeightCache is
@@ -73,10 +78,12 @@ void write_image(const Tensor& t, float* out, const char* what, const ops::Fp8Op
 }
 
 // Where one call's images live, reused from call to call so that the step
-// loop allocates nothing after its first step: one buffer per operand role.
-enum Role { kInput, kWeight, kOutputGrad };
+// loop allocates nothing after its first step: one buffer per operand role
+// (block scaling quantises the input and the output gradient a second time
+// along the tokens, for the weight gradient).
+enum Role { kInput, kWeight, kOutputGrad, kInputAlongTokens, kOutputGradAlongTokens, kRoles };
 float* image_storage(Role role, std::int64_t n) {
-  thread_local std::array<std::vector<float>, 3> storage;
+  thread_local std::array<std::vector<float>, kRoles> storage;
   std::vector<float>& v = storage[role];
   if (static_cast<std::int64_t>(v.size()) < n) v.resize(static_cast<std::size_t>(n));
   return v.data();
@@ -90,20 +97,57 @@ Tensor quantized_image(const Tensor& t, Role role, const char* what, const ops::
   return Tensor(image, t.shape(), DType::kF32, DeviceType::kCpu);
 }
 
-// The image of a weight: from its cache when one is kept (made there on
-// first use, ops::Fp8WeightCache), else like any operand.
+bool block_scaled(const ops::Fp8Options* fp8) { return fp8 != nullptr && fp8->scaling == ops::Fp8Scaling::kBlock; }
+
+// Block scaling's image of t, taken as (rows, last dim) row-major, in blocks
+// of block_rows x block_cols (fp8_e4m3.h, e4m3_block_image).
+void write_block_image(const Tensor& t, float* out, std::int64_t block_rows, std::int64_t block_cols,
+                       const char* what) {
+  expect_f32(t, what);
+  const std::int64_t cols = t.dim(-1), rows = t.numel() / cols;
+  e4m3_block_image(t.data_as<const float>(), rows, cols, block_rows, block_cols, out);
+}
+// An activation's or gradient's tiles: 1 x 128 along its last dimension
+// (the reduction of dinp and of the forward), or 128 x 1 along the tokens
+// (the reduction of dweight).
+enum class Along { kLastDim, kTokens };
+Tensor block_image(const Tensor& t, Role role, Along along, const char* what) {
+  float* image = image_storage(role, t.numel());
+  if (along == Along::kLastDim) write_block_image(t, image, 1, ops::kFp8BlockSize, what);
+  else write_block_image(t, image, ops::kFp8BlockSize, 1, what);
+  return Tensor(image, t.shape(), DType::kF32, DeviceType::kCpu);
+}
+
+// The image of a weight (per-tensor scale, or 128 x 128 blocks, which serve W
+// and W^T alike): from its cache when one is kept (made there on first use,
+// ops::Fp8WeightCache), else like any operand.
 Tensor weight_image(const Tensor& w, const char* what, const ops::Fp8Options* fp8) {
   ops::Fp8WeightCache* cache = fp8 != nullptr ? fp8->weight_cache : nullptr;
   const AmaxSource own{Tensor{}, false, fp8 != nullptr && fp8->weight};
-  if (cache == nullptr) return quantized_image(w, kWeight, what, fp8, own);
-  ENGINE_CHECK(cache->storage.bytes() >= ops::fp8_weight_cache_bytes(DeviceType::kCpu, w.dim(0), w.dim(1)), what,
-               ": its FP8 cache holds ", cache->storage.bytes(), " bytes, too few for ", w.describe());
-  float* image = cache->storage.data_as<float>();
-  if (!cache->cast) {
-    write_image(w, image, what, fp8, own);
-    cache->scaled = cache->cast = cache->transposed = true;  // the CPU's matmuls read the one image either way
+  const auto write = [&](float* image) {
+    if (block_scaled(fp8)) write_block_image(w, image, ops::kFp8BlockSize, ops::kFp8BlockSize, what);
+    else write_image(w, image, what, fp8, own);
+  };
+  float* image = nullptr;
+  if (cache == nullptr) {
+    image = image_storage(kWeight, w.numel());
+    write(image);
+  } else {
+    ENGINE_CHECK(cache->storage.bytes() >= ops::fp8_weight_cache_bytes(DeviceType::kCpu, w.dim(0), w.dim(1)), what,
+                 ": its FP8 cache holds ", cache->storage.bytes(), " bytes, too few for ", w.describe());
+    image = cache->storage.data_as<float>();
+    if (!cache->cast) {
+      write(image);
+      cache->scaled = cache->cast = cache->transposed = true;  // the CPU's matmuls read the one image either way
+    }
   }
   return Tensor(image, w.shape(), DType::kF32, DeviceType::kCpu);
+}
+
+// The forward's input image: under its per-tensor scale, or in 1 x 128 tiles along C.
+Tensor forward_input_image(const Tensor& inp, const char* what, const ops::Fp8Options* fp8) {
+  if (block_scaled(fp8)) return block_image(inp, kInput, Along::kLastDim, what);
+  return quantized_image(inp, kInput, what, fp8, inp_source(fp8));
 }
 
 }  // namespace
@@ -116,7 +160,7 @@ void write_amax(const Tensor& amax_slot, const Tensor& x, const char* what) {
 
 void fp8_matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
                         const Tensor& pre_gelu, const ops::Fp8Options* fp8) {
-  const Tensor q_inp = quantized_image(inp, kInput, "fp8 matmul_forward: inp", fp8, inp_source(fp8));
+  const Tensor q_inp = forward_input_image(inp, "fp8 matmul_forward: inp", fp8);
   const Tensor q_weight = weight_image(weight, "fp8 matmul_forward: weight", fp8);
   matmul_forward(out, q_inp, q_weight, bias, pre_gelu);
   if (fp8 != nullptr) write_amax(fp8->out_amax, out, "fp8 matmul_forward: out");
@@ -124,7 +168,7 @@ void fp8_matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weig
 
 void fp8_matmul_forward_add(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
                             const Tensor& residual, const ops::Fp8Options* fp8) {
-  const Tensor q_inp = quantized_image(inp, kInput, "fp8 matmul_forward_add: inp", fp8, inp_source(fp8));
+  const Tensor q_inp = forward_input_image(inp, "fp8 matmul_forward_add: inp", fp8);
   const Tensor q_weight = weight_image(weight, "fp8 matmul_forward_add: weight", fp8);
   matmul_forward_add(out, q_inp, q_weight, bias, residual);
   if (fp8 != nullptr) write_amax(fp8->out_amax, out, "fp8 matmul_forward_add: out");
@@ -136,6 +180,22 @@ void fp8_matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor
   // The bias gradient sums the unquantised output gradient.
   if (!dbias.empty()) matmul_backward(Tensor{}, Tensor{}, dbias, dout, inp, weight, Tensor{});
   if (dinp.empty() && dweight.empty()) return;
+  if (block_scaled(fp8)) {
+    // dinp reduces over OC: dout in 1 x 128 tiles along OC, the weight's 128 x 128 blocks.
+    if (!dinp.empty()) {
+      const Tensor q_dout = block_image(dout, kOutputGrad, Along::kLastDim, "fp8 matmul_backward: dout");
+      const Tensor q_weight = weight_image(weight, "fp8 matmul_backward: weight", fp8);
+      matmul_backward(dinp, Tensor{}, Tensor{}, q_dout, inp, q_weight, gelu_pre);
+      if (fp8 != nullptr) write_amax(fp8->dinp_amax, dinp, "fp8 matmul_backward: dinp");
+    }
+    // dweight reduces over the tokens: dout and the input both in 128 x 1 tiles along them.
+    if (!dweight.empty()) {
+      const Tensor q_dout = block_image(dout, kOutputGradAlongTokens, Along::kTokens, "fp8 matmul_backward: dout");
+      const Tensor q_inp = block_image(inp, kInputAlongTokens, Along::kTokens, "fp8 matmul_backward: inp");
+      matmul_backward(Tensor{}, dweight, Tensor{}, q_dout, q_inp, weight, Tensor{});
+    }
+    return;
+  }
   // In CUDA's order (fp8_linear.cu): dout, then the weight for dinp, then the input for dweight.
   const Tensor q_dout = quantized_image(dout, kOutputGrad, "fp8 matmul_backward: dout", fp8, dout_source(fp8));
   // Only what each asked-for product reads: the weight-gradient pass passes

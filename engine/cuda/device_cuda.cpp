@@ -50,6 +50,9 @@ std::string cuda_device_name(int index) {
 }
 
 bool cuda_fp8_supported(int index, std::string* why) { return cuda::fp8_device_supported(index, why); }
+bool cuda_fp8_block_scaling_supported(int index, std::string* why) {
+  return cuda::fp8_block_scaling_supported(index, why);
+}
 
 std::string cuda_pci_bus_id(int index) {
   char id[32] = {};

@@ -1,20 +1,10 @@
 // E4M3 casts with per-tensor current scaling (fp8_cast.h): amax, cast, and
 // the fused cast-transpose.
 //
-// Bit-exactness with the CPU reference (engine/cpu/fp8_e4m3.cpp). The engine
-// compiles CUDA with --use_fast_math, which makes '/' approximate and flushes
-// f32 subnormals to zero. The three operations whose rounding the reference
-// fixes are therefore written as PTX without .ftz and with .rn: the scale
-// (div.rn.f32), its inverse (rcp.rn.f32) and x * scale (mul.rn.f32). The
-// conversion to E4M3 is __nv_cvt_float_to_fp8(..., __NV_SATFINITE, __NV_E4M3)
-// (cvt.rn.satfinite.e4m3x2.f32 on sm_89+): round to nearest even, saturate
-// at +-448, NaN -> 0x7F. bf16 -> f32 is exact (a shift).
-//
-// The amax is reduced on the float's bits: for non-negative floats the
-// unsigned order of the bits is the numeric order, +inf included, and any NaN
-// (sign cleared) compares above +inf, so a NaN in x makes the amax NaN
-// instead of being dropped (fmaxf would drop it). The reduction is an unsigned
-// max, so it is exact and its result does not depend on the order.
+// Bit-exactness with the CPU reference (engine/cpu/fp8_e4m3.cpp): the scale,
+// its inverse and the conversion are e4m3.cuh's (IEEE-exact PTX under
+// --use_fast_math), and the amax is an unsigned max on the floats' abs bits,
+// exact, order-free, and NaN if x holds a NaN (e4m3.cuh).
 //
 // Indices are 64-bit throughout: N * K exceeds 2^31 at large micro-batches
 // (16 x 1024 tokens x 6400 = 1.05e8 here, but B 64 x T 4096 x 6400 does not fit).
@@ -24,39 +14,11 @@
 #include "engine/check.h"
 #include "engine/cuda/common.cuh"
 #include "engine/cuda/context.h"
+#include "engine/cuda/e4m3.cuh"
 #include "engine/cuda/fp8_cast.h"
 
 namespace engine::cuda {
 namespace {
-
-constexpr float kE4M3Max = 448.0f;
-constexpr unsigned kAbsMask = 0x7FFFFFFFu;
-constexpr unsigned kExpMask = 0x7F800000u;
-
-// IEEE-exact f32 arithmetic regardless of --use_fast_math (no .ftz, round to nearest even).
-__device__ __forceinline__ float mul_rn(float a, float b) {
-  float r;
-  asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-  return r;
-}
-__device__ __forceinline__ float div_rn(float a, float b) {
-  float r;
-  asm("div.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-  return r;
-}
-__device__ __forceinline__ float rcp_rn(float a) {
-  float r;
-  asm("rcp.rn.f32 %0, %1;" : "=f"(r) : "f"(a));
-  return r;
-}
-
-// The per-tensor scale for this amax (fp8_cast.h; engine::cpu::e4m3_scale).
-__device__ __forceinline__ float scale_from_amax(float amax) {
-  const unsigned bits = __float_as_uint(amax);
-  if ((bits & kAbsMask) == 0 || (bits & kExpMask) == kExpMask) return 1.0f;  // 0, inf, NaN
-  const float scale = div_rn(kE4M3Max, amax);
-  return (__float_as_uint(scale) & kAbsMask) == kExpMask ? FLT_MAX : scale;  // overflow -> FLT_MAX
-}
 
 // Block (0, 0)'s first thread publishes scale and scale_inv. Every thread of
 // every block computes the same scale from the same amax, so no thread waits.
@@ -65,20 +27,6 @@ __device__ __forceinline__ void publish_scale(float scale, float* scale_out, flo
     *scale_out = scale;
     *scale_inv_out = rcp_rn(scale);
   }
-}
-
-__device__ __forceinline__ std::uint8_t to_e4m3(bf16 x, float scale) {
-  return static_cast<std::uint8_t>(__nv_cvt_float_to_fp8(mul_rn(__bfloat162float(x), scale), __NV_SATFINITE,
-                                                         __NV_E4M3));
-}
-
-// |x| of a bf16 as the bits of the f32 it widens to (exact).
-__device__ __forceinline__ unsigned abs_bits(bf16 x) {
-  return (static_cast<unsigned>(__bfloat16_as_ushort(x)) << 16) & kAbsMask;
-}
-// The larger |x| of the two bf16 packed in one 32-bit word, as f32 bits.
-__device__ __forceinline__ unsigned abs_bits_pair(unsigned word) {
-  return max((word << 16) & kAbsMask, word & 0xFFFF0000u & kAbsMask);
 }
 
 // ---- amax ----------------------------------------------------------------------

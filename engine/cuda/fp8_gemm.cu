@@ -67,8 +67,26 @@ cublasLtEpilogue_t epilogue_of(const Fp8GemmOptions& options) {
   return options.bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
 }
 
+// The scale pointers cuBLASLt reads: per tensor, A's alone holding both
+// operands' factors multiplied (above); per block, each operand's array with
+// its mode (A is w, B is x).
+struct ScalePointers {
+  const float* a = nullptr;
+  const float* b = nullptr;
+  Fp8ScaleMode a_mode = Fp8ScaleMode::kTensor, b_mode = Fp8ScaleMode::kTensor;
+  bool blocks() const { return a_mode != Fp8ScaleMode::kTensor; }
+};
+
+#if CUBLAS_VERSION >= 120900
+std::int32_t lt_scale_mode(Fp8ScaleMode mode) {
+  return mode == Fp8ScaleMode::kVec128   ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F
+         : mode == Fp8ScaleMode::kBlk128 ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F
+                                         : CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+}
+#endif
+
 void build(LtDescriptors& desc, DType out_dtype, std::int64_t n, std::int64_t m, std::int64_t k,
-           const Fp8GemmOptions& options, const float* combined_scale, std::uint32_t align_w, std::uint32_t align_x,
+           const Fp8GemmOptions& options, const ScalePointers& scales, std::uint32_t align_w, std::uint32_t align_x,
            std::uint32_t align_out, std::uint32_t align_c) {
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t op_a = CUBLAS_OP_T, op_b = CUBLAS_OP_N;
@@ -77,8 +95,19 @@ void build(LtDescriptors& desc, DType out_dtype, std::int64_t n, std::int64_t m,
   const std::int8_t fast_accum = options.fast_accum ? 1 : 0;
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accum,
                                               sizeof(fast_accum)));
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &combined_scale,
-                                              sizeof(combined_scale)));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scales.a,
+                                              sizeof(scales.a)));
+  if (scales.blocks()) {
+#if CUBLAS_VERSION >= 120900
+    const std::int32_t a_mode = lt_scale_mode(scales.a_mode), b_mode = lt_scale_mode(scales.b_mode);
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof(a_mode)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof(b_mode)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scales.b,
+                                                sizeof(scales.b)));
+#else
+    ENGINE_FAIL("fp8_gemm: block scaling needs cuBLAS 12.9 or later; this build's headers are ", CUBLAS_VERSION);
+#endif
+  }
   const cublasLtEpilogue_t epilogue = epilogue_of(options);
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
   if (options.bias != nullptr)
@@ -139,7 +168,7 @@ struct Chosen {
   cublasLtMatmulAlgo_t algo{};
   float waves = 0.0f;
 };
-using Key = std::array<std::int64_t, 14>;
+using Key = std::array<std::int64_t, 16>;
 
 // Chosen algorithms by problem, for the life of the process.
 std::mutex g_cache_mutex;
@@ -156,6 +185,12 @@ bool cached(const Key& key, Chosen* chosen) {
 void remember(const Key& key, const Chosen& chosen) {
   std::lock_guard<std::mutex> lock(g_cache_mutex);
   g_cache.emplace(key, chosen);
+}
+
+// A problem whose chosen algorithm cublasLtMatmul refused: declined from now on.
+void forget_and_decline(const Key& key) {
+  std::lock_guard<std::mutex> lock(g_cache_mutex);
+  g_cache[key] = Chosen{};
 }
 
 // The heuristic's first algorithm for the problem, or with candidates > 1
@@ -187,7 +222,8 @@ Chosen heuristic(const LtDescriptors& desc, int candidates, Launch&& launch) {
 }
 
 Key key_of(DType out_dtype, std::int64_t n, std::int64_t m, std::int64_t k, const Fp8GemmOptions& options,
-           std::uint32_t align_w, std::uint32_t align_x, std::uint32_t align_out) {
+           std::uint32_t align_w, std::uint32_t align_x, std::uint32_t align_out, Fp8ScaleMode w_mode,
+           Fp8ScaleMode x_mode) {
   return {context().device(),
           static_cast<std::int64_t>(out_dtype),
           n,
@@ -201,7 +237,9 @@ Key key_of(DType out_dtype, std::int64_t n, std::int64_t m, std::int64_t k, cons
           static_cast<std::int64_t>(epilogue_of(options)),
           lt_alignment_of(options.bias),
           lt_alignment_of(options.gelu_aux),
-          options.residual != nullptr ? static_cast<std::int64_t>(lt_alignment_of(options.residual)) : -1};
+          options.residual != nullptr ? static_cast<std::int64_t>(lt_alignment_of(options.residual)) : -1,
+          static_cast<std::int64_t>(w_mode),
+          static_cast<std::int64_t>(x_mode)};
 }
 
 void check_shape(DType out_dtype, std::int64_t n, std::int64_t m, std::int64_t k, const Fp8GemmOptions& options) {
@@ -296,11 +334,24 @@ bool run_fp8_gemm(void* out, DType out_dtype, const Fp8Operand& x, const Fp8Oper
                       align_out = lt_alignment_of(out);
   // C: the residual when there is one (beta 1), else D itself (beta 1 when accumulating, else unread).
   const void* c = options.residual != nullptr ? options.residual : out;
+  const bool blocks = w.mode != Fp8ScaleMode::kTensor;
+  ENGINE_CHECK(blocks == (x.mode != Fp8ScaleMode::kTensor), "fp8_gemm: both operands per tensor or both per block");
+  ENGINE_CHECK(!(w.mode == Fp8ScaleMode::kBlk128 && x.mode == Fp8ScaleMode::kBlk128),
+               "fp8_gemm: 128 x 128 blocks on both operands is not offered (one of them 1 x 128)");
+  ENGINE_CHECK(!blocks || !options.fast_accum, "fp8_gemm: block scaling needs fast accumulation off");
+  // Per tensor, the two factors multiplied into one (see build()); per block, each operand's own array.
+  float* combined_scale = blocks ? nullptr : combined_scale_slot(stream);
+  const ScalePointers scales = blocks ? ScalePointers{w.scale_inv, x.scale_inv, w.mode, x.mode}
+                                      : ScalePointers{combined_scale, nullptr, Fp8ScaleMode::kTensor, Fp8ScaleMode::kTensor};
+  const auto combine = [&] {
+    if (blocks) return;
+    combine_scales_kernel<<<1, 1, 0, stream>>>(w.scale_inv, x.scale_inv, combined_scale);
+    CUDA_CHECK_LAUNCH();
+  };
   LtDescriptors desc;
-  float* combined_scale = combined_scale_slot(stream);
-  build(desc, out_dtype, n, m, k, options, combined_scale, align_w, align_x, align_out, lt_alignment_of(c));
+  build(desc, out_dtype, n, m, k, options, scales, align_w, align_x, align_out, lt_alignment_of(c));
   const float alpha = 1.0f, beta = options.accumulate || options.residual != nullptr ? 1.0f : 0.0f;
-  const Key key = key_of(out_dtype, n, m, k, options, align_w, align_x, align_out);
+  const Key key = key_of(out_dtype, n, m, k, options, align_w, align_x, align_out, w.mode, x.mode);
   Chosen chosen;
   if (!cached(key, &chosen)) {
     // A search (ENGINE_GEMM_SEARCH) runs the candidates on the real operands.
@@ -309,8 +360,7 @@ bool run_fp8_gemm(void* out, DType out_dtype, const Fp8Operand& x, const Fp8Oper
     // the candidates write a stream-ordered scratch copy (as matmul.cu does;
     // outside the memory accounting; where it cannot be had, no search: the
     // heuristic's first). The candidates need the combined scale too.
-    combine_scales_kernel<<<1, 1, 0, stream>>>(w.scale_inv, x.scale_inv, combined_scale);
-    CUDA_CHECK_LAUNCH();
+    combine();
     int candidates = gemm_search_candidates();
     struct StreamOrderedScratch {
       void* p = nullptr;
@@ -344,10 +394,18 @@ bool run_fp8_gemm(void* out, DType out_dtype, const Fp8Operand& x, const Fp8Oper
                options.accumulate ? ", accumulating" : "", " (epilogue ", static_cast<int>(epilogue_of(options)),
                options.residual != nullptr ? " with a residual" : "", "; alignments x ", align_x, ", w ", align_w,
                ", out ", align_out, " bytes)");
-  combine_scales_kernel<<<1, 1, 0, stream>>>(w.scale_inv, x.scale_inv, combined_scale);
-  CUDA_CHECK_LAUNCH();
-  CUBLAS_CHECK(cublasLtMatmul(ctx.lt(), desc.op, &alpha, w.data, desc.a, x.data, desc.b, &beta, c, desc.d, out,
-                              desc.d, &chosen.algo, ctx.lt_workspace(), ctx.lt_workspace_bytes(), stream));
+  combine();
+  const cublasStatus_t status = cublasLtMatmul(ctx.lt(), desc.op, &alpha, w.data, desc.a, x.data, desc.b, &beta, c,
+                                               desc.d, out, desc.d, &chosen.algo, ctx.lt_workspace(),
+                                               ctx.lt_workspace_bytes(), stream);
+  // cuBLASLt's heuristic has offered algorithms that cublasLtMatmul then
+  // refused (RESULTS.md, the H200 lease of 084d9f8): where a caller can fall
+  // back, that answer is remembered as "none" and declined, not thrown.
+  if (may_decline && (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE)) {
+    forget_and_decline(key);
+    return false;
+  }
+  CUBLAS_CHECK(status);
   return true;
 }
 
@@ -361,6 +419,27 @@ void fp8_gemm(void* out, DType out_dtype, const Fp8Operand& x, const Fp8Operand&
 bool try_fp8_gemm(void* out, DType out_dtype, const Fp8Operand& x, const Fp8Operand& w, std::int64_t n,
                   std::int64_t m, std::int64_t k, const Fp8GemmOptions& options, cudaStream_t stream) {
   return run_fp8_gemm(out, out_dtype, x, w, n, m, k, options, stream, /*may_decline=*/true);
+}
+
+bool fp8_block_scaling_supported(int device, std::string* why) {
+  std::string reason;
+#if CUBLAS_VERSION < 120900
+  reason = "this build's cuBLAS headers (" + std::to_string(CUBLAS_VERSION) + ") predate block scaling (12.9)";
+#else
+  if (cublasLtGetVersion() < 120900) {
+    reason = "the cuBLASLt library loaded (" + std::to_string(cublasLtGetVersion()) +
+             ") predates block scaling (12.9)";
+  } else {
+    cudaDeviceProp prop{};
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    if (prop.major != 9)
+      reason = "cuBLASLt's block-scaled FP8 GEMMs (VEC128, BLK128x128) are Hopper's (compute capability 9.x); GPU " +
+               std::to_string(device) + " (" + prop.name + ") has " + std::to_string(prop.major) + "." +
+               std::to_string(prop.minor);
+  }
+#endif
+  if (why != nullptr) *why = reason;
+  return reason.empty();
 }
 
 bool fp8_gemm_epilogues_enabled() {
@@ -380,8 +459,8 @@ std::string fp8_gemm_algorithm(DType out_dtype, std::int64_t n, std::int64_t m, 
   // Placeholder scale pointers (any device address; the heuristic reads none).
   const auto* placeholder = static_cast<const float*>(ctx.lt_workspace());
   LtDescriptors desc;
-  build(desc, out_dtype, n, m, k, options, placeholder, 256, 256, 256, 256);
-  const Key key = key_of(out_dtype, n, m, k, options, 256, 256, 256);
+  build(desc, out_dtype, n, m, k, options, ScalePointers{placeholder}, 256, 256, 256, 256);
+  const Key key = key_of(out_dtype, n, m, k, options, 256, 256, 256, Fp8ScaleMode::kTensor, Fp8ScaleMode::kTensor);
   Chosen chosen;
   if (!cached(key, &chosen)) {  // not yet run: the heuristic's first, untimed
     chosen = heuristic(desc, 1, [](const cublasLtMatmulAlgo_t&) { return false; });
@@ -409,7 +488,7 @@ std::string fp8_block_scaling_report(std::int64_t n, std::int64_t m, std::int64_
   const auto* placeholder = static_cast<const float*>(ctx.lt_workspace());
   for (const Combo& c : combos) {
     LtDescriptors desc;
-    build(desc, DType::kBF16, n, m, k, Fp8GemmOptions{}, placeholder, 256, 256, 256, 256);
+    build(desc, DType::kBF16, n, m, k, Fp8GemmOptions{}, ScalePointers{placeholder}, 256, 256, 256, 256);
     const std::int32_t a_mode = c.w_mode, b_mode = c.x_mode;  // A is w, B is x
     cublasStatus_t st =
         cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof(a_mode));

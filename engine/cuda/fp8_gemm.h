@@ -14,6 +14,11 @@
 //   dinp (N, C)     = dout (N, OC)  @ [W^T (C, OC)]^T      x = dout,   w = W^T
 //   dweight (OC, C) += dout^T (OC, N) @ [inp^T (C, N)]^T    x = dout^T, w = inp^T
 //
+// Block scaling (Fp8ScaleMode kVec128 / kBlk128, cuBLAS 12.9+, Hopper only):
+// each operand's scale pointer is its array of factors (fp8_block.h); 1D x
+// 1D, 1D x 2D and 2D x 1D, never 2D x 2D (Transformer Engine refuses it), and
+// fast accumulation off (cuBLASLt answers NOT_SUPPORTED otherwise).
+//
 // cuBLASLt's requirements for FP8 (cuBLAS docs, cublasLtMatmul, "FP8"): TN
 // as above; compute CUBLAS_COMPUTE_32F with f32 scale type; A/B scale
 // pointers are device f32 values that multiply the product (here the
@@ -33,11 +38,19 @@
 
 namespace engine::cuda {
 
-// One E4M3 operand: row-major (rows, k) data and the device float that
-// dequantises it (x ~= data * *scale_inv).
+// How an operand's dequantising factors are laid out (fp8_block.h).
+enum class Fp8ScaleMode : std::uint8_t {
+  kTensor,  // one f32 for the whole operand
+  kVec128,  // one per row and 1 x 128 tile along k (CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F)
+  kBlk128,  // one per 128 x 128 block (CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F)
+};
+
+// One E4M3 operand: row-major (rows, k) data and the device float(s) that
+// dequantise it (x ~= data * scale_inv, per tensor or per block as `mode` says).
 struct Fp8Operand {
   const __nv_fp8_e4m3* data = nullptr;
   const float* scale_inv = nullptr;
+  Fp8ScaleMode mode = Fp8ScaleMode::kTensor;
 };
 
 struct Fp8GemmOptions {
@@ -76,6 +89,11 @@ void fp8_gemm(void* out, DType out_dtype, const Fp8Operand& x, const Fp8Operand&
 // pass instead. The answer is cached per problem, as the algorithm is.
 bool try_fp8_gemm(void* out, DType out_dtype, const Fp8Operand& x, const Fp8Operand& w, std::int64_t n,
                   std::int64_t m, std::int64_t k, const Fp8GemmOptions& options, cudaStream_t stream);
+
+// Whether this build's cuBLASLt and `device` can run block-scaled FP8 GEMMs
+// (Fp8ScaleMode kVec128 / kBlk128): headers and library 12.9 or later, and a
+// Hopper GPU (compute capability 9.x). When not, *why says which is missing.
+bool fp8_block_scaling_supported(int device, std::string* why = nullptr);
 
 // Whether the FP8 linear layers ask fp8_gemm for epilogues (bias, GELU,
 // residual) instead of an elementwise pass after it: ENGINE_FP8_EPILOGUES,

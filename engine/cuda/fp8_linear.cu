@@ -39,12 +39,14 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "engine/cuda/amax.cuh"
 #include "engine/cuda/column_sums.h"
 #include "engine/cuda/common.cuh"
 #include "engine/cuda/cuda_ops.h"
+#include "engine/cuda/fp8_block.h"
 #include "engine/cuda/fp8_cast.h"
 #include "engine/cuda/fp8_gemm.h"
 
@@ -138,6 +140,20 @@ void forward_epilogue(const Tensor& out, const Tensor& pre_gelu, const Tensor& b
     add_bias_residual_kernel<<<grid_for(n), kThreads, 0, stream>>>(
         out.data_as<bf16>(), b, residual.empty() ? nullptr : residual.data_as<const bf16>(), n, oc, amax_slot);
   }
+  CUDA_CHECK_LAUNCH();
+}
+
+// After the dinp GEMM: dinp *= gelu'(gelu_pre) in place with max |dinp| into
+// fp8->dinp_amax on the way, or without GELU that amax alone when asked.
+void finish_dinp(const Tensor& dinp, const Tensor& gelu_pre, std::int64_t n, const ops::Fp8Options* fp8,
+                 cudaStream_t stream) {
+  if (gelu_pre.empty()) {
+    amax_pass(dinp, n, fp8, &ops::Fp8Options::dinp_amax, stream);
+    return;
+  }
+  unsigned* const dinp_amax = amax_output(fp8, &ops::Fp8Options::dinp_amax, stream);
+  gelu_backward_amax_kernel<<<grid_for(n), kThreads, 0, stream>>>(dinp.data_as<bf16>(),
+                                                                  gelu_pre.data_as<const bf16>(), n, dinp_amax);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -257,6 +273,150 @@ ForwardOperands forward_operands(const Tensor& inp, const Tensor& weight, const 
   return operands;
 }
 
+// ---- block scaling (ops::Fp8Scaling::kBlock; fp8_block.h) -------------------------
+
+bool block_scaled(const ops::Fp8Options* fp8) { return fp8 != nullptr && fp8->scaling == ops::Fp8Scaling::kBlock; }
+
+// A block-scaled E4M3 copy and its factors.
+struct BlockCopy {
+  e4m3* data = nullptr;
+  float* scales = nullptr;
+  Fp8Operand operand(Fp8ScaleMode mode) const { return {data, scales, mode}; }
+};
+
+// `count` block-scaled copies in the op's scratch: elements and scale floats of each.
+template <int count>
+struct BlockScratch {
+  BlockCopy copies[count];
+  BlockScratch(const std::int64_t (&elements)[count], const std::int64_t (&scale_floats)[count]) {
+    ScratchPlan plan;
+    std::size_t data_at[count], scales_at[count];
+    for (int i = 0; i < count; ++i) {
+      data_at[i] = plan.add(static_cast<std::size_t>(elements[i]));
+      scales_at[i] = plan.add(static_cast<std::size_t>(scale_floats[i]) * sizeof(float));
+    }
+    char* base = plan.allocate();
+    for (int i = 0; i < count; ++i) {
+      copies[i].data = reinterpret_cast<e4m3*>(base + data_at[i]);
+      copies[i].scales = reinterpret_cast<float*>(base + scales_at[i]);
+    }
+  }
+};
+
+// A weight's block-scaled copies in its FP8 cache (ops::fp8_weight_cache_bytes
+// counts them after the per-tensor state and copies, which share the E4M3
+// bytes: a run uses one scaling or the other): W (OC, C) and W^T (C, OC),
+// each with its 128 x 128 factors.
+struct CachedBlockWeight {
+  ops::Fp8WeightCache* cache = nullptr;
+  BlockCopy w, w_t;
+};
+CachedBlockWeight cached_block_weight(const Tensor& weight, const ops::Fp8Options* fp8, const char* what) {
+  ops::Fp8WeightCache* cache = fp8 != nullptr ? fp8->weight_cache : nullptr;
+  if (cache == nullptr) return {};
+  const std::int64_t OC = weight.dim(0), C = weight.dim(1);
+  expect_cuda(cache->storage, what);
+  ENGINE_CHECK(cache->storage.bytes() >= ops::fp8_weight_cache_bytes(DeviceType::kCuda, OC, C), what,
+               ": its FP8 cache holds ", cache->storage.bytes(), " bytes, too few for ", weight.describe());
+  const auto aligned_256 = [](std::size_t bytes) { return (bytes + 255) / 256 * 256; };
+  char* base = static_cast<char*>(cache->storage.data());
+  const std::size_t copy_bytes = aligned_256(static_cast<std::size_t>(OC * C));
+  const std::size_t scales_bytes = aligned_256(static_cast<std::size_t>(fp8_blk128_scales(OC, C)) * sizeof(float));
+  CachedBlockWeight c;
+  c.cache = cache;
+  c.w.data = reinterpret_cast<e4m3*>(base + 256);
+  c.w_t.data = reinterpret_cast<e4m3*>(base + 256 + copy_bytes);
+  c.w.scales = reinterpret_cast<float*>(base + 256 + 2 * copy_bytes);
+  c.w_t.scales = reinterpret_cast<float*>(base + 256 + 2 * copy_bytes + scales_bytes);
+  return c;
+}
+
+// The weight's copy the forward reads (W) or the input gradient reads (W^T),
+// from its cache (both made there on first use after an optimizer step) or
+// made now in `scratch` (sized for W: W^T's data and factors are as many);
+// W^T alone is cut from W's blocks, whose own copy goes to `w_scratch`.
+BlockCopy block_weight(const Tensor& weight, const CachedBlockWeight& cached, bool transposed,
+                       const BlockCopy& scratch, const BlockCopy& w_scratch, cudaStream_t stream) {
+  const std::int64_t OC = weight.dim(0), C = weight.dim(1);
+  const bf16* w = weight.data_as<const bf16>();
+  if (cached.cache != nullptr) {
+    if (!cached.cache->cast) {
+      fp8_block_cast_weight(w, OC, C, cached.w.data, cached.w.scales, cached.w_t.data, cached.w_t.scales, stream);
+      cached.cache->scaled = cached.cache->cast = cached.cache->transposed = true;
+    }
+    return transposed ? cached.w_t : cached.w;
+  }
+  if (!transposed) {
+    fp8_block_cast_weight(w, OC, C, scratch.data, scratch.scales, nullptr, nullptr, stream);
+    return scratch;
+  }
+  fp8_block_cast_weight(w, OC, C, w_scratch.data, w_scratch.scales, scratch.data, scratch.scales, stream);
+  return scratch;
+}
+
+void block_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                   const Tensor& pre_gelu, const Tensor& residual, const ops::Fp8Options* fp8) {
+  const std::int64_t OC = weight.dim(0), C = weight.dim(1), N = inp.numel() / C;
+  const cudaStream_t stream = current_stream();
+  const CachedBlockWeight cached = cached_block_weight(weight, fp8, "fp8 matmul_forward: weight");
+  const bool uncached = cached.cache == nullptr;
+  BlockScratch<2> s({N * C, uncached ? OC * C : 0},
+                    {fp8_vec128_scales(N, C), uncached ? fp8_blk128_scales(OC, C) : 0});
+  const BlockCopy& qx = s.copies[0];
+  fp8_block_cast_rows(inp.data_as<const bf16>(), N, C, qx.data, qx.scales, stream);  // 1 x 128 along C
+  const BlockCopy qw = block_weight(weight, cached, /*transposed=*/false, s.copies[1], BlockCopy{}, stream);
+  const Fp8Operand x = qx.operand(Fp8ScaleMode::kVec128), w = qw.operand(Fp8ScaleMode::kBlk128);
+  Fp8GemmOptions fused;
+  fused.bias = bias.empty() ? nullptr : bias.data();
+  fused.gelu_aux = pre_gelu.empty() ? nullptr : pre_gelu.data();
+  fused.residual = residual.empty() ? nullptr : residual.data();
+  if (fused.has_epilogue() && fp8_gemm_epilogues_enabled() &&
+      try_fp8_gemm(out.data(), DType::kBF16, x, w, N, OC, C, fused, stream)) {
+    amax_pass(out, N * OC, fp8, &ops::Fp8Options::out_amax, stream);
+    return;
+  }
+  const Tensor& gemm_out = pre_gelu.empty() ? out : pre_gelu;
+  fp8_gemm(gemm_out.data(), DType::kBF16, x, w, N, OC, C, Fp8GemmOptions{}, stream);
+  forward_epilogue(out, pre_gelu, bias, residual, OC, fp8);
+}
+
+// dinp = Q(dout; 1 x 128 along OC) @ Q(W; 128 x 128 blocks), then the GELU
+// backward; dweight += Q(dout^T; 1 x 128 along N) @ Q(inp^T; 1 x 128 along N)^T.
+void block_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dout, const Tensor& inp,
+                    const Tensor& weight, const Tensor& gelu_pre, const ops::Fp8Options* fp8) {
+  const std::int64_t OC = weight.dim(0), C = weight.dim(1), N = dout.numel() / OC;
+  const cudaStream_t stream = current_stream();
+  const bool wants_dinp = !dinp.empty(), wants_dweight = !dweight.empty();
+  const CachedBlockWeight cached = wants_dinp ? cached_block_weight(weight, fp8, "fp8 matmul_backward: weight")
+                                              : CachedBlockWeight{};
+  const bool weight_scratch = wants_dinp && cached.cache == nullptr;
+  // dout, W^T (uncached), dout^T, inp^T, and W itself (uncached: W^T is cut from its blocks).
+  const std::int64_t w_elements = weight_scratch ? OC * C : 0;
+  const std::int64_t w_factors = weight_scratch ? std::max(fp8_blk128_scales(OC, C), fp8_blk128_scales(C, OC)) : 0;
+  BlockScratch<5> s({wants_dinp ? N * OC : 0, w_elements, wants_dweight ? OC * N : 0, wants_dweight ? C * N : 0,
+                     w_elements},
+                    {wants_dinp ? fp8_vec128_scales(N, OC) : 0, w_factors, wants_dweight ? fp8_vec128_scales(OC, N) : 0,
+                     wants_dweight ? fp8_vec128_scales(C, N) : 0, w_factors});
+  const bf16* d = dout.data_as<const bf16>();
+  if (wants_dinp) {
+    const BlockCopy& q_dout = s.copies[0];
+    fp8_block_cast_rows(d, N, OC, q_dout.data, q_dout.scales, stream);  // 1 x 128 along OC
+    const BlockCopy q_wt = block_weight(weight, cached, /*transposed=*/true, s.copies[1], s.copies[4], stream);
+    fp8_gemm(dinp.data(), DType::kBF16, q_dout.operand(Fp8ScaleMode::kVec128), q_wt.operand(Fp8ScaleMode::kBlk128), N,
+             C, OC, Fp8GemmOptions{}, stream);
+    finish_dinp(dinp, gelu_pre, N * C, fp8, stream);
+  }
+  if (wants_dweight) {
+    const BlockCopy &q_dout_t = s.copies[2], &q_inp_t = s.copies[3];
+    fp8_block_cast_transpose_columns(d, N, OC, q_dout_t.data, q_dout_t.scales, stream);  // (OC, N), along N
+    fp8_block_cast_transpose_columns(inp.data_as<const bf16>(), N, C, q_inp_t.data, q_inp_t.scales, stream);
+    Fp8GemmOptions accumulate;
+    accumulate.accumulate = true;
+    fp8_gemm(dweight.data(), DType::kF32, q_dout_t.operand(Fp8ScaleMode::kVec128),
+             q_inp_t.operand(Fp8ScaleMode::kVec128), OC, C, N, accumulate, stream);
+  }
+}
+
 // out (N, OC) = qx @ qw^T + bias [+ residual], or with pre_gelu: pre_gelu =
 // qx @ qw^T + bias and out = gelu(pre_gelu); max |out| into fp8->out_amax when
 // asked. Bias, GELU and residual are the FP8 GEMM's epilogue where cuBLASLt
@@ -264,6 +424,10 @@ ForwardOperands forward_operands(const Tensor& inp, const Tensor& weight, const 
 // elementwise pass after the plain GEMM (forward_epilogue).
 void forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias, const Tensor& pre_gelu,
              const Tensor& residual, const ops::Fp8Options* fp8) {
+  if (block_scaled(fp8)) {
+    block_forward(out, inp, weight, bias, pre_gelu, residual, fp8);
+    return;
+  }
   const std::int64_t OC = weight.dim(0), C = weight.dim(1), N = inp.numel() / C;
   const cudaStream_t stream = current_stream();
   const ForwardOperands operands = forward_operands(inp, weight, fp8);
@@ -334,6 +498,10 @@ void fp8_matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor
   }
   const bool wants_dinp = !dinp.empty(), wants_dweight = !dweight.empty();
   if (!wants_dinp && !wants_dweight) return;
+  if (block_scaled(fp8)) {
+    block_backward(dinp, dweight, dout, inp, weight, gelu_pre, fp8);
+    return;
+  }
   // dout (one scale for both copies), dout^T, weight^T (unless cached), inp^T; the unused ones empty.
   const CachedWeight cached = wants_dinp ? cached_weight(weight, fp8, "fp8 matmul_backward: weight")
                                          : CachedWeight{nullptr, {}, {}};
@@ -356,14 +524,7 @@ void fp8_matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor
       if (cached.cache != nullptr) cached.cache->transposed = true;
     }
     fp8_gemm(dinp.data(), DType::kBF16, q_dout.operand(), q_weight_t.operand(), N, C, OC, Fp8GemmOptions{}, stream);
-    if (gelu_pre.empty()) {
-      amax_pass(dinp, N * C, fp8, &ops::Fp8Options::dinp_amax, stream);
-    } else {  // in place: dinp *= gelu'(gelu_pre), its amax on the way
-      unsigned* const dinp_amax = amax_output(fp8, &ops::Fp8Options::dinp_amax, stream);
-      gelu_backward_amax_kernel<<<grid_for(N * C), kThreads, 0, stream>>>(
-          dinp.data_as<bf16>(), gelu_pre.data_as<const bf16>(), N * C, dinp_amax);
-      CUDA_CHECK_LAUNCH();
-    }
+    finish_dinp(dinp, gelu_pre, N * C, fp8, stream);
   }
   if (wants_dweight) {
     input_amax(inp, q_inp_t.scale, fp8, stream);

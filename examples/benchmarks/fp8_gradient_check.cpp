@@ -2,12 +2,13 @@
 // "per-layer gradient cosine on real activations").
 //
 // One model, the same micro-batches of real tokens from a shard, gradients
-// computed twice: with the blocks' matmuls native, and in FP8 E4M3 with
-// per-tensor current scaling (engine/ops.h, MatmulFormat). On CUDA that is
+// computed with the blocks' matmuls native, then in FP8 E4M3 with per-tensor
+// current scaling and/or block scaling (--fp8-scaling tensor|block|both;
+// engine/ops.h, MatmulFormat and Fp8Scaling). On CUDA that is
 // --precision fp8 against bf16; on the CPU fp8-emulated (the same rounding,
-// in f32) against fp32. Per parameter tensor it prints the cosine of the two
-// gradients and the FP8 gradient's relative L2 error, then the worst of each
-// block, and the two losses. With --warmup-steps K the model first trains K
+// in f32) against fp32. Per parameter tensor it prints the cosine of the
+// native and each FP8 gradient and the FP8 gradient's relative L2 error, then
+// the worst of each block, and the losses. With --warmup-steps K the model first trains K
 // native AdamW steps on the data, so the activations and gradients compared
 // have a trained model's distributions rather than an initialisation's.
 //
@@ -41,6 +42,7 @@ struct Options {
   double lr = 2e-3;
   std::uint64_t seed = 1337;
   engine::DeviceType device = engine::DeviceType::kCpu;
+  std::vector<engine::ops::Fp8Scaling> scalings{engine::ops::Fp8Scaling::kTensor};
 };
 
 struct Gradients {
@@ -88,7 +90,8 @@ void run(const Options& o) {
   const model::ParamRegistry registry = model::build_gpt_registry(config);
   model::ParamStore store(registry, o.device, precision);
   store.initialize(o.seed);
-  const model::ActivationShape shape{o.micro_batch, o.seq_len, model::activation_dtype(precision)};
+  // The amax slots of per-tensor scaling (the trainer's stages keep them under fp8).
+  const model::ActivationShape shape{o.micro_batch, o.seq_len, model::activation_dtype(precision), true};
   model::GptStage stage(config, store, model::whole_model(config), shape, 1);
   engine::Arena plan = engine::Arena::planning(o.device);
   stage.allocate(plan);
@@ -114,34 +117,50 @@ void run(const Options& o) {
 
   const Gradients native = gradients(stage, store, data, o, next);
   stage.set_matmul_format(engine::ops::MatmulFormat::kFp8E4M3);
-  const Gradients fp8 = gradients(stage, store, data, o, next);
-  std::printf("loss: native %.6f, fp8 %.6f (%+.3g relative)\n", native.loss, fp8.loss,
-              (fp8.loss - native.loss) / native.loss);
+  std::vector<Gradients> fp8;
+  for (const engine::ops::Fp8Scaling scaling : o.scalings) {
+    stage.set_fp8_scaling(scaling);
+    fp8.push_back(gradients(stage, store, data, o, next));
+    std::printf("loss: native %.6f, fp8 %s scaling %.6f (%+.3g relative)\n", native.loss,
+                engine::ops::fp8_scaling_name(scaling), fp8.back().loss, (fp8.back().loss - native.loss) / native.loss);
+  }
 
-  std::printf("%-28s %10s %12s %12s\n", "tensor", "elements", "cosine", "rel. error");
+  std::printf("%-28s %10s", "tensor", "elements");
+  for (const engine::ops::Fp8Scaling scaling : o.scalings)
+    std::printf(" %10s cosine %10s error", engine::ops::fp8_scaling_name(scaling), engine::ops::fp8_scaling_name(scaling));
+  std::printf("\n");
   struct Worst {
     double cosine = 1, error = 0;
   };
-  std::map<std::string, Worst> by_layer;
+  std::vector<std::map<std::string, Worst>> by_layer(o.scalings.size());
   std::vector<std::string> layer_order;
   for (const model::ParamInfo& p : registry.entries()) {
-    double dot = 0, nn = 0, ff = 0, diff = 0;
-    for (std::int64_t i = p.offset; i < p.offset + p.numel(); ++i) {
-      const double a = native.values[i], b = fp8.values[i];
-      dot += a * b, nn += a * a, ff += b * b, diff += (a - b) * (a - b);
-    }
-    const double cosine = nn > 0 && ff > 0 ? dot / std::sqrt(nn * ff) : 1.0;
-    const double error = nn > 0 ? std::sqrt(diff / nn) : 0.0;
-    std::printf("%-28s %10lld %12.6f %12.3e\n", p.name.c_str(), static_cast<long long>(p.numel()), cosine, error);
+    std::printf("%-28s %10lld", p.name.c_str(), static_cast<long long>(p.numel()));
     const std::string layer = layer_of(p.name);
-    if (!by_layer.count(layer)) layer_order.push_back(layer);
-    Worst& w = by_layer[layer];
-    w.cosine = std::min(w.cosine, cosine);
-    w.error = std::max(w.error, error);
+    if (!by_layer[0].count(layer)) layer_order.push_back(layer);
+    for (std::size_t k = 0; k < o.scalings.size(); ++k) {
+      double dot = 0, nn = 0, ff = 0, diff = 0;
+      for (std::int64_t i = p.offset; i < p.offset + p.numel(); ++i) {
+        const double a = native.values[i], b = fp8[k].values[i];
+        dot += a * b, nn += a * a, ff += b * b, diff += (a - b) * (a - b);
+      }
+      const double cosine = nn > 0 && ff > 0 ? dot / std::sqrt(nn * ff) : 1.0;
+      const double error = nn > 0 ? std::sqrt(diff / nn) : 0.0;
+      std::printf(" %17.6f %16.3e", cosine, error);
+      Worst& w = by_layer[k][layer];
+      w.cosine = std::min(w.cosine, cosine);
+      w.error = std::max(w.error, error);
+    }
+    std::printf("\n");
   }
   std::printf("by layer (worst tensor):\n");
-  for (const std::string& layer : layer_order)
-    std::printf("  %-10s cosine %.6f, rel. error %.3e\n", layer.c_str(), by_layer[layer].cosine, by_layer[layer].error);
+  for (const std::string& layer : layer_order) {
+    std::printf("  %-10s", layer.c_str());
+    for (std::size_t k = 0; k < o.scalings.size(); ++k)
+      std::printf("  %s: cosine %.6f, rel. error %.3e", engine::ops::fp8_scaling_name(o.scalings[k]),
+                  by_layer[k][layer].cosine, by_layer[k][layer].error);
+    std::printf("\n");
+  }
 }
 
 }  // namespace
@@ -163,13 +182,21 @@ int main(int argc, char** argv) {
   app.add_option("--seed", o.seed, "Initialisation seed")->capture_default_str();
   app.add_option("--device", device, "cpu (fp8-emulated vs fp32) or cuda (fp8 vs bf16)")
       ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  std::string scaling = "tensor";
+  app.add_option("--fp8-scaling", scaling, "tensor, block, or both (side by side)")
+      ->check(CLI::IsMember({"tensor", "block", "both"}))->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (scaling == "both") o.scalings = {engine::ops::Fp8Scaling::kTensor, engine::ops::Fp8Scaling::kBlock};
+  else o.scalings = {engine::ops::parse_fp8_scaling(scaling)};
   try {
     o.device = device == "cuda" ? engine::DeviceType::kCuda : engine::DeviceType::kCpu;
     if (o.device == engine::DeviceType::kCuda) {
       engine::cuda_set_device(0);
       std::string why;
       if (!engine::cuda_fp8_supported(0, &why)) throw std::runtime_error(why);
+      for (const engine::ops::Fp8Scaling s : o.scalings)
+        if (s == engine::ops::Fp8Scaling::kBlock && !engine::cuda_fp8_block_scaling_supported(0, &why))
+          throw std::runtime_error("--fp8-scaling block: " + why);
     }
     run(o);
   } catch (const std::exception& e) {

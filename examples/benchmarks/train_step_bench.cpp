@@ -70,6 +70,7 @@ struct Options {
   engine::DeviceType device = engine::DeviceType::kCpu;
   model::Precision precision = model::Precision::kFp32;
   engine::ops::MatmulFormat matmul_format = engine::ops::MatmulFormat::kNative;  // fp8: the blocks' matmuls
+  engine::ops::Fp8Scaling fp8_scaling = engine::ops::Fp8Scaling::kTensor;
   bool profile = true;
   bool timeline = true;
   model::AttentionFlops attention = model::AttentionFlops::kFull;
@@ -92,8 +93,11 @@ void run_case(const Case& c, const Options& o) {
               model::architecture_name(config.arch), config.describe().c_str(),
               device == engine::DeviceType::kCuda ? "cuda" : "cpu",
               o.matmul_format == engine::ops::MatmulFormat::kFp8E4M3
-                  ? (precision == model::Precision::kBf16 ? "fp8 (bf16, the blocks' matmuls in E4M3)"
-                                                          : "fp8-emulated (fp32, E4M3 rounding)")
+                  ? (o.fp8_scaling == engine::ops::Fp8Scaling::kBlock
+                         ? (precision == model::Precision::kBf16 ? "fp8 (bf16, the blocks' matmuls in E4M3, block scaling)"
+                                                                 : "fp8-emulated (fp32, E4M3 rounding, block scaling)")
+                         : (precision == model::Precision::kBf16 ? "fp8 (bf16, the blocks' matmuls in E4M3)"
+                                                                 : "fp8-emulated (fp32, E4M3 rounding)"))
                   : (precision == model::Precision::kBf16 ? "bf16" : "fp32"),
               static_cast<long long>(c.micro_batch), static_cast<long long>(c.seq_len),
               static_cast<long long>(c.grad_accum), static_cast<long long>(c.micro_batch * c.seq_len * c.grad_accum));
@@ -101,9 +105,12 @@ void run_case(const Case& c, const Options& o) {
   const model::ParamRegistry registry = model::build_gpt_registry(config);
   model::ParamStore store(registry, device, precision);
   store.initialize(1);
-  const model::ActivationShape shape{c.micro_batch, c.seq_len, model::activation_dtype(precision)};
+  // Under fp8 the blocks keep their amax slots, as the trainer's stages do.
+  const model::ActivationShape shape{c.micro_batch, c.seq_len, model::activation_dtype(precision),
+                                     o.matmul_format == engine::ops::MatmulFormat::kFp8E4M3};
   model::GptStage stage(config, store, model::whole_model(config), shape, 1);
   stage.set_matmul_format(o.matmul_format);
+  stage.set_fp8_scaling(o.fp8_scaling);
   engine::Arena plan = engine::Arena::planning(device);
   stage.allocate(plan);
   engine::Arena arena(device, plan.used());
@@ -248,6 +255,9 @@ int main(int argc, char** argv) {
   app.add_option("--precision", precision_name,
                  "auto, fp32, bf16, fp8 (cuda: bf16 with the blocks' matmuls in FP8 E4M3) or fp8-emulated (cpu)")
       ->check(CLI::IsMember({"auto", "fp32", "bf16", "fp8", "fp8-emulated"}))->capture_default_str();
+  std::string fp8_scaling = "tensor";
+  app.add_option("--fp8-scaling", fp8_scaling, "Under fp8: tensor or block (train's --fp8-scaling)")
+      ->check(CLI::IsMember({"tensor", "block"}))->capture_default_str();
   app.add_flag("--passes", passes,
                "Time one micro-batch's forward, whole backward, and the backward split into input and weight "
                "passes (zero-bubble schedules)");
@@ -270,9 +280,12 @@ int main(int argc, char** argv) {
     if (fp8 && device != engine::DeviceType::kCuda) throw std::runtime_error("--precision fp8 needs --device cuda");
     if (fp8_emulated && device != engine::DeviceType::kCpu)
       throw std::runtime_error("--precision fp8-emulated runs on --device cpu");
+    const engine::ops::Fp8Scaling scaling = engine::ops::parse_fp8_scaling(fp8_scaling);
     if (fp8) {
       std::string why;
       if (!engine::cuda_fp8_supported(0, &why)) throw std::runtime_error("--precision fp8: " + why);
+      if (scaling == engine::ops::Fp8Scaling::kBlock && !engine::cuda_fp8_block_scaling_supported(0, &why))
+        throw std::runtime_error("--fp8-scaling block: " + why);
     }
     const model::Precision precision =
         fp8 ? model::Precision::kBf16
@@ -292,6 +305,7 @@ int main(int argc, char** argv) {
                           device,
                           precision,
                           fp8 || fp8_emulated ? engine::ops::MatmulFormat::kFp8E4M3 : engine::ops::MatmulFormat::kNative,
+                          scaling,
                           profile,
                           timeline,
                           model::parse_attention_flops(attention_flops),

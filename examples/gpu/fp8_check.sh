@@ -4,8 +4,9 @@
 # four linear-layer ops against the CPU's quantise-dequantise reference), the
 # FP8 against bf16 GEMM benchmark at gpt2-1558m; then --precision fp8 as a
 # training path, in order of value: train_step_bench's tokens/s, bf16 then
-# fp8, at gpt2-1558m (T 1024) and gpt2-124m, and fp8 at gpt2-1558m without
-# the GEMM epilogues (ENGINE_FP8_EPILOGUES=0); the FP8 parity suite on the GPU;
+# fp8, at gpt2-1558m (T 1024) and gpt2-124m, and fp8 at gpt2-1558m with block
+# scaling and without the GEMM epilogues (ENGINE_FP8_EPILOGUES=0); the FP8
+# parity suite on the GPU (block scaling's layouts too);
 # gpt-demo trained on the fortunes corpus in bf16 and fp8 side by side
 # (losses); fp8_gradient_check's per-tensor gradient cosines at gpt2-124m; the
 # fp8 op profile. Each step is bounded in time; logs go to $OUT/fp8_logs
@@ -106,6 +107,11 @@ for model in gpt2-1558m gpt2-124m; do
     grep -E 'tok/s|MFU|error' "$OUT/step_${model}_${precision}.log" | head -4
   done
 done
+# Block scaling (--fp8-scaling block: 1 x 128 tiles, 128 x 128 weight blocks)
+# at gpt2-1558m, beside per-tensor scaling's step above.
+step step_gpt2-1558m_fp8_block 90 "${BENCH[@]}" --model gpt2-1558m --micro-batch "$MB" --seq-len 1024 \
+  --grad-accum 2 --precision fp8 --fp8-scaling block
+grep -E 'tok/s|MFU|error' "$OUT/step_gpt2-1558m_fp8_block.log" | head -4
 # What the FP8 GEMMs' bias/GELU/residual epilogues save: the same fp8 step
 # with an elementwise pass after each GEMM instead (fp8_gemm.h).
 step step_gpt2-1558m_fp8_no_epilogues 90 env ENGINE_FP8_EPILOGUES=0 "${BENCH[@]}" --model gpt2-1558m \

@@ -260,6 +260,9 @@ void TrainConfig::resolve(int cuda_devices, int world) {
   ENGINE_CHECK(!fp8_emulated || device_type == engine::DeviceType::kCpu,
                "--precision fp8-emulated is the CPU's reference of FP8 training; on --device cuda use --precision fp8");
   matmul_format = fp8 || fp8_emulated ? engine::ops::MatmulFormat::kFp8E4M3 : engine::ops::MatmulFormat::kNative;
+  fp8_scaling_mode = engine::ops::parse_fp8_scaling(fp8_scaling);
+  ENGINE_CHECK(fp8_scaling_mode == engine::ops::Fp8Scaling::kTensor || fp8 || fp8_emulated, "--fp8-scaling ",
+               fp8_scaling, " applies to --precision fp8 or fp8-emulated, not ", precision);
   precision_mode = model::parse_precision(fp8 ? "bf16" : fp8_emulated ? "fp32" : precision);
   if (fp8) {
     const std::string problem = model::check_fp8_shapes(model, tp, micro_batch * seq_len);
@@ -314,7 +317,10 @@ std::string TrainConfig::describe() const {
   if (matmul_format == engine::ops::MatmulFormat::kFp8E4M3)
     out << (device_type == engine::DeviceType::kCuda ? "; the blocks' matmuls in FP8 E4M3"
                                                      : "; the blocks' matmuls rounded to FP8 E4M3 (emulated)")
-        << " with per-tensor current scaling (embedding and head " << model::precision_name(precision_mode)
+        << (fp8_scaling_mode == engine::ops::Fp8Scaling::kBlock
+                ? " with block scaling (1 x 128 activation tiles, 128 x 128 weight blocks)"
+                : " with per-tensor current scaling")
+        << " (embedding and head " << model::precision_name(precision_mode)
         << "; MFU still against the bf16 peak)";
   if (eval_only) {
     out << "\nscoring    "

@@ -126,6 +126,7 @@ struct TrainConfig {
   std::uint64_t seed = 1337;
   std::string device = "auto";     // auto | cpu | cuda
   std::string precision = "auto";  // auto | fp32 | bf16 | fp8 | fp8-emulated
+  std::string fp8_scaling = "tensor";  // tensor | block (engine::ops::Fp8Scaling), under fp8 and fp8-emulated
   std::string log_file;            // JSONL metrics, one object per step
   // A run folder (launch/run/run_folder.h): config.json, metrics.jsonl,
   // train.log, summary.json and checkpoints/ unless named otherwise.
@@ -180,6 +181,7 @@ struct TrainConfig {
   // and activations) and fp8-emulated (the CPU's f32 reference of the same
   // rounding, for tests), native otherwise.
   engine::ops::MatmulFormat matmul_format = engine::ops::MatmulFormat::kNative;
+  engine::ops::Fp8Scaling fp8_scaling_mode = engine::ops::Fp8Scaling::kTensor;
   // FP8 weights cast once per optimizer step and kept (model::GptStage::set_fp8_weight_cache).
   // Not a flag: test_parity_fp8 turns it off to check that keeping them changes no number.
   bool fp8_weight_cache = true;

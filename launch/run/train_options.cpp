@@ -198,6 +198,11 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
                  "FP8 E4M3, per-tensor current scaling; cuda on Ada or Hopper) or fp8-emulated (the same rounding "
                  "in fp32 on the cpu, for tests)")
       ->group(kRun)->capture_default_str()->check(CLI::IsMember({"auto", "fp32", "bf16", "fp8", "fp8-emulated"}));
+  app.add_option("--fp8-scaling", c.fp8_scaling,
+                 "Under --precision fp8 or fp8-emulated: tensor (one current scale per tensor) or block "
+                 "(DeepSeek-V3's fine-grained scaling: activations and gradients per 1 x 128 tile along each "
+                 "GEMM's reduction, weights per 128 x 128 block; cuda needs Hopper and cuBLAS 12.9)")
+      ->group(kRun)->capture_default_str()->check(CLI::IsMember({"tensor", "block"}));
   app.add_option("--run-dir", c.run_dir,
                  "Run folder: the resolved configuration (config.json, which --config accepts), metrics.jsonl, a "
                  "copy of the text log (train.log), summary.json and checkpoints/ (unless --log-file or "

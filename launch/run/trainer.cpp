@@ -106,6 +106,10 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
     std::string why;
     ENGINE_CHECK(config.matmul_format != engine::ops::MatmulFormat::kFp8E4M3 || engine::cuda_fp8_supported(gpu_, &why),
                  "--precision fp8: ", why);
+    ENGINE_CHECK(config.matmul_format != engine::ops::MatmulFormat::kFp8E4M3 ||
+                     config.fp8_scaling_mode != engine::ops::Fp8Scaling::kBlock ||
+                     engine::cuda_fp8_block_scaling_supported(gpu_, &why),
+                 "--fp8-scaling block: ", why);
   }
   host_world_ = std::make_unique<parallel::MpiCommunicator>(world, "world");
   if (config.device_type == engine::DeviceType::kCuda) gpu_free_before_comms_ = engine::cuda_free_bytes();
@@ -173,6 +177,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream& out, MPI_Comm world)
                                                         sets.stash, sets.inputs));
     stages_.back()->set_matmul_format(config.matmul_format);
     stages_.back()->set_fp8_weight_cache(keeps_fp8_weight_copies());
+    stages_.back()->set_fp8_scaling(config.fp8_scaling_mode);
     stages_.back()->allocate(plan);
   }
   activations_ = engine::Arena(config.device_type, plan.used());

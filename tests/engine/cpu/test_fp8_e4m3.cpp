@@ -7,12 +7,14 @@
 // exhaustive search (ties to the even mantissa, saturation at 448).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "engine/cpu/fp8_e4m3.h"
@@ -186,6 +188,54 @@ TEST(Fp8E4M3, QuantizeTransposeIsTheTransposeOfQuantize) {
   e4m3_quantize_transpose(x.data(), rows, cols, scale, qt.data());
   for (std::int64_t r = 0; r < rows; ++r)
     for (std::int64_t c = 0; c < cols; ++c) EXPECT_EQ(qt[c * rows + r], q[r * cols + c]) << r << ", " << c;
+}
+
+// Block scaling: each block quantised under its own block's amax, exactly as
+// a tensor of that block alone would be; the edge blocks are what remains.
+TEST(Fp8E4M3, BlockImageScalesEachBlockByItsOwnAmax) {
+  const std::int64_t rows = 5, cols = 300;  // 1 x 128 tiles: 128, 128, 44 per row
+  std::vector<float> x(rows * cols);
+  std::mt19937 rng(8);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (std::int64_t i = 0; i < rows * cols; ++i) x[i] = normal(rng) * std::exp2(static_cast<float>(i % 300 / 60));
+  for (const auto& [br, bc] : {std::pair<std::int64_t, std::int64_t>{1, 128}, {128, 1}, {2, 128}, {128, 128}}) {
+    std::vector<float> image(rows * cols);
+    e4m3_block_image(x.data(), rows, cols, br, bc, image.data());
+    int failures = 0;
+    for (std::int64_t r0 = 0; r0 < rows; r0 += br)
+      for (std::int64_t c0 = 0; c0 < cols; c0 += bc) {
+        std::vector<float> block;  // the block alone, as a tensor of its own
+        for (std::int64_t r = r0; r < std::min(rows, r0 + br); ++r)
+          for (std::int64_t c = c0; c < std::min(cols, c0 + bc); ++c) block.push_back(x[r * cols + c]);
+        const float scale = e4m3_scale(e4m3_amax(block.data(), static_cast<std::int64_t>(block.size())));
+        std::size_t k = 0;
+        for (std::int64_t r = r0; r < std::min(rows, r0 + br); ++r)
+          for (std::int64_t c = c0; c < std::min(cols, c0 + bc); ++c) {
+            const float want = e4m3_to_float(e4m3_from_float(block[k++] * scale)) * e4m3_scale_inv(scale);
+            if (image[r * cols + c] != want && ++failures <= 5)
+              ADD_FAILURE() << br << " x " << bc << " blocks, element (" << r << ", " << c << "): "
+                            << image[r * cols + c] << ", want " << want;
+          }
+      }
+    EXPECT_EQ(failures, 0) << br << " x " << bc;
+  }
+  // One block over everything is per-tensor scaling.
+  std::vector<float> whole(rows * cols);
+  e4m3_block_image(x.data(), rows, cols, rows, cols, whole.data());
+  const float scale = e4m3_scale(e4m3_amax(x.data(), rows * cols));
+  for (std::int64_t i = 0; i < rows * cols; ++i)
+    ASSERT_EQ(whole[i], e4m3_to_float(e4m3_from_float(x[i] * scale)) * e4m3_scale_inv(scale)) << i;
+  // A NaN spoils its own block's scale (1: amax not finite) and no other's.
+  std::vector<float> spoiled = x, image(rows * cols), clean(rows * cols);
+  spoiled[2 * cols + 5] = std::numeric_limits<float>::quiet_NaN();
+  e4m3_block_image(spoiled.data(), rows, cols, 1, 128, image.data());
+  e4m3_block_image(x.data(), rows, cols, 1, 128, clean.data());
+  for (std::int64_t i = 0; i < rows * cols; ++i) {
+    const bool same_block = i / cols == 2 && i % cols < 128;
+    if (!same_block) ASSERT_EQ(image[i], clean[i]) << i;
+  }
+  EXPECT_TRUE(std::isnan(image[2 * cols + 5]));
+  EXPECT_EQ(image[2 * cols + 6], e4m3_to_float(e4m3_from_float(x[2 * cols + 6])));  // scale 1
 }
 
 }  // namespace

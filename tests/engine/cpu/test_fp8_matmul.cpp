@@ -285,6 +285,152 @@ TEST(Fp8Matmul, RefusesMalformedSlotsAndNormsFillTheirs) {
   EXPECT_EQ(slot[0], max_abs(y));
 }
 
+// ---- block scaling (ops::Fp8Scaling::kBlock) -------------------------------------
+
+// The block image of x (rows, cols), built here block by block from the
+// per-tensor image of each block alone.
+std::vector<double> block_image(const std::vector<float>& x, std::int64_t rows, std::int64_t cols,
+                                std::int64_t br, std::int64_t bc) {
+  std::vector<double> out(x.size());
+  for (std::int64_t r0 = 0; r0 < rows; r0 += br)
+    for (std::int64_t c0 = 0; c0 < cols; c0 += bc) {
+      std::vector<float> block;
+      for (std::int64_t r = r0; r < std::min(rows, r0 + br); ++r)
+        for (std::int64_t c = c0; c < std::min(cols, c0 + bc); ++c) block.push_back(x[r * cols + c]);
+      const std::vector<double> q = e4m3_image(block);
+      std::size_t k = 0;
+      for (std::int64_t r = r0; r < std::min(rows, r0 + br); ++r)
+        for (std::int64_t c = c0; c < std::min(cols, c0 + bc); ++c) out[r * cols + c] = q[k++];
+    }
+  return out;
+}
+
+// Dimensions past one block, with partial edge blocks: 160 tokens (128 + 32),
+// C 200 (128 + 72), OC 136 (128 + 8). Rows of very different magnitudes, so
+// per-block scales differ from the tensor's.
+struct Fp8BlockCase : ::testing::Test {
+  static constexpr std::int64_t N = 160, C = 200, OC = 136;
+  static std::vector<float> rows_of_magnitudes(std::int64_t rows, std::int64_t cols, std::uint64_t seed, double m) {
+    std::vector<float> v = spread_values(rows * cols, seed, m);
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = 0; c < cols; ++c) v[r * cols + c] *= static_cast<float>(std::exp2(r % 7 - 3));
+    return v;
+  }
+  std::vector<float> inp = rows_of_magnitudes(N, C, 31, 3.0), weight = rows_of_magnitudes(OC, C, 32, 0.05),
+                     bias = spread_values(OC, 33, 0.5), dout = rows_of_magnitudes(N, OC, 34, 1e-3);
+  ops::Fp8Options block;
+  Fp8BlockCase() { block.scaling = ops::Fp8Scaling::kBlock; }
+};
+
+TEST_F(Fp8BlockCase, ForwardTilesTheInputAlongCAndTheWeightIn128Blocks) {
+  std::vector<float> out(N * OC);
+  ops::matmul_forward(view(out, {N, OC}), view(inp, {N, C}), view(weight, {OC, C}), view(bias, {OC}), Tensor{}, kFp8,
+                      &block);
+  std::vector<double> expected = product_nt(N, C, OC, block_image(inp, N, C, 1, 128),
+                                            block_image(weight, OC, C, 128, 128));
+  for (std::int64_t i = 0; i < N * OC; ++i) expected[i] += bias[i % OC];
+  expect_matches(out, expected, "block fp8 forward");
+  // Not per-tensor scaling: the blocks' finer grids move the result.
+  std::vector<float> tensor(N * OC);
+  ops::matmul_forward(view(tensor, {N, OC}), view(inp, {N, C}), view(weight, {OC, C}), view(bias, {OC}), Tensor{},
+                      kFp8);
+  EXPECT_NE(out, tensor);
+}
+
+TEST_F(Fp8BlockCase, BackwardTilesEachOperandAlongItsOwnGemmsReduction) {
+  std::vector<float> dinp(N * C), dweight(OC * C, 0.25f), dbias(OC, 0.f);
+  ops::matmul_backward(view(dinp, {N, C}), view(dweight, {OC, C}), view(dbias, {OC}), view(dout, {N, OC}),
+                       view(inp, {N, C}), view(weight, {OC, C}), Tensor{}, kFp8, &block);
+  // dinp = Q(dout; 1 x 128 along OC) @ Q(W; 128 x 128).
+  expect_matches(dinp, product_nt(N, OC, C, block_image(dout, N, OC, 1, 128),
+                                  transpose(block_image(weight, OC, C, 128, 128), OC, C)),
+                 "block fp8 dinp");
+  // dweight += Q(dout; 128 x 1 along the tokens)^T @ Q(inp; 128 x 1 along the tokens).
+  std::vector<double> expected_dw = product_nt(OC, N, C, transpose(block_image(dout, N, OC, 128, 1), N, OC),
+                                               transpose(block_image(inp, N, C, 128, 1), N, C));
+  for (double& v : expected_dw) v += 0.25;
+  expect_matches(dweight, expected_dw, "block fp8 dweight");
+  std::vector<double> expected_db(OC, 0.0);
+  for (std::int64_t n = 0; n < N; ++n)
+    for (std::int64_t o = 0; o < OC; ++o) expected_db[o] += dout[n * OC + o];
+  expect_matches(dbias, expected_db, "block fp8 dbias (unquantised)");
+
+  // The split backward of a zero-bubble schedule: the same numbers.
+  std::vector<float> dinp_split(N * C), dw_split(OC * C, 0.25f), db_split(OC, 0.f);
+  ops::matmul_backward(view(dinp_split, {N, C}), Tensor{}, Tensor{}, view(dout, {N, OC}), view(inp, {N, C}),
+                       view(weight, {OC, C}), Tensor{}, kFp8, &block);
+  ops::matmul_weight_grad(view(dw_split, {OC, C}), view(db_split, {OC}), view(dout, {N, OC}), view(inp, {N, C}), kFp8,
+                          &block);
+  EXPECT_EQ(dinp_split, dinp);
+  EXPECT_EQ(dw_split, dweight);
+  EXPECT_EQ(db_split, dbias);
+}
+
+TEST_F(Fp8BlockCase, ACachedBlockWeightGivesTheSameNumbers) {
+  std::vector<float> storage(OC * C, 0.f), plain(N * OC), cached(N * OC);
+  ops::Fp8WeightCache cache;
+  cache.storage = view(storage, {OC * C});
+  ops::Fp8Options with_cache = block;
+  with_cache.weight_cache = &cache;
+  ops::matmul_forward(view(plain, {N, OC}), view(inp, {N, C}), view(weight, {OC, C}), Tensor{}, Tensor{}, kFp8, &block);
+  for (int use = 0; use < 2; ++use) {
+    ops::matmul_forward(view(cached, {N, OC}), view(inp, {N, C}), view(weight, {OC, C}), Tensor{}, Tensor{}, kFp8,
+                        &with_cache);
+    EXPECT_EQ(cached, plain) << "use " << use;
+  }
+}
+
+// Under tensor parallelism a rank quantises its own shard. Where every shard
+// holds whole 128-blocks, its blocks are the whole tensor's, so a
+// column-parallel rank's output is the whole product's columns and the
+// row-parallel ranks' partial products sum to the whole product, up to the
+// order of the f32 sums, not the size of an E4M3 step.
+TEST(Fp8Scaling, BlocksOfAlignedShardsAreTheWholeTensors) {
+  const std::int64_t N = 32, C = 256, OC = 256, half = 128;
+  std::vector<float> x = spread_values(N * C, 41, 2.0), w = spread_values(OC * C, 42, 0.05);
+  ops::Fp8Options block;
+  block.scaling = ops::Fp8Scaling::kBlock;
+  std::vector<float> whole(N * OC);
+  ops::matmul_forward(view(whole, {N, OC}), view(x, {N, C}), view(w, {OC, C}), Tensor{}, Tensor{}, kFp8, &block);
+  double max_whole = 0;
+  for (float v : whole) max_whole = std::max(max_whole, std::fabs(static_cast<double>(v)));
+  const double tolerance = 1e-6 * max_whole;  // f32 order; one E4M3 step moves a product by ~1e-3 of it
+
+  // Column-parallel: rank r holds weight rows [r half, (r + 1) half).
+  for (std::int64_t r = 0; r < 2; ++r) {
+    std::vector<float> w_r(w.begin() + r * half * C, w.begin() + (r + 1) * half * C), out_r(N * half);
+    ops::matmul_forward(view(out_r, {N, half}), view(x, {N, C}), view(w_r, {half, C}), Tensor{}, Tensor{}, kFp8,
+                        &block);
+    for (std::int64_t n = 0; n < N; ++n)
+      for (std::int64_t o = 0; o < half; ++o)
+        ASSERT_NEAR(out_r[n * half + o], whole[n * OC + r * half + o], tolerance) << "column shard " << r;
+  }
+  // Row-parallel: rank r holds weight columns and input columns [r half, (r + 1) half).
+  std::vector<double> sum(N * OC, 0.0);
+  for (std::int64_t r = 0; r < 2; ++r) {
+    std::vector<float> w_r(OC * half), x_r(N * half), partial(N * OC);
+    for (std::int64_t o = 0; o < OC; ++o)
+      for (std::int64_t c = 0; c < half; ++c) w_r[o * half + c] = w[o * C + r * half + c];
+    for (std::int64_t n = 0; n < N; ++n)
+      for (std::int64_t c = 0; c < half; ++c) x_r[n * half + c] = x[n * C + r * half + c];
+    ops::matmul_forward(view(partial, {N, OC}), view(x_r, {N, half}), view(w_r, {OC, half}), Tensor{}, Tensor{},
+                        kFp8, &block);
+    for (std::int64_t i = 0; i < N * OC; ++i) sum[i] += partial[i];
+  }
+  for (std::int64_t i = 0; i < N * OC; ++i) ASSERT_NEAR(sum[i], whole[i], tolerance) << "row shards, element " << i;
+}
+
+TEST(Fp8Scaling, ParsesAndNamesItsValues) {
+  for (ops::Fp8Scaling s : {ops::Fp8Scaling::kTensor, ops::Fp8Scaling::kBlock})
+    EXPECT_EQ(ops::parse_fp8_scaling(ops::fp8_scaling_name(s)), s);
+  try {
+    ops::parse_fp8_scaling("row");
+    FAIL() << "row was accepted";
+  } catch (const engine::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--fp8-scaling row"), std::string::npos) << e.what();
+  }
+}
+
 // A tensor of zeros has amax 0: its scale is 1 and the product is exactly 0.
 TEST(Fp8Matmul, ZeroOperandGivesAnExactZero) {
   std::vector<float> inp(16 * 32, 0.f), weight(8 * 32, 0.5f), out(16 * 8, 7.f);

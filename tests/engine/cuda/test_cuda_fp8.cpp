@@ -18,6 +18,9 @@
 //     FP8 tensor cores: refused with a clear error.
 //   the FP8 linear layers (ops::MatmulFormat::kFp8E4M3): against the CPU's
 //     quantise-dequantise ops on the same bf16 values (see CudaFp8Linear).
+//   block scaling (CudaFp8Block): every code and factor of the 1 x 128, 128 x 1
+//     and 128 x 128 casts bit for bit against the CPU's block image, read
+//     where cuBLASLt reads them; the block-scaled ops against the CPU's.
 //   the amax slots (CudaFp8AmaxSlots): an amax made in the kernel that writes
 //     the tensor (norms, GELU epilogues) equal bit for bit to the tensor's
 //     amax, the outputs unchanged; a ready slot read, not recomputed.
@@ -32,6 +35,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/buffer.h"
@@ -40,10 +44,12 @@
 #include "engine/device.h"
 #include "engine/ops.h"
 #include "engine/tensor.h"
+#include "tests/support/scoped_env.h"
 #if ENGINE_WITH_CUDA
 #include <cuda_runtime.h>
 
 #include "engine/cuda/context.h"
+#include "engine/cuda/fp8_block.h"
 #include "engine/cuda/fp8_cast.h"
 #include "engine/cuda/fp8_gemm.h"
 #endif
@@ -482,25 +488,7 @@ struct LinearShape {
   std::int64_t N, C, OC;
 };
 
-// Sets an environment variable for a scope, restoring what was there.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_) setenv(name_, old_.c_str(), 1);
-    else unsetenv(name_);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
+using test_support::ScopedEnv;  // tests/support/scoped_env.h
 
 // Needs no GPU: the switch only reads its variable.
 TEST(CudaFp8, EpilogueSwitchReadsItsVariable) {
@@ -606,25 +594,37 @@ TEST(CudaFp8Linear, ACachedWeightGivesTheSameNumbers) {
   DevTensor d_inp(inp, {N, C}), d_w(w, {OC, C}), d_dout(dout, {N, OC}), out_plain(zeros, {N, OC}),
       out_cached(zeros, {N, OC}), dinp_plain(zeros_in, {N, C}), dinp_cached(zeros_in, {N, C});
   Buffer storage(kCuda, ops::fp8_weight_cache_bytes(kCuda, OC, C));
-  ops::Fp8WeightCache cache;
-  cache.storage = Tensor(storage.data(), Shape{static_cast<std::int64_t>(storage.bytes() / 4)}, DType::kF32, kCuda);
-  ops::Fp8Options cached;
-  cached.weight_cache = &cache;
+  // Per tensor, and in blocks (the cache then holds W's and W^T's 128 x 128 copies and factors).
+  for (const ops::Fp8Scaling scaling : {ops::Fp8Scaling::kTensor, ops::Fp8Scaling::kBlock}) {
+    std::string why;
+    if (scaling == ops::Fp8Scaling::kBlock && !cuda::fp8_block_scaling_supported(cuda::context().device(), &why)) {
+      std::printf("block scaling not checked: %s\n", why.c_str());
+      continue;
+    }
+    SCOPED_TRACE(std::string("scaling ") + ops::fp8_scaling_name(scaling));
+    ops::Fp8WeightCache cache;
+    cache.storage = Tensor(storage.data(), Shape{static_cast<std::int64_t>(storage.bytes() / 4)}, DType::kF32, kCuda);
+    ops::Fp8Options plain, cached;
+    plain.scaling = cached.scaling = scaling;
+    cached.weight_cache = &cache;
 
-  ops::matmul_forward(out_plain.t, d_inp.t, d_w.t, Tensor{}, Tensor{}, kFp8);
-  for (int use = 0; use < 2; ++use) {
-    ops::matmul_forward(out_cached.t, d_inp.t, d_w.t, Tensor{}, Tensor{}, kFp8, &cached);
-    EXPECT_TRUE(cache.scaled && cache.cast && cache.transposed) << "use " << use;
-    EXPECT_EQ(out_cached.host(), out_plain.host()) << "forward, use " << use;
+    ops::matmul_forward(out_plain.t, d_inp.t, d_w.t, Tensor{}, Tensor{}, kFp8, &plain);
+    for (int use = 0; use < 2; ++use) {
+      ops::matmul_forward(out_cached.t, d_inp.t, d_w.t, Tensor{}, Tensor{}, kFp8, &cached);
+      EXPECT_TRUE(cache.scaled && cache.cast && cache.transposed) << "use " << use;
+      EXPECT_EQ(out_cached.host(), out_plain.host()) << "forward, use " << use;
+    }
+    ops::matmul_backward(dinp_plain.t, Tensor{}, Tensor{}, d_dout.t, d_inp.t, d_w.t, Tensor{}, kFp8, &plain);
+    ops::matmul_backward(dinp_cached.t, Tensor{}, Tensor{}, d_dout.t, d_inp.t, d_w.t, Tensor{}, kFp8, &cached);
+    EXPECT_EQ(dinp_cached.host(), dinp_plain.host()) << "dinp from the cached transposed copy";
+    // A backward first (a cache cleared mid-step never is, but the op allows
+    // it): per tensor the scale, then W^T only; in blocks both copies at once.
+    cache.invalidate();
+    ops::matmul_backward(dinp_cached.t, Tensor{}, Tensor{}, d_dout.t, d_inp.t, d_w.t, Tensor{}, kFp8, &cached);
+    EXPECT_TRUE(cache.scaled && cache.transposed);
+    EXPECT_EQ(cache.cast, scaling == ops::Fp8Scaling::kBlock);
+    EXPECT_EQ(dinp_cached.host(), dinp_plain.host()) << "dinp filling the cache";
   }
-  ops::matmul_backward(dinp_plain.t, Tensor{}, Tensor{}, d_dout.t, d_inp.t, d_w.t, Tensor{}, kFp8);
-  ops::matmul_backward(dinp_cached.t, Tensor{}, Tensor{}, d_dout.t, d_inp.t, d_w.t, Tensor{}, kFp8, &cached);
-  EXPECT_EQ(dinp_cached.host(), dinp_plain.host()) << "dinp from the cached transposed copy";
-  // A backward first (a cache cleared mid-step never is, but the op allows it): scale, then W^T only.
-  cache.invalidate();
-  ops::matmul_backward(dinp_cached.t, Tensor{}, Tensor{}, d_dout.t, d_inp.t, d_w.t, Tensor{}, kFp8, &cached);
-  EXPECT_TRUE(cache.scaled && cache.transposed && !cache.cast);
-  EXPECT_EQ(dinp_cached.host(), dinp_plain.host()) << "dinp filling the cache";
 }
 
 TEST(CudaFp8Linear, RefusesF32ActivationsNamingThem) {
@@ -737,6 +737,129 @@ TEST(CudaFp8AmaxSlots, LinearLayersFillTheSlotsAndScaleByReadyOnes) {
   // Without GELU the amax is a pass of its own, the same number.
   ops::matmul_backward(dinp.t, Tensor{}, Tensor{}, d_dout.t, d_inp.t, d_w.t, Tensor{}, kFp8, &bwd);
   EXPECT_EQ(bits(dinp_slot.value()), bits(host_amax(dinp)));
+}
+
+// ---- block scaling (fp8_block.h; ops::Fp8Scaling::kBlock) --------------------------
+// The casts against engine/cpu/fp8_e4m3.h's e4m3_block_image, bit for bit:
+// every code times its tile's factor is the CPU's dequantised image, each
+// factor read where cuBLASLt reads it. Shapes with partial tiles both ways.
+
+std::vector<float> download_f32(const float* p, std::int64_t n) {
+  std::vector<float> h(static_cast<std::size_t>(n));
+  EXPECT_EQ(cudaMemcpy(h.data(), p, h.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  return h;
+}
+
+// Compares codes * factor(r, c) with the CPU image (rows, cols); returns mismatches.
+template <typename Factor>
+int compare_block_image(const std::vector<std::uint8_t>& codes, std::int64_t rows, std::int64_t cols,
+                        const Factor& factor, const std::vector<float>& want, const char* what) {
+  int bad = 0;
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const float got = cpu::e4m3_to_float(codes[r * cols + c]) * factor(r, c), expected = want[r * cols + c];
+      if (bits(got) != bits(expected) && ++bad <= 5)
+        ADD_FAILURE() << what << " (" << r << ", " << c << "): " << got << ", want " << expected;
+    }
+  return bad;
+}
+
+std::vector<float> transpose_host(const std::vector<float>& x, std::int64_t rows, std::int64_t cols) {
+  std::vector<float> t(x.size());
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) t[c * rows + r] = x[r * cols + c];
+  return t;
+}
+
+TEST(CudaFp8Block, CastsMatchTheCpuBlockImageBitForBit) {
+  if (!gpu_visible()) GTEST_SKIP() << "no GPU";
+  using cuda::fp8_blocks;
+  using cuda::fp8_pad4;
+  std::mt19937 rng(41);
+  const cudaStream_t stream = cuda::context().stream();
+  for (const auto& [R, K] : {std::pair<std::int64_t, std::int64_t>{200, 300}, {37, 128}, {256, 1600}}) {
+    SCOPED_TRACE(std::to_string(R) + " x " + std::to_string(K));
+    std::vector<float> x = random_vector(R * K, rng, 2.0f);
+    for (std::int64_t r = 0; r < R; ++r)  // rows of different magnitudes: the tiles' scales differ
+      for (std::int64_t c = 0; c < K; ++c) x[r * K + c] *= std::exp2(static_cast<float>(r % 9) - 4.0f);
+    Bf16Dev dev(x);  // x now holds the bf16-rounded values
+    // 1 x 128 along each row.
+    std::vector<float> want(R * K);
+    cpu::e4m3_block_image(x.data(), R, K, 1, 128, want.data());
+    Bytes q(R * K);
+    Buffer scales(kCuda, cuda::fp8_vec128_scales(R, K) * sizeof(float));
+    cuda::fp8_block_cast_rows(dev.ptr, R, K, q.ptr, static_cast<float*>(scales.data()), stream);
+    sync();
+    const std::vector<float> f = download_f32(static_cast<float*>(scales.data()), cuda::fp8_vec128_scales(R, K));
+    EXPECT_EQ(compare_block_image(q.host(R * K), R, K, [&](std::int64_t r, std::int64_t c) {
+      return f[(c / 128) * fp8_pad4(R) + r];
+    }, want, "rows"), 0);
+    // 128 x 1 along each column, transposed: qt (K, R), tiled along R.
+    std::vector<float> want_cols(R * K);
+    cpu::e4m3_block_image(x.data(), R, K, 128, 1, want_cols.data());
+    Bytes qt(R * K);
+    Buffer scales_t(kCuda, cuda::fp8_vec128_scales(K, R) * sizeof(float));
+    cuda::fp8_block_cast_transpose_columns(dev.ptr, R, K, qt.ptr, static_cast<float*>(scales_t.data()), stream);
+    sync();
+    const std::vector<float> ft = download_f32(static_cast<float*>(scales_t.data()), cuda::fp8_vec128_scales(K, R));
+    EXPECT_EQ(compare_block_image(qt.host(R * K), K, R, [&](std::int64_t k, std::int64_t r) {
+      return ft[(r / 128) * fp8_pad4(K) + k];
+    }, transpose_host(want_cols, R, K), "columns, transposed"), 0);
+    // 128 x 128 weight blocks, and the transposed copy from the same blocks.
+    std::vector<float> want_w(R * K);
+    cpu::e4m3_block_image(x.data(), R, K, 128, 128, want_w.data());
+    Bytes qw(R * K), qwt(R * K);
+    Buffer sw(kCuda, cuda::fp8_blk128_scales(R, K) * sizeof(float)), swt(kCuda, cuda::fp8_blk128_scales(K, R) * sizeof(float));
+    cuda::fp8_block_cast_weight(dev.ptr, R, K, qw.ptr, static_cast<float*>(sw.data()), qwt.ptr,
+                                static_cast<float*>(swt.data()), stream);
+    sync();
+    const std::vector<float> fw = download_f32(static_cast<float*>(sw.data()), cuda::fp8_blk128_scales(R, K));
+    const std::vector<float> fwt = download_f32(static_cast<float*>(swt.data()), cuda::fp8_blk128_scales(K, R));
+    EXPECT_EQ(compare_block_image(qw.host(R * K), R, K, [&](std::int64_t r, std::int64_t c) {
+      return fw[(r / 128) * fp8_pad4(fp8_blocks(K)) + c / 128];
+    }, want_w, "weight blocks"), 0);
+    EXPECT_EQ(compare_block_image(qwt.host(R * K), K, R, [&](std::int64_t c, std::int64_t r) {
+      return fwt[(c / 128) * fp8_pad4(fp8_blocks(R)) + r / 128];
+    }, transpose_host(want_w, R, K), "weight blocks, transposed"), 0);
+  }
+}
+
+// The block-scaled linear layers against the CPU's block reference (the same
+// codes and factors on both sides; what differs is bf16 output rounding and
+// the order of the f32 sums, as CudaFp8Linear's tolerance says).
+TEST(CudaFp8Block, LinearOpsMatchTheCpuReference) {
+  if (!gpu_visible()) GTEST_SKIP() << "no GPU";
+  std::string why;
+  if (!cuda::fp8_block_scaling_supported(cuda::context().device(), &why)) GTEST_SKIP() << why;
+  constexpr auto kFp8 = ops::MatmulFormat::kFp8E4M3;
+  ops::Fp8Options block;
+  block.scaling = ops::Fp8Scaling::kBlock;
+  std::mt19937 rng(42);
+  for (const LinearShape& s : {LinearShape{256, 768, 2304}, LinearShape{160, 1600, 400}}) {
+    SCOPED_TRACE("N " + std::to_string(s.N) + ", C " + std::to_string(s.C) + ", OC " + std::to_string(s.OC));
+    std::vector<float> inp = random_vector(s.N * s.C, rng, 1.0f), w = random_vector(s.OC * s.C, rng, 0.02f),
+                       b = random_vector(s.OC, rng, 0.1f), dout = random_vector(s.N * s.OC, rng, 1e-3f),
+                       pre_in = random_vector(s.N * s.C, rng, 1.5f), zeros(s.N * s.OC, 0.0f), zeros_in(s.N * s.C, 0.0f);
+    std::vector<float> dw(s.OC * s.C, 0.5f);
+    DevTensor d_inp(inp, {s.N, s.C}), d_w(w, {s.OC, s.C}), d_b(b, {s.OC}), d_dout(dout, {s.N, s.OC}),
+        d_pre_in(pre_in, {s.N, s.C}), d_out(zeros, {s.N, s.OC}), d_pre(zeros, {s.N, s.OC}),
+        d_dinp(zeros_in, {s.N, s.C}), d_dw(dw, {s.OC, s.C}, DType::kF32);
+    // Forward with bias and GELU.
+    ops::matmul_forward(d_out.t, d_inp.t, d_w.t, d_b.t, d_pre.t, kFp8, &block);
+    std::vector<float> out(s.N * s.OC), pre(s.N * s.OC);
+    ops::matmul_forward(cpu_view(out, {s.N, s.OC}), cpu_view(inp, {s.N, s.C}), cpu_view(w, {s.OC, s.C}),
+                        cpu_view(b, {s.OC}), cpu_view(pre, {s.N, s.OC}), kFp8, &block);
+    expect_close_to_reference(d_pre.host(), pre, "block fp8 forward: pre_gelu");
+    expect_close_to_reference(d_out.host(), out, "block fp8 forward: gelu(pre)");
+    // Backward: dinp with the GELU gradient, dweight accumulating.
+    ops::matmul_backward(d_dinp.t, d_dw.t, Tensor{}, d_dout.t, d_inp.t, d_w.t, d_pre_in.t, kFp8, &block);
+    std::vector<float> dinp(s.N * s.C);
+    ops::matmul_backward(cpu_view(dinp, {s.N, s.C}), cpu_view(dw, {s.OC, s.C}), Tensor{}, cpu_view(dout, {s.N, s.OC}),
+                         cpu_view(inp, {s.N, s.C}), cpu_view(w, {s.OC, s.C}), cpu_view(pre_in, {s.N, s.C}), kFp8,
+                         &block);
+    expect_close_to_reference(d_dinp.host(), dinp, "block fp8 backward: dinp * gelu'(pre)");
+    expect_close_to_reference(d_dw.host(), dw, "block fp8 backward: dweight (accumulated)");
+  }
 }
 
 #else   // a build without CUDA

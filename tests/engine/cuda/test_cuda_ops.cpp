@@ -46,6 +46,7 @@
 #include "engine/device.h"
 #include "engine/ops.h"
 #include "engine/tensor.h"
+#include "tests/support/scoped_env.h"
 #if ENGINE_WITH_CUDA
 #include "engine/cuda/context.h"
 #include "engine/cuda/gemm_search.h"
@@ -784,30 +785,7 @@ TEST_F(Cuda, MatmulWithF32WeightsAndBf16Activations) {
 // the gradient being accumulated (check_matmul starts dweight from random
 // values). The shapes are used nowhere else in this program, so the choice
 // is made here, not taken from the cache.
-// Sets an environment variable for a scope, then puts back what was there.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    if (value == nullptr)
-      unsetenv(name);
-    else
-      setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_)
-      setenv(name_, old_.c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
+using test_support::ScopedEnv;  // tests/support/scoped_env.h
 
 TEST_P(CudaMode, MatmulWithTimedAlgorithmSearch) {
   const ScopedEnv search("ENGINE_GEMM_SEARCH", "16");
