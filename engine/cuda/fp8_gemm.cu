@@ -8,9 +8,11 @@
 //                         B = x stored (k x n) column-major (= row-major
 //                             (n, k)), op(B) = B ("N")
 // so both operands have K contiguous, the only layout Hopper's FP8 kernels
-// take. cuBLASLt multiplies the product by *A_SCALE_POINTER (an f32 device
-// value): w's scale_inv times x's, computed on the stream just before (B's
-// own scale pointer is not used: see build()).
+// take. Per-tensor scaling: cuBLASLt multiplies the product by
+// *A_SCALE_POINTER (an f32 device value), w's scale_inv times x's, computed
+// on the stream just before (B's own scale pointer is then not set: see
+// build()). Block scaling: each operand's scale pointer is its array of
+// factors, with its scale mode (fp8_gemm.h, Fp8ScaleMode).
 //
 // An epilogue (Fp8GemmOptions: bias, GELU with its aux output, a residual as
 // C with beta 1) runs on the f32 product before the one rounding to bf16, as
@@ -187,11 +189,13 @@ void remember(const Key& key, const Chosen& chosen) {
   g_cache.emplace(key, chosen);
 }
 
-// A problem whose chosen algorithm cublasLtMatmul refused: declined from now on.
-void forget_and_decline(const Key& key) {
+// A problem whose chosen algorithm cublasLtMatmul refused: another that ran,
+// or none (declined from now on).
+void replace(const Key& key, const Chosen& chosen) {
   std::lock_guard<std::mutex> lock(g_cache_mutex);
-  g_cache[key] = Chosen{};
+  g_cache[key] = chosen;
 }
+void forget_and_decline(const Key& key) { replace(key, Chosen{}); }
 
 // The heuristic's first algorithm for the problem, or with candidates > 1
 // (ENGINE_GEMM_SEARCH, gemm_search.h) the fastest of its first `candidates`,
@@ -327,9 +331,11 @@ bool run_fp8_gemm(void* out, DType out_dtype, const Fp8Operand& x, const Fp8Oper
                "fp8_gemm: out, x and w must be 16-byte aligned (cuBLASLt's FP8 GEMM), got ", out, ", ",
                static_cast<const void*>(x.data), ", ", static_cast<const void*>(w.data));
   ENGINE_CHECK(aligned(x.scale_inv, 4) && aligned(w.scale_inv, 4), "fp8_gemm: scale_inv pointers must be 4-byte aligned");
-  for (const void* p : {options.bias, static_cast<const void*>(options.gelu_aux), options.residual})
-    ENGINE_CHECK(p == nullptr || aligned(p, 16), "fp8_gemm: the epilogue's bias, aux and residual must be 16-byte "
-                 "aligned, got ", p);
+  for (const void* p : {options.bias, static_cast<const void*>(options.gelu_aux), options.residual}) {
+    if (p == nullptr || aligned(p, 16)) continue;
+    if (may_decline) return false;  // the caller's elementwise pass takes any alignment
+    ENGINE_FAIL("fp8_gemm: the epilogue's bias, aux and residual must be 16-byte aligned, got ", p);
+  }
   const std::uint32_t align_w = lt_alignment_of(w.data), align_x = lt_alignment_of(x.data),
                       align_out = lt_alignment_of(out);
   // C: the residual when there is one (beta 1), else D itself (beta 1 when accumulating, else unread).
@@ -395,15 +401,36 @@ bool run_fp8_gemm(void* out, DType out_dtype, const Fp8Operand& x, const Fp8Oper
                options.residual != nullptr ? " with a residual" : "", "; alignments x ", align_x, ", w ", align_w,
                ", out ", align_out, " bytes)");
   combine();
-  const cublasStatus_t status = cublasLtMatmul(ctx.lt(), desc.op, &alpha, w.data, desc.a, x.data, desc.b, &beta, c,
-                                               desc.d, out, desc.d, &chosen.algo, ctx.lt_workspace(),
-                                               ctx.lt_workspace_bytes(), stream);
+  const auto launch = [&](const cublasLtMatmulAlgo_t& algo) {
+    return cublasLtMatmul(ctx.lt(), desc.op, &alpha, w.data, desc.a, x.data, desc.b, &beta, c, desc.d, out, desc.d,
+                          &algo, ctx.lt_workspace(), ctx.lt_workspace_bytes(), stream);
+  };
+  cublasStatus_t status = launch(chosen.algo);
   // cuBLASLt's heuristic has offered algorithms that cublasLtMatmul then
-  // refused (RESULTS.md, the H200 lease of 084d9f8): where a caller can fall
-  // back, that answer is remembered as "none" and declined, not thrown.
-  if (may_decline && (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE)) {
-    forget_and_decline(key);
-    return false;
+  // refused (RESULTS.md, the H200 lease of 084d9f8). Such a refusal is
+  // synchronous (nothing was enqueued), so the heuristic's other candidates
+  // are tried in its order and the first that runs is kept; where none does
+  // and the caller can fall back, the problem is remembered as "none" and
+  // declined, not thrown.
+  const auto refused = [](cublasStatus_t st) {
+    return st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE;
+  };
+  if (refused(status)) {
+    constexpr int kRetries = 8;
+    std::array<cublasLtMatmulHeuristicResult_t, kRetries> results{};
+    int found = 0;
+    if (cublasLtMatmulAlgoGetHeuristic(ctx.lt(), desc.op, desc.a, desc.b, desc.d, desc.d, desc.pref, kRetries,
+                                       results.data(), &found) == CUBLAS_STATUS_SUCCESS) {
+      for (int i = 0; i < found && refused(status); ++i) {
+        if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
+        status = launch(results[i].algo);
+        if (status == CUBLAS_STATUS_SUCCESS) replace(key, Chosen{true, results[i].algo, results[i].wavesCount});
+      }
+    }
+    if (refused(status) && may_decline) {
+      forget_and_decline(key);
+      return false;
+    }
   }
   CUBLAS_CHECK(status);
   return true;

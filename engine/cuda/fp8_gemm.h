@@ -84,9 +84,10 @@ struct Fp8GemmOptions {
 void fp8_gemm(void* out, DType out_dtype, const Fp8Operand& x, const Fp8Operand& w, std::int64_t n, std::int64_t m,
               std::int64_t k, const Fp8GemmOptions& options, cudaStream_t stream);
 // fp8_gemm, but returns false, running no GEMM, where cuBLASLt offers no
-// algorithm for the problem (an epilogue it does not fuse with FP8 operands
-// on this GPU, say), so the caller can run the plain GEMM and an elementwise
-// pass instead. The answer is cached per problem, as the algorithm is.
+// algorithm for the problem that runs (an epilogue it does not fuse with FP8
+// operands on this GPU, say) or an epilogue pointer is not 16-byte aligned,
+// so the caller can run the plain GEMM and an elementwise pass instead. The
+// answer is cached per problem, as the algorithm is.
 bool try_fp8_gemm(void* out, DType out_dtype, const Fp8Operand& x, const Fp8Operand& w, std::int64_t n,
                   std::int64_t m, std::int64_t k, const Fp8GemmOptions& options, cudaStream_t stream);
 

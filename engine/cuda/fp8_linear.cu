@@ -436,10 +436,7 @@ void forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const T
   fused.bias = bias.empty() ? nullptr : bias.data();
   fused.gelu_aux = pre_gelu.empty() ? nullptr : pre_gelu.data();
   fused.residual = residual.empty() ? nullptr : residual.data();
-  const bool aligned_16 = aligned(out.data(), 16) && (fused.bias == nullptr || aligned(fused.bias, 16)) &&
-                          (fused.gelu_aux == nullptr || aligned(fused.gelu_aux, 16)) &&
-                          (fused.residual == nullptr || aligned(fused.residual, 16));
-  if (fused.has_epilogue() && aligned_16 && fp8_gemm_epilogues_enabled() &&
+  if (fused.has_epilogue() && fp8_gemm_epilogues_enabled() &&
       try_fp8_gemm(out.data(), DType::kBF16, x, w, N, OC, C, fused, stream)) {
     amax_pass(out, N * OC, fp8, &ops::Fp8Options::out_amax, stream);  // cuBLASLt gives no bf16 D's amax
     return;
