@@ -125,12 +125,12 @@ __global__ void __launch_bounds__(kWeightThreads)
     const int tr = i / width, tc = i % width;
     const std::int64_t r = r0 + tr, c = c0 + tc;
     const std::uint8_t e = to_e4m3(w[r * cols + c], scale);
-    q[r * cols + c] = e;
+    if (q != nullptr) q[r * cols + c] = e;
     if (qt != nullptr) qt[c * rows + r] = e;
   }
   if (threadIdx.x == 0) {
     const float factor = rcp_rn(scale);
-    scales[rb * scale_ld + kb] = factor;
+    if (scales != nullptr) scales[rb * scale_ld + kb] = factor;
     if (scales_t != nullptr) scales_t[kb * scale_t_ld + rb] = factor;
   }
 }
@@ -180,12 +180,13 @@ void fp8_block_cast_transpose_columns(const bf16* x, std::int64_t rows, std::int
 
 void fp8_block_cast_weight(const bf16* w, std::int64_t rows, std::int64_t cols, __nv_fp8_e4m3* q, float* scales,
                            __nv_fp8_e4m3* qt, float* scales_t, cudaStream_t stream) {
-  check_operands(w, q, scales, rows, cols, "fp8_block_cast_weight");
-  ENGINE_CHECK((qt == nullptr) == (scales_t == nullptr),
-               "fp8_block_cast_weight: the transposed copy and its scale factors come together");
+  ENGINE_CHECK((q == nullptr) == (scales == nullptr) && (qt == nullptr) == (scales_t == nullptr),
+               "fp8_block_cast_weight: each copy comes with its scale factors");
+  ENGINE_CHECK(q != nullptr || qt != nullptr, "fp8_block_cast_weight: neither copy asked for");
+  check_operands(w, q != nullptr ? q : qt, q != nullptr ? scales : scales_t, rows, cols, "fp8_block_cast_weight");
   if (rows == 0 || cols == 0) return;
   const std::int64_t ld = fp8_pad4(fp8_blocks(cols)), ld_t = fp8_pad4(fp8_blocks(rows));
-  if (ld != fp8_blocks(cols)) zero_scales(scales, fp8_blk128_scales(rows, cols), stream);
+  if (scales != nullptr && ld != fp8_blocks(cols)) zero_scales(scales, fp8_blk128_scales(rows, cols), stream);
   if (scales_t != nullptr && ld_t != fp8_blocks(rows)) zero_scales(scales_t, fp8_blk128_scales(cols, rows), stream);
   const dim3 grid(static_cast<unsigned>(fp8_blocks(cols)), static_cast<unsigned>(fp8_blocks(rows)));
   ENGINE_CHECK(grid.y <= 65535, "fp8_block_cast_weight: ", rows, " rows is too many");

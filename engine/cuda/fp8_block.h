@@ -51,11 +51,12 @@ void fp8_block_cast_rows(const __nv_bfloat16* x, std::int64_t rows, std::int64_t
 void fp8_block_cast_transpose_columns(const __nv_bfloat16* x, std::int64_t rows, std::int64_t cols,
                                       __nv_fp8_e4m3* qt, float* scales, cudaStream_t stream);
 
-// w (rows, cols) bf16 row-major in 128 x 128 blocks: q (rows, cols) and, when
-// qt is not null, qt (cols, rows) = its transpose (the same blocks, the same
-// codes), with scales kBlk128 for (rows, K = cols) and scales_t kBlk128 for
-// (cols, K = rows). Once per optimizer step (the weights' cache), so the
-// transpose is written one byte at a time.
+// w (rows, cols) bf16 row-major in 128 x 128 blocks: q (rows, cols) with
+// scales kBlk128 for (rows, K = cols), and qt (cols, rows) = its transpose
+// (the same blocks, the same codes) with scales_t kBlk128 for (cols, K =
+// rows). Either pair may be null (not both): the input gradient of a weight
+// kept in no cache needs only W^T. Once per optimizer step when cached, so
+// the transpose is written one byte at a time.
 void fp8_block_cast_weight(const __nv_bfloat16* w, std::int64_t rows, std::int64_t cols, __nv_fp8_e4m3* q,
                            float* scales, __nv_fp8_e4m3* qt, float* scales_t, cudaStream_t stream);
 

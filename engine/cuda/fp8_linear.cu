@@ -333,10 +333,9 @@ CachedBlockWeight cached_block_weight(const Tensor& weight, const ops::Fp8Option
 
 // The weight's copy the forward reads (W) or the input gradient reads (W^T),
 // from its cache (both made there on first use after an optimizer step) or
-// made now in `scratch` (sized for W: W^T's data and factors are as many);
-// W^T alone is cut from W's blocks, whose own copy goes to `w_scratch`.
+// made now in `scratch` (sized for the larger of W's and W^T's factors).
 BlockCopy block_weight(const Tensor& weight, const CachedBlockWeight& cached, bool transposed,
-                       const BlockCopy& scratch, const BlockCopy& w_scratch, cudaStream_t stream) {
+                       const BlockCopy& scratch, cudaStream_t stream) {
   const std::int64_t OC = weight.dim(0), C = weight.dim(1);
   const bf16* w = weight.data_as<const bf16>();
   if (cached.cache != nullptr) {
@@ -350,7 +349,7 @@ BlockCopy block_weight(const Tensor& weight, const CachedBlockWeight& cached, bo
     fp8_block_cast_weight(w, OC, C, scratch.data, scratch.scales, nullptr, nullptr, stream);
     return scratch;
   }
-  fp8_block_cast_weight(w, OC, C, w_scratch.data, w_scratch.scales, scratch.data, scratch.scales, stream);
+  fp8_block_cast_weight(w, OC, C, nullptr, nullptr, scratch.data, scratch.scales, stream);  // W^T alone
   return scratch;
 }
 
@@ -364,7 +363,7 @@ void block_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, c
                     {fp8_vec128_scales(N, C), uncached ? fp8_blk128_scales(OC, C) : 0});
   const BlockCopy& qx = s.copies[0];
   fp8_block_cast_rows(inp.data_as<const bf16>(), N, C, qx.data, qx.scales, stream);  // 1 x 128 along C
-  const BlockCopy qw = block_weight(weight, cached, /*transposed=*/false, s.copies[1], BlockCopy{}, stream);
+  const BlockCopy qw = block_weight(weight, cached, /*transposed=*/false, s.copies[1], stream);
   const Fp8Operand x = qx.operand(Fp8ScaleMode::kVec128), w = qw.operand(Fp8ScaleMode::kBlk128);
   Fp8GemmOptions fused;
   fused.bias = bias.empty() ? nullptr : bias.data();
@@ -390,18 +389,17 @@ void block_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dou
   const CachedBlockWeight cached = wants_dinp ? cached_block_weight(weight, fp8, "fp8 matmul_backward: weight")
                                               : CachedBlockWeight{};
   const bool weight_scratch = wants_dinp && cached.cache == nullptr;
-  // dout, W^T (uncached), dout^T, inp^T, and W itself (uncached: W^T is cut from its blocks).
+  // dout, W^T (uncached), dout^T, inp^T.
   const std::int64_t w_elements = weight_scratch ? OC * C : 0;
   const std::int64_t w_factors = weight_scratch ? std::max(fp8_blk128_scales(OC, C), fp8_blk128_scales(C, OC)) : 0;
-  BlockScratch<5> s({wants_dinp ? N * OC : 0, w_elements, wants_dweight ? OC * N : 0, wants_dweight ? C * N : 0,
-                     w_elements},
+  BlockScratch<4> s({wants_dinp ? N * OC : 0, w_elements, wants_dweight ? OC * N : 0, wants_dweight ? C * N : 0},
                     {wants_dinp ? fp8_vec128_scales(N, OC) : 0, w_factors, wants_dweight ? fp8_vec128_scales(OC, N) : 0,
-                     wants_dweight ? fp8_vec128_scales(C, N) : 0, w_factors});
+                     wants_dweight ? fp8_vec128_scales(C, N) : 0});
   const bf16* d = dout.data_as<const bf16>();
   if (wants_dinp) {
     const BlockCopy& q_dout = s.copies[0];
     fp8_block_cast_rows(d, N, OC, q_dout.data, q_dout.scales, stream);  // 1 x 128 along OC
-    const BlockCopy q_wt = block_weight(weight, cached, /*transposed=*/true, s.copies[1], s.copies[4], stream);
+    const BlockCopy q_wt = block_weight(weight, cached, /*transposed=*/true, s.copies[1], stream);
     fp8_gemm(dinp.data(), DType::kBF16, q_dout.operand(Fp8ScaleMode::kVec128), q_wt.operand(Fp8ScaleMode::kBlk128), N,
              C, OC, Fp8GemmOptions{}, stream);
     finish_dinp(dinp, gelu_pre, N * C, fp8, stream);

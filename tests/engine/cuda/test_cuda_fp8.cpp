@@ -821,6 +821,14 @@ TEST(CudaFp8Block, CastsMatchTheCpuBlockImageBitForBit) {
     EXPECT_EQ(compare_block_image(qwt.host(R * K), K, R, [&](std::int64_t c, std::int64_t r) {
       return fwt[(c / 128) * fp8_pad4(fp8_blocks(R)) + r / 128];
     }, transpose_host(want_w, R, K), "weight blocks, transposed"), 0);
+    // W^T alone (a weight kept in no cache, for the input gradient): the same codes and factors.
+    Bytes qwt_alone(R * K);
+    Buffer swt_alone(kCuda, cuda::fp8_blk128_scales(K, R) * sizeof(float));
+    cuda::fp8_block_cast_weight(dev.ptr, R, K, nullptr, nullptr, qwt_alone.ptr, static_cast<float*>(swt_alone.data()),
+                                stream);
+    sync();
+    EXPECT_EQ(qwt_alone.host(R * K), qwt.host(R * K));
+    EXPECT_EQ(download_f32(static_cast<float*>(swt_alone.data()), cuda::fp8_blk128_scales(K, R)), fwt);
   }
 }
 
