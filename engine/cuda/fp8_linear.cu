@@ -273,6 +273,31 @@ ForwardOperands forward_operands(const Tensor& inp, const Tensor& weight, const 
   return operands;
 }
 
+// The forward's GEMM on its E4M3 operands, out (N, OC) = x @ w^T + bias [+
+// residual], or with pre_gelu: pre_gelu = x @ w^T + bias and out =
+// gelu(pre_gelu); max |out| into fp8->out_amax when asked. Bias, GELU and
+// residual are the FP8 GEMM's epilogue where cuBLASLt offers one (fp8_gemm.h;
+// one rounding to bf16, from f32), else one elementwise pass after the plain
+// GEMM (forward_epilogue).
+void forward_gemm(const Tensor& out, const Tensor& pre_gelu, const Tensor& bias, const Tensor& residual,
+                  const Fp8Operand& x, const Fp8Operand& w, std::int64_t N, std::int64_t OC, std::int64_t C,
+                  const ops::Fp8Options* fp8) {
+  const cudaStream_t stream = current_stream();
+  Fp8GemmOptions fused;
+  fused.bias = bias.empty() ? nullptr : bias.data();
+  fused.gelu_aux = pre_gelu.empty() ? nullptr : pre_gelu.data();
+  fused.residual = residual.empty() ? nullptr : residual.data();
+  if (fused.has_epilogue() && fp8_gemm_epilogues_enabled() &&
+      try_fp8_gemm(out.data(), DType::kBF16, x, w, N, OC, C, fused, stream)) {
+    amax_pass(out, N * OC, fp8, &ops::Fp8Options::out_amax, stream);  // cuBLASLt gives no bf16 D's amax
+    return;
+  }
+  // The tensor the GEMM writes: out, or pre_gelu when GELU is applied after.
+  const Tensor& gemm_out = pre_gelu.empty() ? out : pre_gelu;
+  fp8_gemm(gemm_out.data(), DType::kBF16, x, w, N, OC, C, Fp8GemmOptions{}, stream);
+  forward_epilogue(out, pre_gelu, bias, residual, OC, fp8);
+}
+
 // ---- block scaling (ops::Fp8Scaling::kBlock; fp8_block.h) -------------------------
 
 bool block_scaled(const ops::Fp8Options* fp8) { return fp8 != nullptr && fp8->scaling == ops::Fp8Scaling::kBlock; }
@@ -364,19 +389,8 @@ void block_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, c
   const BlockCopy& qx = s.copies[0];
   fp8_block_cast_rows(inp.data_as<const bf16>(), N, C, qx.data, qx.scales, stream);  // 1 x 128 along C
   const BlockCopy qw = block_weight(weight, cached, /*transposed=*/false, s.copies[1], stream);
-  const Fp8Operand x = qx.operand(Fp8ScaleMode::kVec128), w = qw.operand(Fp8ScaleMode::kBlk128);
-  Fp8GemmOptions fused;
-  fused.bias = bias.empty() ? nullptr : bias.data();
-  fused.gelu_aux = pre_gelu.empty() ? nullptr : pre_gelu.data();
-  fused.residual = residual.empty() ? nullptr : residual.data();
-  if (fused.has_epilogue() && fp8_gemm_epilogues_enabled() &&
-      try_fp8_gemm(out.data(), DType::kBF16, x, w, N, OC, C, fused, stream)) {
-    amax_pass(out, N * OC, fp8, &ops::Fp8Options::out_amax, stream);
-    return;
-  }
-  const Tensor& gemm_out = pre_gelu.empty() ? out : pre_gelu;
-  fp8_gemm(gemm_out.data(), DType::kBF16, x, w, N, OC, C, Fp8GemmOptions{}, stream);
-  forward_epilogue(out, pre_gelu, bias, residual, OC, fp8);
+  forward_gemm(out, pre_gelu, bias, residual, qx.operand(Fp8ScaleMode::kVec128), qw.operand(Fp8ScaleMode::kBlk128),
+               N, OC, C, fp8);
 }
 
 // dinp = Q(dout; 1 x 128 along OC) @ Q(W; 128 x 128 blocks), then the GELU
@@ -415,11 +429,8 @@ void block_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dou
   }
 }
 
-// out (N, OC) = qx @ qw^T + bias [+ residual], or with pre_gelu: pre_gelu =
-// qx @ qw^T + bias and out = gelu(pre_gelu); max |out| into fp8->out_amax when
-// asked. Bias, GELU and residual are the FP8 GEMM's epilogue where cuBLASLt
-// offers one (fp8_gemm.h; one rounding to bf16, from f32), else one
-// elementwise pass after the plain GEMM (forward_epilogue).
+// The forward of a linear layer: its E4M3 operands (per tensor, or in blocks),
+// then forward_gemm.
 void forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias, const Tensor& pre_gelu,
              const Tensor& residual, const ops::Fp8Options* fp8) {
   if (block_scaled(fp8)) {
@@ -427,22 +438,8 @@ void forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const T
     return;
   }
   const std::int64_t OC = weight.dim(0), C = weight.dim(1), N = inp.numel() / C;
-  const cudaStream_t stream = current_stream();
   const ForwardOperands operands = forward_operands(inp, weight, fp8);
-  const Fp8Operand x = operands.qx.operand(), w = operands.qw.operand();
-  Fp8GemmOptions fused;
-  fused.bias = bias.empty() ? nullptr : bias.data();
-  fused.gelu_aux = pre_gelu.empty() ? nullptr : pre_gelu.data();
-  fused.residual = residual.empty() ? nullptr : residual.data();
-  if (fused.has_epilogue() && fp8_gemm_epilogues_enabled() &&
-      try_fp8_gemm(out.data(), DType::kBF16, x, w, N, OC, C, fused, stream)) {
-    amax_pass(out, N * OC, fp8, &ops::Fp8Options::out_amax, stream);  // cuBLASLt gives no bf16 D's amax
-    return;
-  }
-  // The tensor the GEMM writes: out, or pre_gelu when GELU is applied after.
-  const Tensor& gemm_out = pre_gelu.empty() ? out : pre_gelu;
-  fp8_gemm(gemm_out.data(), DType::kBF16, x, w, N, OC, C, Fp8GemmOptions{}, stream);
-  forward_epilogue(out, pre_gelu, bias, residual, OC, fp8);
+  forward_gemm(out, pre_gelu, bias, residual, operands.qx.operand(), operands.qw.operand(), N, OC, C, fp8);
 }
 
 }  // namespace
