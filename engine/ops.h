@@ -77,7 +77,8 @@ void rmsnorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& d
 enum class MatmulFormat : std::uint8_t {
   kNative,  // in their own dtype (bf16 or f32; f64 on the CPU's reference path)
   // Each GEMM operand quantised to FP8 E4M3 with a per-tensor current scale
-  // (amax of that tensor now, not a history: engine/cpu/fp8_e4m3.h), the
+  // (amax of that tensor now, not a history: engine/cpu/fp8_e4m3.h), or per
+  // block (Fp8Options::scaling, Fp8Scaling below), the
   // product accumulated in f32 and rescaled; biases, residuals, GELU and the
   // bias gradient stay in the activations' dtype and f32. On CUDA the FP8
   // tensor cores (sm_89/sm_90; bf16 activations; every GEMM dimension a
