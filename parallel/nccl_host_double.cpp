@@ -4,6 +4,7 @@
 #include <functional>
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "engine/check.h"
 #include "engine/cuda/host_signal.h"
@@ -37,23 +38,20 @@ int world_rank() {
 constexpr std::size_t kAlign = 256;
 std::size_t aligned_bytes(std::size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
-struct ReadyNote {
-  HostCollectiveWorker* worker;
-  std::uint64_t job;
-};
-void CUDART_CB mark_job_ready(void* note) {
-  auto* n = static_cast<ReadyNote*>(note);
-  n->worker->mark_ready(n->job);
-  delete n;
-}
-struct ReleaseNote {
-  StagingRing* ring;
-  std::uint64_t consumed;
-};
-void CUDART_CB release_staging(void* note) {
-  auto* n = static_cast<ReleaseNote*>(note);
-  n->ring->give_back(n->consumed);
-  delete n;
+// A host function on `stream`: `task` runs on CUDA's host-callback thread once
+// the stream reaches this point (it must not call into CUDA).
+void enqueue_host_task(cudaStream_t stream, std::function<void()> task, const std::string& name) {
+  auto* owned = new std::function<void()>(std::move(task));
+  const cudaError_t rc = cudaLaunchHostFunc(
+      stream,
+      [](void* p) {
+        auto* f = static_cast<std::function<void()>*>(p);
+        (*f)();
+        delete f;
+      },
+      owned);
+  if (rc != cudaSuccess) delete owned;
+  check_cuda(rc, "cudaLaunchHostFunc", name);
 }
 
 }  // namespace
@@ -143,7 +141,7 @@ void NcclHostDouble::run(const std::vector<Staged>& tensors, HostWork work, cuda
                  "cudaMemcpyAsync(staging in)", name_);
   HostCollectiveWorker* worker = state_->worker.get();
   const std::uint64_t job = worker->submit([work = std::move(work), host](Communicator& c) { work(c, host); });
-  check_cuda(cudaLaunchHostFunc(stream, mark_job_ready, new ReadyNote{worker, job}), "cudaLaunchHostFunc", name_);
+  enqueue_host_task(stream, [worker, job] { worker->mark_ready(job); }, name_);
   engine::cuda::wait_for_host_counter(state_->counter, job, stream);
   // Late results: a reader that did not wait for `done` reads stale bytes.
   engine::cuda::delay_stream(random_delay_ns(), stream);
@@ -152,8 +150,8 @@ void NcclHostDouble::run(const std::vector<Staged>& tensors, HostWork work, cuda
       check_cuda(cudaMemcpyAsync(tensors[i].device.data(), host[i].data(), tensors[i].device.bytes(),
                                  cudaMemcpyHostToDevice, stream),
                  "cudaMemcpyAsync(staging out)", name_);
-  check_cuda(cudaLaunchHostFunc(stream, release_staging, new ReleaseNote{state_->ring.get(), range.consumed}),
-             "cudaLaunchHostFunc", name_);
+  enqueue_host_task(stream, [ring = state_->ring.get(), consumed = range.consumed] { ring->give_back(consumed); },
+                    name_);
 }
 
 void NcclHostDouble::all_reduce(const Tensor& inout, ReduceOp op, cudaStream_t stream) {

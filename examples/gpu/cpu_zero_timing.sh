@@ -32,15 +32,14 @@ set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUDGET=${CPU_ZERO_BUDGET_S:-460}
-START=$(date +%s)
-left() { echo $(( BUDGET - ($(date +%s) - START) )); }
+# shellcheck source=examples/gpu/budget.sh
+source "$ROOT/examples/gpu/budget.sh"
 FINAL=${OUT:-$(mktemp -d -t cpu-zero.XXXXXX)}
 LOGS=$FINAL/logs
 mkdir -p "$LOGS"
 BUILD=${ENGINE_BUILD_DIR:-$ROOT/build-gpu}
 SUMMARY=$FINAL/summary.txt
 : >"$SUMMARY"
-note() { echo "$*" | tee -a "$SUMMARY"; }
 trap 'tar -czf "$FINAL/logs.tgz" -C "$FINAL" logs && rm -rf "$LOGS"' EXIT
 export CUDA_VISIBLE_DEVICES=""
 

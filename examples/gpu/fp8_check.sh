@@ -39,9 +39,8 @@ trap pack EXIT
 trap 'exit 124' TERM INT
 BUDGET=${FP8_BUDGET_S:-200}
 MB=${FP8_MICRO_BATCH:-16}
-START=$(date +%s)
-left() { echo $(( BUDGET - ($(date +%s) - START) )); }
-cap() { local l=$(( $(left) - 5 )); [ "$1" -lt "$l" ] && l=$1; [ "$l" -lt 1 ] && l=1; echo "$l"; }
+# shellcheck source=examples/gpu/budget.sh
+source "$ROOT/examples/gpu/budget.sh"
 failures=0
 
 # step NAME SECONDS COMMAND...: runs it under a time limit into $OUT/NAME.log.

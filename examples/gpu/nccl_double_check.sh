@@ -33,16 +33,14 @@ set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUDGET=${NCCL_DOUBLE_BUDGET_S:-380}
-START=$(date +%s)
-left() { echo $(( BUDGET - ($(date +%s) - START) )); }
-cap() { local l=$(( $(left) - 5 )); [ "$1" -lt "$l" ] && l=$1; [ "$l" -lt 1 ] && l=1; echo "$l"; }
+# shellcheck source=examples/gpu/budget.sh
+source "$ROOT/examples/gpu/budget.sh"
 FINAL=${OUT:-$(mktemp -d -t nccl-double.XXXXXX)}
 LOGS=$FINAL/logs
 mkdir -p "$LOGS"
 BUILD=${ENGINE_BUILD_DIR:-$ROOT/build-gpu}
 SUMMARY=$FINAL/summary.txt
 : >"$SUMMARY"
-note() { echo "$*" | tee -a "$SUMMARY"; }
 trap 'tar -czf "$FINAL/logs.tgz" -C "$FINAL" logs && rm -rf "$LOGS"' EXIT
 failures=0
 

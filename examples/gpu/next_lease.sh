@@ -32,12 +32,11 @@ set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUDGET=${NEXT_BUDGET_S:-580}
-START=$(date +%s)
-left() { echo $(( BUDGET - ($(date +%s) - START) )); }
+# shellcheck source=examples/gpu/budget.sh
+source "$ROOT/examples/gpu/budget.sh"
 FINAL=${OUT:-$(mktemp -d -t next-lease.XXXXXX)}
 mkdir -p "$FINAL"
 SUMMARY=$FINAL/summary.txt
-note() { echo "$*" | tee -a "$SUMMARY"; }
 
 note "==== next_lease.sh $(date -u '+%Y-%m-%d %H:%M:%S UTC'), commit ${ENGINE_COMMIT:-unknown}, budget $BUDGET s"
 
