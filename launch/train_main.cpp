@@ -124,9 +124,7 @@ int train(int argc, char** argv) {
   MPI_Allreduce(MPI_IN_PLACE, &asks[1], 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   int all_clear = error.empty() ? 1 : 0;
   MPI_Allreduce(MPI_IN_PLACE, &all_clear, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (asks[0] == 1 && all_clear == 1 && !(as_given.calibrate_seconds > 0 && as_given.calibrate_seconds <= 600)) {
-    error = "--calibrate-seconds " + std::to_string(as_given.calibrate_seconds) + " must be in (0, 600]";
-  } else if (asks[0] == 1 && all_clear == 1) {
+  if (asks[0] == 1 && all_clear == 1) {
     // Its waits under the watchdog: a rank that dies while measuring ends the job.
     parallel::install_watchdog(MPI_COMM_WORLD, {config.collective_timeout, launch::kExitCollectiveTimeout});
     std::optional<engine::DeviceType> device;

@@ -142,6 +142,8 @@ void TrainConfig::resolve(int cuda_devices, int world) {
 
   ENGINE_CHECK(layout == "manual" || layout == "auto", "--layout ", layout, ": expected manual or auto");
   ENGINE_CHECK(layout == "auto" || cluster.empty(), "--cluster is read by --layout auto only");
+  ENGINE_CHECK(calibrate_seconds > 0 && calibrate_seconds <= 600, "--calibrate-seconds ", calibrate_seconds,
+               " must be in (0, 600]");
   if (layout == "auto" && auto_layout.chosen.empty()) choose_layout(*this, layout_given);
 
   // The layout: every problem in one message, the same on every rank.
