@@ -428,6 +428,10 @@ TEST(CpuPeakWorld, RanksOnOneNodeMeasureOnceAndAgree) {
   MPI_Allreduce(MPI_IN_PLACE, &asked, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   EXPECT_EQ(peak.share.threads, std::min(asked, peak.share.cores));
   const nlohmann::json j = read_json(options.cache_path);
+  // The cache lives in rank 0's temporary folder, removed when rank 0 leaves
+  // this test: every rank reads it before any leaves.
+  MPI_Barrier(MPI_COMM_WORLD);
+  ASSERT_TRUE(j.is_object()) << "the cache file is JSON";
   EXPECT_EQ(j["peaks"].size(), 1u) << j.dump(2);
 }
 
