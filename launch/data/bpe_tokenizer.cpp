@@ -145,7 +145,9 @@ BpeTokenizer BpeTokenizer::from_file(const std::string& path) {
   return from_json(text.str(), path);
 }
 
-BpeTokenizer BpeTokenizer::from_json(std::string_view json_text, const std::string& source) {
+// Its refusals quote the file (a token, a pattern, nlohmann-json's "last read: ..."), so each is made
+// printable on the way out (launch/files/untrusted_json.h): one line of valid UTF-8 whatever the bytes.
+BpeTokenizer BpeTokenizer::from_json(std::string_view json_text, const std::string& source) try {
   auto impl = std::make_unique<Impl>();
   Impl& t = *impl;
   t.source = source;
@@ -265,6 +267,8 @@ BpeTokenizer BpeTokenizer::from_json(std::string_view json_text, const std::stri
   BpeTokenizer tokenizer(std::move(impl));
   tokenizer.vocab_size_ = static_cast<int>(max_id + 1);
   return tokenizer;
+} catch (const engine::Error& e) {
+  throw engine::Error(printable_text(e.what()));
 }
 
 std::optional<std::int32_t> BpeTokenizer::token_to_id(const std::string& token) const {

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <system_error>
 
@@ -62,6 +63,21 @@ std::string read_json_file(const std::string& path, const std::string& what, std
   std::string text(std::istreambuf_iterator<char>(in), {});
   check_json_text(text, what, max_bytes);
   return text;
+}
+
+std::string printable_text(std::string_view text) {
+  // nlohmann's serializer does the UTF-8 validation and the escaping; its
+  // quotes and its escaping of '"' and '\' are then undone, as a message
+  // needs neither.
+  const std::string quoted =
+      nlohmann::json(std::string(text)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::string out;
+  out.reserve(quoted.size());
+  for (std::size_t i = 1; i + 1 < quoted.size(); ++i) {
+    if (quoted[i] == '\\' && (quoted[i + 1] == '"' || quoted[i + 1] == '\\')) ++i;
+    out += quoted[i];
+  }
+  return out;
 }
 
 }  // namespace launch

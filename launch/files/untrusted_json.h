@@ -40,4 +40,11 @@ std::string read_json_file(const std::string& path, const std::string& what, std
 // The depth of the deepest bracket of `text` (0 for a scalar); for tests.
 std::size_t json_nesting_depth(std::string_view text);
 
+// `text` safe to print on one line and to store in JSON: invalid UTF-8
+// replaced by U+FFFD, control characters (line breaks too) escaped as JSON
+// escapes them ("\n", "\u0001"). For every message that quotes an untrusted
+// file, nlohmann-json's parse errors too: they quote the bytes last read
+// ("last read: '...'"), whatever they are.
+std::string printable_text(std::string_view text);
+
 }  // namespace launch

@@ -39,19 +39,4 @@ std::string json_excerpt(const nlohmann::json& value) {
   return text.substr(0, cut) + "...";
 }
 
-std::string printable_text(std::string_view text) {
-  // nlohmann's serializer does the UTF-8 validation and the escaping; its
-  // quotes and its escaping of '"' and '\' are then undone, as a message
-  // needs neither.
-  const std::string quoted =
-      nlohmann::json(std::string(text)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  std::string out;
-  out.reserve(quoted.size());
-  for (std::size_t i = 1; i + 1 < quoted.size(); ++i) {
-    if (quoted[i] == '\\' && (quoted[i + 1] == '"' || quoted[i + 1] == '\\')) ++i;
-    out += quoted[i];
-  }
-  return out;
-}
-
 }  // namespace launch

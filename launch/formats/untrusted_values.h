@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "launch/files/untrusted_json.h"  // printable_text
+
 namespace launch {
 
 // `value` as an integer in [lo, hi]; nullopt when it is not a JSON integer
@@ -26,9 +28,5 @@ std::optional<std::int64_t> checked_product(const std::vector<std::int64_t>& dim
 // to about 60 characters.
 std::string json_excerpt(const nlohmann::json& value);
 
-// `text` safe to print on one line and to store in JSON: invalid UTF-8
-// replaced by U+FFFD, control characters (line breaks too) escaped as JSON
-// escapes them ("\n", "\u0001").
-std::string printable_text(std::string_view text);
 
 }  // namespace launch

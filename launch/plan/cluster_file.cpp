@@ -327,7 +327,9 @@ ClusterFile read_cluster_file_and_sources(const std::string& path) {
   return parse_cluster_file(text.str(), where);
 }
 
-ClusterFile parse_cluster_file(const std::string& text, const std::string& where) {
+// Its refusals quote the file (keys, values, nlohmann-json's "last read: ..."), so each is made printable on
+// the way out (launch/files/untrusted_json.h).
+ClusterFile parse_cluster_file(const std::string& text, const std::string& where) try {
   const Json root = parse_strictly(text, where);
   ENGINE_CHECK(root.is_object(), where, " must hold a JSON object, got ", shown(root));
   refuse_unknown(root, top_keys(), "", where);
@@ -434,6 +436,8 @@ ClusterFile parse_cluster_file(const std::string& text, const std::string& where
   }
   check_cluster(c, where);
   return file;
+} catch (const engine::Error& e) {
+  throw engine::Error(printable_text(e.what()));
 }
 
 parallel::Cluster read_cluster_file(const std::string& path) { return read_cluster_file_and_sources(path).cluster; }

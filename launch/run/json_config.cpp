@@ -324,7 +324,9 @@ std::string JsonConfig::to_config(const CLI::App* app, bool default_also, bool, 
   return out.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
 }
 
-std::vector<CLI::ConfigItem> JsonConfig::from_config(std::istream& input) const {
+// Its refusals quote the file (keys, values, nlohmann-json's "last read: ..."), so each is made printable on
+// the way out (launch/files/untrusted_json.h): `train` prints it as one line whatever the bytes.
+std::vector<CLI::ConfigItem> JsonConfig::from_config(std::istream& input) const try {
   // CLI11 gives the formatter a stream, not the file's name; the --config
   // option already holds the name when the file is read. With several files
   // their order is CLI11's, so then no name is given rather than a wrong one.
@@ -339,6 +341,8 @@ std::vector<CLI::ConfigItem> JsonConfig::from_config(std::istream& input) const 
   Flattener flattener(*app_, where);
   flattener.add(root, "", "");
   return std::move(flattener).items();
+} catch (const CLI::ConfigError& e) {
+  throw CLI::ConfigError(printable_text(e.what()));
 }
 
 }  // namespace launch

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "engine/check.h"
@@ -94,3 +95,24 @@ TEST(UntrustedJson, HostileVariantsCoverEachKind) {
 }
 
 }  // namespace
+
+// printable_text: what a message quotes of a file prints on one line as valid
+// UTF-8. nlohmann-json's parse errors quote the bytes last read, which is how
+// tests/fuzz found tokenizer.json, cluster file and --config refusals that
+// were not valid UTF-8.
+TEST(UntrustedJson, PrintableTextIsOneLineOfValidUtf8) {
+  EXPECT_EQ(launch::printable_text("plain 'text' \"quoted\" back\\slash"), "plain 'text' \"quoted\" back\\slash");
+  EXPECT_EQ(launch::printable_text("caf\xC3\xA9 \xE6\x9D\xB1"), "caf\xC3\xA9 \xE6\x9D\xB1");  // valid UTF-8 kept
+  EXPECT_EQ(launch::printable_text("a\nb\tc\x01"), "a\\nb\\tc\\u0001");
+  EXPECT_EQ(launch::printable_text("bad \xFF\xC3 end"), "bad \xEF\xBF\xBD\xEF\xBF\xBD end");  // U+FFFD each
+  EXPECT_EQ(launch::printable_text(""), "");
+  std::string message;
+  try {
+    (void)nlohmann::json::parse(std::string("{\"key\"\xFF: 1}"));
+  } catch (const nlohmann::json::exception& e) {
+    message = e.what();
+  }
+  ASSERT_NE(message.find("last read"), std::string::npos) << message;
+  EXPECT_THROW((void)nlohmann::json(message).dump(), nlohmann::json::exception) << "nlohmann quotes the raw byte";
+  EXPECT_NO_THROW((void)nlohmann::json(launch::printable_text(message)).dump());
+}
