@@ -38,7 +38,7 @@ ENGINE_SANITIZED_PARSER_TESTS=(test_untrusted_json test_token_shard_hostile test
   test_checkpoint_hostile test_checkpoint_fuzz test_config_file test_cluster_file test_bpe_tokenizer test_bpe_pipelines)
 # ... and tests/fuzz's harnesses replaying their seeds and past findings (CTest: NAME_replay).
 ENGINE_SANITIZED_FUZZ_REPLAYS=(fuzz_tokenizer_json fuzz_tokenizer_encode fuzz_safetensors fuzz_safetensors_index
-  fuzz_token_shard fuzz_llmc_tokenizer fuzz_hf_config fuzz_cluster_file fuzz_train_config)
+  fuzz_token_shard fuzz_llmc_tokenizer fuzz_hf_config fuzz_cluster_file fuzz_checkpoint fuzz_train_config)
 sanitizer_tests=${ENGINE_SANITIZER_TESTS:-parsers}
 if [ $# -eq 0 ] && [ "$sanitizer_tests" != 0 ]; then
   export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1

@@ -28,6 +28,8 @@ const std::filesystem::path& scratch_dir() {
 
 }  // namespace
 
+std::string scratch_folder() { return scratch_dir().string(); }
+
 std::string input_file(const std::uint8_t* data, std::size_t size, const std::string& name) {
   const std::filesystem::path path = scratch_dir() / name;
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

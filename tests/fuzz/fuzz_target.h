@@ -29,6 +29,9 @@ inline std::string_view as_text(const std::uint8_t* data, std::size_t size) {
   return {reinterpret_cast<const char*>(data), size};
 }
 
+// This process's scratch folder (removed at exit).
+std::string scratch_folder();
+
 // Writes the input to this process's scratch folder as `name` (rewritten for
 // every input) and returns its path, for parsers that read files.
 std::string input_file(const std::uint8_t* data, std::size_t size, const std::string& name);
