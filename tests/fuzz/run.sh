@@ -19,7 +19,7 @@ engine_install_dependencies clang libclang-rt-dev libomp-dev "${ENGINE_APT_PACKA
 
 build=${ENGINE_FUZZ_BUILD_DIR:-$ENGINE_ROOT/build-fuzz}
 all_targets=(fuzz_tokenizer_json fuzz_tokenizer_encode fuzz_safetensors fuzz_safetensors_index fuzz_token_shard
-  fuzz_llmc_tokenizer fuzz_hf_config fuzz_cluster_file fuzz_train_config)
+  fuzz_llmc_tokenizer fuzz_hf_config fuzz_cluster_file fuzz_checkpoint fuzz_train_config)
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=("${all_targets[@]}")
 
@@ -47,10 +47,12 @@ for t in "${targets[@]}"; do
   if "$binary" "$corpus" "${dict[@]}" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 \
        -malloc_limit_mb=2048 -print_final_stats=1 \
        -artifact_prefix="$findings/" >"$log" 2>&1; then
-    echo "   no finding: $(grep -E '^stat::number_of_executed_units' "$log" | tail -1 | awk '{print $2}') inputs run," \
-         "corpus now $(ls "$corpus" | wc -l)"
+    runs=$(grep -E '^stat::number_of_executed_units' "$log" | tail -1 | awk '{print $2}')
+    echo "   no finding: $runs inputs run, corpus now $(ls "$corpus" | wc -l)"
   else
-    echo "   FINDING: $(grep -m1 -E 'FUZZ FINDING|ERROR: (AddressSanitizer|libFuzzer|UndefinedBehaviorSanitizer)|runtime error|out-of-memory|timeout' "$log" || tail -1 "$log")"
+    what='FUZZ FINDING|ERROR: (AddressSanitizer|libFuzzer|UndefinedBehaviorSanitizer)'
+    what+='|runtime error|out-of-memory|timeout'
+    echo "   FINDING: $(grep -m1 -E "$what" "$log" || tail -1 "$log")"
     echo "   log $log; inputs: $(ls "$findings" | grep -v last_run.log | tr '\n' ' ')"
     found+=("$t")
   fi
