@@ -28,5 +28,4 @@ std::optional<std::int64_t> checked_product(const std::vector<std::int64_t>& dim
 // to about 60 characters.
 std::string json_excerpt(const nlohmann::json& value);
 
-
 }  // namespace launch
