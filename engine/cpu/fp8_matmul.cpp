@@ -186,7 +186,7 @@ void fp8_matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor
       const Tensor q_dout = block_image(dout, kOutputGrad, Along::kLastDim, "fp8 matmul_backward: dout");
       const Tensor q_weight = weight_image(weight, "fp8 matmul_backward: weight", fp8);
       matmul_backward(dinp, Tensor{}, Tensor{}, q_dout, inp, q_weight, gelu_pre);
-      if (fp8 != nullptr) write_amax(fp8->dinp_amax, dinp, "fp8 matmul_backward: dinp");
+      write_amax(fp8->dinp_amax, dinp, "fp8 matmul_backward: dinp");  // block_scaled: fp8 is set
     }
     // dweight reduces over the tokens: dout and the input both in 128 x 1 tiles along them.
     if (!dweight.empty()) {

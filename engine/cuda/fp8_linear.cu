@@ -301,6 +301,7 @@ void forward_gemm(const Tensor& out, const Tensor& pre_gelu, const Tensor& bias,
 // ---- block scaling (ops::Fp8Scaling::kBlock; fp8_block.h) -------------------------
 
 bool block_scaled(const ops::Fp8Options* fp8) { return fp8 != nullptr && fp8->scaling == ops::Fp8Scaling::kBlock; }
+static_assert(kFp8Block == ops::kFp8BlockSize, "the casts' tiles are the blocks ops::Fp8Scaling and the CPU use");
 
 // A block-scaled E4M3 copy and its factors.
 struct BlockCopy {
